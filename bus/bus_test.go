@@ -1,0 +1,168 @@
+package bus_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startEmbedded(t *testing.T, cfg bus.EmbeddedConfig) *bus.Embedded {
+	t.Helper()
+	e, err := bus.StartEmbedded(cfg)
+	if err != nil {
+		t.Fatalf("StartEmbedded: %v", err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
+}
+
+func TestCallRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen string
+	}{
+		{"in-process", ""},
+		{"tcp", "127.0.0.1:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEmbedded(t, bus.EmbeddedConfig{Listen: tc.listen})
+			var nc *nats.Conn
+			var err error
+			if tc.listen == "" {
+				if e.ClientURL() != "" {
+					t.Fatalf("ClientURL() = %q, want empty without listener", e.ClientURL())
+				}
+				nc, err = e.Connect()
+			} else {
+				nc, err = bus.Connect(e.ClientURL())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			subj, _ := bus.NewSubjects("toolbus")
+			subject, err := subj.Call("math.add")
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(time.Second).Round(0)
+			sub, err := nc.QueueSubscribe(subject, subj.QueueGroup(), func(m *nats.Msg) {
+				env, dl, err := bus.ReadCall(m)
+				if err != nil || !dl.Equal(deadline) {
+					bus.Reply(m, schema.ReplyError(schema.Errorf(schema.CodeInternal, "bad call %v %v", err, dl)))
+					return
+				}
+				bus.Reply(m, schema.ReplyResult(env.Params))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: []byte(`"a"`), Method: "math.add", Params: []byte(`[1,2]`)}, deadline, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := nc.RequestMsg(msg, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := bus.ReadReply(resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Err() != nil || string(r.Result) != "[1,2]" {
+				t.Fatalf("reply = %s, %v; want [1,2]", r.Result, r.Err())
+			}
+		})
+	}
+}
+
+func TestNoResponders(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msg, _ := bus.CallMsg("toolbus.call.nobody", &schema.CallEnvelope{ID: []byte(`1`), Method: "nobody"}, time.Time{}, "")
+	_, err = nc.RequestMsg(msg, 2*time.Second)
+	if !errors.Is(err, bus.ErrNoResponders) {
+		t.Fatalf("RequestMsg err = %v, want ErrNoResponders", err)
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	s, err := bus.NewSubjects("toolbus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, method, want string
+		ok                 bool
+	}{
+		{"plain", "echo", "toolbus.call.echo", true},
+		{"dotted", "math.add", "toolbus.call.math.add", true},
+		{"allowed punctuation", "a-b_c/d:e", "toolbus.call.a-b_c/d:e", true},
+		{"star", "math.*", "", false},
+		{"tail wildcard", "math.>", "", false},
+		{"leading dot", ".echo", "", false},
+		{"trailing dot", "echo.", "", false},
+		{"double dot", "a..b", "", false},
+		{"space", "a b", "", false},
+		{"empty", "", "", false},
+		{"reserved", "rpc.jobs.get", "", false},
+		{"unicode", "ech\u00f6", "", false},
+		{"too long", string(make([]byte, 201)), "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.Call(tc.method)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("Call(%q) = %q, %v; want %q, ok=%v", tc.method, got, err, tc.want, tc.ok)
+			}
+			if err != nil && !errors.Is(err, schema.ErrMethodNotFound) {
+				t.Fatalf("Call(%q) error %v is not ErrMethodNotFound", tc.method, err)
+			}
+		})
+	}
+	if _, err := bus.NewSubjects("a.*"); err == nil {
+		t.Fatal(`NewSubjects("a.*") succeeded, want error`)
+	}
+	for _, p := range []string{"math.*", "math.>", "*.add"} {
+		if _, err := s.CallPattern(p); err != nil {
+			t.Errorf("CallPattern(%q) = %v, want ok", p, err)
+		}
+	}
+	for _, p := range []string{">.a", "rpc.*", "a..b", "a b"} {
+		if _, err := s.CallPattern(p); err == nil {
+			t.Errorf("CallPattern(%q) succeeded, want error", p)
+		}
+	}
+	if m, ok := s.Method("toolbus.call.math.add"); !ok || m != "math.add" {
+		t.Errorf("Method = %q, %v", m, ok)
+	}
+}
+
+func TestEmbeddedDataDir(t *testing.T) {
+	dir := t.TempDir()
+	e := startEmbedded(t, bus.EmbeddedConfig{DataDir: dir})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AccountInfo(); err != nil {
+		t.Fatalf("JetStream not enabled: %v", err)
+	}
+}

@@ -1,0 +1,140 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Defaults of [Connect]. They favour staying connected: a client retries for
+// ever, a little apart and with jitter so that a fleet does not reconnect in
+// lockstep, and buffers a bounded amount of outgoing data while it does.
+const (
+	DefaultReconnectWait   = 250 * time.Millisecond
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultDrainTimeout    = 30 * time.Second
+	DefaultPingInterval    = 10 * time.Second
+	DefaultMaxPingsOut     = 3
+	DefaultReconnectBuffer = 8 << 20
+)
+
+type connConfig struct {
+	name         string
+	logger       *slog.Logger
+	drainTimeout time.Duration
+	retryConnect bool
+	extra        []nats.Option
+}
+
+// Option configures [Connect].
+type Option func(*connConfig) error
+
+// WithName sets the client name NATS shows in its monitoring (default
+// "toolbus").
+func WithName(name string) Option {
+	return func(c *connConfig) error {
+		if name == "" {
+			return errors.New("bus: empty connection name")
+		}
+		c.name = name
+		return nil
+	}
+}
+
+// WithLogger sets the logger for connection events (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *connConfig) error {
+		if l == nil {
+			return errors.New("bus: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithDrainTimeout bounds how long Drain waits for in-flight messages
+// (default [DefaultDrainTimeout]).
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *connConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("bus: drain timeout must be positive, got %v", d)
+		}
+		c.drainTimeout = d
+		return nil
+	}
+}
+
+// WithRetryOnFailedConnect makes [Connect] return at once even when no server
+// answers yet, and keep trying in the background (default off: the first
+// connection must succeed, so a wrong URL is reported at start).
+func WithRetryOnFailedConnect() Option {
+	return func(c *connConfig) error {
+		c.retryConnect = true
+		return nil
+	}
+}
+
+// WithNATSOptions appends raw nats.go options, applied after toolbus's own.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(c *connConfig) error {
+		c.extra = append(c.extra, opts...)
+		return nil
+	}
+}
+
+// Connect connects to the NATS servers at url (a comma-separated list is
+// accepted) with toolbus's reconnect and drain settings.
+func Connect(url string, opts ...Option) (*nats.Conn, error) {
+	natsOpts, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(url, natsOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect to %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+func buildOptions(opts []Option) ([]nats.Option, error) {
+	cfg := connConfig{name: "toolbus", logger: slog.Default(), drainTimeout: DefaultDrainTimeout}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	log := cfg.logger.With("component", "bus")
+	natsOpts := []nats.Option{
+		nats.Name(cfg.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(DefaultReconnectWait),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.Timeout(DefaultConnectTimeout),
+		nats.DrainTimeout(cfg.drainTimeout),
+		nats.PingInterval(DefaultPingInterval),
+		nats.MaxPingsOutstanding(DefaultMaxPingsOut),
+		nats.ReconnectBufSize(DefaultReconnectBuffer),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("nats async error", "subject", subject, "err", err)
+		}),
+	}
+	if cfg.retryConnect {
+		natsOpts = append(natsOpts, nats.RetryOnFailedConnect(true))
+	}
+	return append(natsOpts, cfg.extra...), nil
+}

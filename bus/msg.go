@@ -1,0 +1,83 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// CallMsg returns the NATS message of a call: the encoded envelope, with the
+// deadline in [schema.HeaderDeadline] (none when deadline is zero) and the
+// trace context in [schema.HeaderTraceparent] when traceparent is not empty.
+// The caller sets Reply, or leaves it empty for a notification.
+func CallMsg(subject string, env *schema.CallEnvelope, deadline time.Time, traceparent string) (*nats.Msg, error) {
+	data, err := schema.MarshalCall(env)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	if !deadline.IsZero() {
+		msg.Header.Set(schema.HeaderDeadline, schema.FormatDeadline(deadline))
+	}
+	if traceparent != "" {
+		msg.Header.Set(schema.HeaderTraceparent, traceparent)
+	}
+	return msg, nil
+}
+
+// ReadCall decodes a call message and its deadline (zero when the message
+// carries none).
+func ReadCall(msg *nats.Msg) (*schema.CallEnvelope, time.Time, error) {
+	env, err := schema.UnmarshalCall(msg.Data)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var deadline time.Time
+	if v := msg.Header.Get(schema.HeaderDeadline); v != "" {
+		if deadline, err = schema.ParseDeadline(v); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	return env, deadline, nil
+}
+
+// Reply answers a call message with a reply envelope. It does nothing for a
+// notification (a message without a reply subject).
+func Reply(msg *nats.Msg, r *schema.ReplyEnvelope) error {
+	if msg.Reply == "" {
+		return nil
+	}
+	data, err := schema.MarshalReply(r)
+	if err != nil {
+		return err
+	}
+	return msg.Respond(data)
+}
+
+// ErrNoResponders means no worker is subscribed to the call's subject.
+var ErrNoResponders = nats.ErrNoResponders
+
+// ReadReply decodes a worker's reply. A NATS status message (such as "no
+// responders") is reported as an error, never as an empty success.
+func ReadReply(msg *nats.Msg) (*schema.ReplyEnvelope, error) {
+	if len(msg.Data) == 0 && msg.Header != nil {
+		switch status := msg.Header.Get("Status"); status {
+		case "503":
+			return nil, ErrNoResponders
+		case "":
+		default:
+			return nil, fmt.Errorf("bus: nats status %s: %s", status, msg.Header.Get("Description"))
+		}
+	}
+	r, err := schema.UnmarshalReply(msg.Data)
+	if err != nil {
+		if errors.Is(err, schema.ErrEmptyReply) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("bus: reply on %s: %w", msg.Subject, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,83 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// DefaultPrefix is the first subject token of every toolbus subject.
+const DefaultPrefix = "toolbus"
+
+// Subjects names the subjects of one toolbus cluster. Several clusters can
+// share a NATS server under different prefixes. The zero value is not usable;
+// make one with [NewSubjects].
+type Subjects struct {
+	prefix string
+}
+
+// NewSubjects returns the subjects under prefix, which must itself follow the
+// method-name grammar (for example "toolbus" or "acme.toolbus").
+func NewSubjects(prefix string) (Subjects, error) {
+	if err := schema.ValidateMethod(prefix); err != nil {
+		return Subjects{}, fmt.Errorf("bus: invalid subject prefix %q: %w", prefix, err)
+	}
+	return Subjects{prefix: prefix}, nil
+}
+
+// Prefix returns the prefix.
+func (s Subjects) Prefix() string { return s.prefix }
+
+// Call returns the subject a call of method is published on. It fails for a
+// name outside the method grammar and for reserved rpc.* names, so the
+// result is never a wildcard and always lies under the prefix.
+func (s Subjects) Call(method string) (string, error) {
+	if err := schema.ValidateMethod(method); err != nil {
+		return "", err
+	}
+	if schema.IsReserved(method) {
+		return "", schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved for the ingress",
+			map[string]any{"reason": "reserved"})
+	}
+	return s.prefix + ".call." + method, nil
+}
+
+// CallPattern returns the subject a worker subscribes to for pattern, a
+// method name whose tokens may also be '*' (one token) or, last, '>' (one or
+// more tokens): "math.*" serves math.add and math.sub.
+func (s Subjects) CallPattern(pattern string) (string, error) {
+	tokens := strings.Split(pattern, ".")
+	concrete := make([]string, len(tokens))
+	for i, t := range tokens {
+		switch {
+		case t == "*":
+			concrete[i] = "x"
+		case t == ">" && i == len(tokens)-1:
+			concrete[i] = "x"
+		default:
+			concrete[i] = t
+		}
+	}
+	if err := schema.ValidateMethod(strings.Join(concrete, ".")); err != nil {
+		return "", fmt.Errorf("bus: invalid method pattern %q: %w", pattern, err)
+	}
+	if schema.IsReserved(pattern) {
+		return "", fmt.Errorf("bus: method pattern %q is reserved for the ingress", pattern)
+	}
+	return s.prefix + ".call." + pattern, nil
+}
+
+// Method returns the method name of a call subject, or false when subject is
+// not a call subject of this prefix.
+func (s Subjects) Method(subject string) (string, bool) {
+	p := s.prefix + ".call."
+	if !strings.HasPrefix(subject, p) || len(subject) == len(p) {
+		return "", false
+	}
+	return subject[len(p):], true
+}
+
+// QueueGroup returns the queue group every worker of a method joins, so that
+// each call reaches one worker.
+func (s Subjects) QueueGroup() string { return s.prefix + "-workers" }

@@ -1,0 +1,276 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Version is the value of the "jsonrpc" member of every request and response.
+const Version = "2.0"
+
+// Request is one JSON-RPC 2.0 request or notification.
+//
+// ID holds the id exactly as the client wrote it: nil when the member was
+// absent (a notification) and the bytes `null` when the id was null, which is
+// a request, not a notification. Params is nil when absent.
+type Request struct {
+	ID     json.RawMessage
+	Method string
+	Params json.RawMessage
+}
+
+// IsNotification reports whether the request carries no id and so is never
+// answered.
+func (r *Request) IsNotification() bool { return r.ID == nil }
+
+// Call is a request together with what the transport asked for it: the
+// aggregator dispatches calls.
+type Call struct {
+	Request
+	// Timeout is the deadline the client asked for (Toolbus-Timeout); zero
+	// means none. The aggregator shortens it to the method's and the
+	// server's maximum.
+	Timeout time.Duration
+	// Caller identifies who sent the call; empty when unauthenticated.
+	Caller string
+}
+
+// Item is one element of a parsed message: either a valid request, or the
+// error that element must be answered with (Err non-nil; Request.ID then holds
+// the id when one could be read, otherwise nil and the answer's id is null).
+type Item struct {
+	Request Request
+	Err     *Error
+}
+
+// Limits bounds what [Parse] accepts. A zero field means no limit.
+type Limits struct {
+	// MaxBatchItems is the most elements a batch may have.
+	MaxBatchItems int
+	// MaxDepth is the deepest nesting of arrays and objects in the body,
+	// counting the batch array itself.
+	MaxDepth int
+}
+
+// Parse parses a JSON-RPC 2.0 body: a single request, a notification or a
+// batch. batch reports whether the body was an array, in which case the
+// answer must be an array too (unless every element is a notification).
+//
+// A body that cannot be answered element by element returns a non-nil
+// *Error, to be sent alone with a null id: invalid JSON ([CodeParseError]), an
+// empty batch or a body that is neither object nor array
+// ([CodeInvalidRequest]), too deep or too large a batch ([CodeLimitExceeded]).
+// Otherwise each element becomes an [Item], invalid ones carrying their own
+// error, in the order they came.
+func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
+	first, ok := firstByte(body)
+	if !ok {
+		return nil, false, NewError(CodeParseError, "parse error: empty body", nil)
+	}
+	if lim.MaxDepth > 0 {
+		if d := depth(body, lim.MaxDepth); d > lim.MaxDepth {
+			return nil, false, LimitError("max_depth", int64(lim.MaxDepth), -1)
+		}
+	}
+	if !json.Valid(body) {
+		return nil, false, NewError(CodeParseError, "parse error: invalid JSON", parseErrorData(body))
+	}
+	switch first {
+	case '{':
+		return []Item{parseItem(body)}, false, nil
+	case '[':
+	default:
+		return nil, false, NewError(CodeInvalidRequest, "invalid request: body must be an object or an array", nil)
+	}
+	var raws []json.RawMessage
+	if e := json.Unmarshal(body, &raws); e != nil {
+		return nil, false, NewError(CodeParseError, "parse error: "+e.Error(), nil)
+	}
+	if len(raws) == 0 {
+		return nil, true, NewError(CodeInvalidRequest, "invalid request: empty batch", nil)
+	}
+	if lim.MaxBatchItems > 0 && len(raws) > lim.MaxBatchItems {
+		return nil, true, LimitError("max_batch_items", int64(lim.MaxBatchItems), int64(len(raws)))
+	}
+	items = make([]Item, len(raws))
+	for i, raw := range raws {
+		items[i] = parseItem(raw)
+	}
+	return items, true, nil
+}
+
+func parseErrorData(body []byte) any {
+	var v any
+	err := json.Unmarshal(body, &v)
+	if se, ok := err.(*json.SyntaxError); ok {
+		return map[string]any{"offset": se.Offset}
+	}
+	return nil
+}
+
+func firstByte(b []byte) (byte, bool) {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c, true
+	}
+	return 0, false
+}
+
+// depth returns the nesting depth of arrays and objects in b, stopping early
+// once it passes stop. It does not validate b.
+func depth(b []byte, stop int) int {
+	d, max := 0, 0
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			d++
+			if d > max {
+				max = d
+				if max > stop {
+					return max
+				}
+			}
+		case ']', '}':
+			d--
+		}
+	}
+	return max
+}
+
+// parseItem validates one element of a message. Member names are matched
+// exactly, as the specification says they are case-sensitive.
+func parseItem(raw json.RawMessage) Item {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &members); err != nil {
+		return Item{Err: NewError(CodeInvalidRequest, "invalid request: not an object", nil)}
+	}
+	var it Item
+	if id, ok := members["id"]; ok {
+		switch id[0] {
+		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+			it.Request.ID = id
+		default:
+			it.Err = NewError(CodeInvalidRequest, "invalid request: id must be a string, a number or null", nil)
+			return it
+		}
+	}
+	v, ok := members["jsonrpc"]
+	if !ok || string(v) != `"2.0"` {
+		it.Err = NewError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`, nil)
+		return it
+	}
+	m, ok := members["method"]
+	if !ok || m[0] != '"' || json.Unmarshal(m, &it.Request.Method) != nil {
+		it.Err = NewError(CodeInvalidRequest, `invalid request: "method" must be a string`, nil)
+		return it
+	}
+	if p, ok := members["params"]; ok {
+		if p[0] != '{' && p[0] != '[' {
+			it.Err = NewError(CodeInvalidRequest, `invalid request: "params" must be an object or an array`, nil)
+			return it
+		}
+		it.Request.Params = p
+	}
+	return it
+}
+
+// Response is one JSON-RPC 2.0 response: exactly one of Result and Error is
+// set. A nil ID is written as null.
+type Response struct {
+	ID     json.RawMessage
+	Result json.RawMessage
+	Error  *Error
+}
+
+var nullJSON = []byte("null")
+
+// MarshalJSON writes the response with "jsonrpc":"2.0", the id as it came,
+// and either "result" or "error". A response with neither carries a null
+// result.
+func (r Response) MarshalJSON() ([]byte, error) {
+	return r.AppendJSON(nil)
+}
+
+// AppendJSON appends the JSON form of r to b.
+func (r Response) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"jsonrpc":"2.0",`...)
+	if r.Error != nil {
+		b = append(b, `"error":{"code":`...)
+		b = strconv.AppendInt(b, int64(r.Error.Code), 10)
+		b = append(b, `,"message":`...)
+		msg, err := json.Marshal(r.Error.Message)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, msg...)
+		if len(r.Error.Data) > 0 {
+			b = append(b, `,"data":`...)
+			b = append(b, r.Error.Data...)
+		}
+		b = append(b, '}')
+	} else {
+		b = append(b, `"result":`...)
+		if len(r.Result) == 0 {
+			b = append(b, nullJSON...)
+		} else {
+			b = append(b, r.Result...)
+		}
+	}
+	b = append(b, `,"id":`...)
+	if len(r.ID) == 0 {
+		b = append(b, nullJSON...)
+	} else {
+		b = append(b, r.ID...)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads a response as a client receives it. The id, result and
+// error data are kept as raw JSON.
+func (r *Response) UnmarshalJSON(b []byte) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil {
+		return err
+	}
+	*r = Response{ID: members["id"], Result: members["result"]}
+	if e, ok := members["error"]; ok && !bytes.Equal(e, nullJSON) {
+		r.Error = new(Error)
+		if err := json.Unmarshal(e, r.Error); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AppendBatch appends the JSON array of responses to b.
+func AppendBatch(b []byte, rs []Response) ([]byte, error) {
+	b = append(b, '[')
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = r.AppendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
