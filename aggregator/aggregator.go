@@ -1,0 +1,355 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Defaults of [New].
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxTimeout       = 5 * time.Minute
+	DefaultBatchConcurrency = 256
+	DefaultMaxInFlight      = 10000
+	// overloadRetryAfter is the wait an overloaded aggregator suggests.
+	overloadRetryAfter = 100 * time.Millisecond
+)
+
+// Aggregator dispatches calls over NATS. It is safe for concurrent use; one
+// Aggregator serves every request of an ingress.
+type Aggregator struct {
+	nc             *nats.Conn
+	subjects       bus.Subjects
+	defaultTimeout time.Duration
+	maxTimeout     time.Duration
+	methodTimeouts map[string]time.Duration
+	batchCap       int
+	inFlight       chan struct{}
+	log            *slog.Logger
+	now            func() time.Time
+}
+
+type config struct {
+	prefix         string
+	defaultTimeout time.Duration
+	maxTimeout     time.Duration
+	methodTimeouts map[string]time.Duration
+	batchCap       int
+	maxInFlight    int
+	log            *slog.Logger
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// WithPrefix sets the subject prefix (default [bus.DefaultPrefix]).
+func WithPrefix(prefix string) Option {
+	return func(c *config) error { c.prefix = prefix; return nil }
+}
+
+// WithDefaultTimeout sets the deadline of a method with no timeout of its own
+// (default [DefaultTimeout]).
+func WithDefaultTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("aggregator: default timeout must be positive, got %v", d)
+		}
+		c.defaultTimeout = d
+		return nil
+	}
+}
+
+// WithMaxTimeout sets the server maximum: no call waits longer, whatever the
+// client or the method asks (default [DefaultMaxTimeout]).
+func WithMaxTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("aggregator: max timeout must be positive, got %v", d)
+		}
+		c.maxTimeout = d
+		return nil
+	}
+}
+
+// WithMethodTimeout sets the timeout of one method, in place of the default.
+func WithMethodTimeout(method string, d time.Duration) Option {
+	return func(c *config) error {
+		if err := schema.ValidateMethod(method); err != nil {
+			return fmt.Errorf("aggregator: method timeout for %q: %w", method, err)
+		}
+		if d <= 0 {
+			return fmt.Errorf("aggregator: timeout of %s must be positive, got %v", method, d)
+		}
+		if c.methodTimeouts == nil {
+			c.methodTimeouts = map[string]time.Duration{}
+		}
+		c.methodTimeouts[method] = d
+		return nil
+	}
+}
+
+// WithBatchConcurrency caps the calls of one batch that are in flight at once
+// (default [DefaultBatchConcurrency]); the others wait for a slot, still
+// under their own deadlines.
+func WithBatchConcurrency(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("aggregator: batch concurrency must be positive, got %d", n)
+		}
+		c.batchCap = n
+		return nil
+	}
+}
+
+// WithMaxInFlight caps the calls in flight across all batches of this
+// aggregator (default [DefaultMaxInFlight]). A call over the cap is refused at
+// once with [schema.CodeOverloaded] and a retry_after_ms hint.
+func WithMaxInFlight(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("aggregator: max in-flight must be positive, got %d", n)
+		}
+		c.maxInFlight = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the per-call log lines (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("aggregator: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// New returns an aggregator that publishes on nc.
+func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
+	if nc == nil {
+		return nil, errors.New("aggregator: nil connection")
+	}
+	cfg := config{
+		prefix:         bus.DefaultPrefix,
+		defaultTimeout: DefaultTimeout,
+		maxTimeout:     DefaultMaxTimeout,
+		batchCap:       DefaultBatchConcurrency,
+		maxInFlight:    DefaultMaxInFlight,
+		log:            slog.Default(),
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	subjects, err := bus.NewSubjects(cfg.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("aggregator: %w", err)
+	}
+	return &Aggregator{
+		nc:             nc,
+		subjects:       subjects,
+		defaultTimeout: cfg.defaultTimeout,
+		maxTimeout:     cfg.maxTimeout,
+		methodTimeouts: cfg.methodTimeouts,
+		batchCap:       cfg.batchCap,
+		inFlight:       make(chan struct{}, cfg.maxInFlight),
+		log:            cfg.log.With("component", "aggregator"),
+		now:            time.Now,
+	}, nil
+}
+
+// MaxTimeout returns the server maximum deadline of a call.
+func (a *Aggregator) MaxTimeout() time.Duration { return a.maxTimeout }
+
+// Timeout returns the deadline a call of method gets when the client asked
+// for requested (zero: nothing asked): the smallest of the request, the
+// method's timeout (the default when it has none) and the server maximum.
+func (a *Aggregator) Timeout(method string, requested time.Duration) time.Duration {
+	d := a.defaultTimeout
+	if m, ok := a.methodTimeouts[method]; ok {
+		d = m
+	}
+	if requested > 0 && requested < d {
+		d = requested
+	}
+	return min(d, a.maxTimeout)
+}
+
+// Dispatch runs every call concurrently, each under its own deadline, and
+// returns one response per call in the order of calls. The entries of
+// notifications are zero: nobody waits for them. Dispatch returns when every
+// other call has a result or an error, at the latest at the largest deadline
+// among them; when ctx ends first, the calls still open are answered
+// [schema.CodeCanceled].
+func (a *Aggregator) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
+	out := make([]schema.Response, len(calls))
+	a.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
+	return out
+}
+
+// Stream is [Aggregator.Dispatch] that hands each answer to emit as soon as
+// it exists, in completion order, with the index of its call. emit is called
+// from one goroutine at a time and never after Stream returns.
+func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	start := a.now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	batchSlots := make(chan struct{}, a.batchCap)
+	for i := range calls {
+		c := &calls[i]
+		if c.IsNotification() {
+			a.notify(c, start)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := a.call(ctx, c, start, batchSlots)
+			mu.Lock()
+			emit(i, r)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// call runs one call and always returns a response for it.
+func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, batchSlots chan struct{}) schema.Response {
+	timeout := a.Timeout(c.Method, c.Timeout)
+	ctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
+	defer cancel()
+	resp := schema.Response{ID: c.ID}
+	result, err := a.roundTrip(ctx, c, timeout, batchSlots)
+	if err != nil {
+		resp.Error = err
+	} else {
+		resp.Result = result
+	}
+	a.logCall(ctx, c, a.now().Sub(start), resp.Error)
+	return resp
+}
+
+func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time.Duration, batchSlots chan struct{}) ([]byte, *schema.Error) {
+	subject, err := a.subjects.Call(c.Method)
+	if err != nil {
+		return nil, schema.ErrorFrom(err)
+	}
+	select {
+	case batchSlots <- struct{}{}:
+		defer func() { <-batchSlots }()
+	case <-ctx.Done():
+		return nil, a.ctxError(ctx, c, timeout)
+	}
+	select {
+	case a.inFlight <- struct{}{}:
+		defer func() { <-a.inFlight }()
+	default:
+		return nil, schema.NewError(schema.CodeOverloaded,
+			fmt.Sprintf("overloaded: %d calls in flight on this ingress (max_in_flight)", cap(a.inFlight)),
+			map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(), "limit": "max_in_flight"})
+	}
+	deadline, _ := ctx.Deadline()
+	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, "")
+	if err != nil {
+		return nil, schema.Errorf(schema.CodeInternal, "internal error: encode call: %v", err)
+	}
+	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return nil, a.requestError(ctx, c, timeout, err)
+	}
+	env, err := bus.ReadReply(reply)
+	if err != nil {
+		if errors.Is(err, bus.ErrNoResponders) {
+			return nil, noResponders(c.Method)
+		}
+		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
+			map[string]any{"reason": "bad_reply", "method": c.Method})
+	}
+	if e := env.Err(); e != nil {
+		return nil, e
+	}
+	return env.Result, nil
+}
+
+func noResponders(method string) *schema.Error {
+	return schema.NewError(schema.CodeMethodNotFound, "method not found: no worker serves "+method,
+		map[string]any{"reason": "no_responders", "method": method})
+}
+
+// requestError maps a failed NATS request to the error of the call.
+func (a *Aggregator) requestError(ctx context.Context, c *schema.Call, timeout time.Duration, err error) *schema.Error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return noResponders(c.Method)
+	case ctx.Err() != nil:
+		return a.ctxError(ctx, c, timeout)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return schema.LimitError("max_payload", a.nc.MaxPayload(), -1)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return schema.NewError(schema.CodeUnavailable, "unavailable: bus connection: "+err.Error(),
+			map[string]any{"retryable": true, "reason": "bus_disconnected", "method": c.Method})
+	}
+	return schema.NewError(schema.CodeInternal, "internal error: publish call: "+err.Error(),
+		map[string]any{"method": c.Method})
+}
+
+// ctxError answers a call whose context ended: its own deadline passing is a
+// retryable timeout; the caller going away is a cancellation.
+func (a *Aggregator) ctxError(ctx context.Context, c *schema.Call, timeout time.Duration) *schema.Error {
+	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return schema.NewError(schema.CodeTimeout,
+			fmt.Sprintf("timed out: %s did not answer within %v", c.Method, timeout),
+			map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": c.Method})
+	}
+	return schema.NewError(schema.CodeCanceled, "canceled: "+c.Method+": the request ended before the call",
+		map[string]any{"method": c.Method})
+}
+
+// notify publishes a notification and does not wait. A notification has no
+// answer, so what fails is only logged.
+func (a *Aggregator) notify(c *schema.Call, start time.Time) {
+	subject, err := a.subjects.Call(c.Method)
+	if err != nil {
+		a.log.Debug("notification dropped", "method", c.Method, "err", err)
+		return
+	}
+	timeout := a.Timeout(c.Method, c.Timeout)
+	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{Method: c.Method, Params: c.Params, Caller: c.Caller}, start.Add(timeout), "")
+	if err == nil {
+		err = a.nc.PublishMsg(msg)
+	}
+	if err != nil {
+		a.log.Warn("notification not published", "method", c.Method, "err", err)
+	}
+}
+
+func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duration, err *schema.Error) {
+	if !a.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	code := 0
+	outcome := "ok"
+	if err != nil {
+		code = err.Code
+		outcome = "error"
+	}
+	a.log.LogAttrs(ctx, slog.LevelInfo, "call",
+		slog.String("id", string(c.ID)),
+		slog.String("method", c.Method),
+		slog.Duration("duration", d),
+		slog.String("outcome", outcome),
+		slog.Int("code", code))
+}
