@@ -1,0 +1,114 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Dispatcher runs calls. The aggregator implements it.
+type Dispatcher interface {
+	// Dispatch runs every call concurrently, each under its own deadline, and returns
+	// one response per call in the same order; entries for notifications are ignored.
+	// It returns when every non-notification call has a result or an error.
+	Dispatch(ctx context.Context, calls []schema.Call) []schema.Response
+}
+
+// Timeouts of the HTTP server started by [Server.Serve]. The write timeout
+// runs from the end of the request headers to the end of the response, so it
+// covers reading the body, the longest call deadline and writing the answer:
+// readTimeout + max timeout + writeSlack.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	idleTimeout       = 2 * time.Minute
+	writeSlack        = 30 * time.Second
+)
+
+// Server is the HTTP ingress. Create it with [New]; its methods are safe for
+// concurrent use.
+type Server struct {
+	d     Dispatcher
+	cfg   config
+	log   *slog.Logger
+	mux   *http.ServeMux
+	srv   *http.Server
+	limit schema.Limits
+
+	// closing is set when Shutdown starts, so /readyz turns 503 while
+	// requests in flight are still being answered.
+	closing atomic.Bool
+}
+
+// New returns a server that hands calls to d. It fails when d is nil or an
+// option is invalid.
+func New(d Dispatcher, opts ...Option) (*Server, error) {
+	if d == nil {
+		return nil, errors.New("ingress: nil dispatcher")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Server{
+		d:     d,
+		cfg:   cfg,
+		log:   cfg.logger.With("component", "ingress"),
+		limit: schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/rpc", s.serveRPC)
+	s.mux.HandleFunc("GET /healthz", s.serveHealth)
+	s.mux.HandleFunc("GET /readyz", s.serveReady)
+	s.srv = &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      readTimeout + cfg.maxTimeout + writeSlack,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// Handler returns the routes of the ingress: POST /rpc, GET /healthz and
+// GET /readyz. Use it to mount the ingress in a server of one's own; [Serve]
+// uses it too.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve accepts connections on l until [Server.Shutdown] is called, with
+// timeouts that let the slowest allowed call finish: the write timeout
+// exceeds the maximum call deadline ([WithMaxTimeout]). Serve may be called
+// for several listeners. It returns nil once Shutdown has been called, and
+// otherwise the error that stopped it.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("ingress: serve: %w", err)
+}
+
+// Shutdown stops the server gracefully: /readyz answers 503 at once, the
+// listeners close, and requests in flight are answered before Shutdown
+// returns. When ctx ends first, Shutdown closes the remaining connections,
+// which cancels the contexts of their calls, and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	if err := s.srv.Shutdown(ctx); err != nil {
+		// Close cannot fail in a way that matters more than the deadline
+		// the caller set; report that.
+		_ = s.srv.Close()
+		return fmt.Errorf("ingress: shutdown: %w", err)
+	}
+	return nil
+}
