@@ -1,12 +1,12 @@
 package schema
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // EnvelopeVersion is the version of the bus protocol this package speaks.
@@ -26,6 +26,10 @@ const (
 // msgpack map. ID and Params hold raw JSON bytes as the client sent them; ID
 // is absent for a notification, which is also published without a reply
 // subject.
+//
+// The struct tags name the msgpack keys; [MarshalCall] and [UnmarshalCall]
+// encode by hand, and the tests check that a general msgpack library reading
+// these tags writes the very same bytes.
 type CallEnvelope struct {
 	Version int    `msgpack:"v"`
 	ID      []byte `msgpack:"id,omitempty"`
@@ -57,20 +61,71 @@ var (
 	// ErrEmptyReply means a reply carries neither a result nor an error; it
 	// never counts as success.
 	ErrEmptyReply = errors.New("schema: reply has neither result nor error")
+	// ErrInvalidReply means a reply breaks the protocol in another way: it
+	// carries both a result and an error, or its result or error data is
+	// not valid JSON. Such a reply is never passed on to the client.
+	ErrInvalidReply = errors.New("schema: invalid reply")
+	// ErrMalformedEnvelope means the bytes are not a msgpack map of the
+	// shape PROTOCOL.md gives: truncated, trailing bytes, or a known key
+	// holding a value of the wrong type.
+	ErrMalformedEnvelope = errors.New("schema: malformed envelope")
 )
 
-// MarshalCall encodes a call envelope.
+// MarshalCall encodes a call envelope. The bytes are deterministic: the keys
+// come in the order v, id, method, params, caller, and empty optional members
+// are left out. The version written is always [EnvelopeVersion]; c is not
+// modified.
 func MarshalCall(c *CallEnvelope) ([]byte, error) {
-	c.Version = EnvelopeVersion
-	return msgpack.Marshal(c)
+	n := 2
+	size := 16 + len(c.Method) + len(c.ID) + len(c.Params) + len(c.Caller) + 4*9
+	for _, m := range [][]byte{c.ID, c.Params} {
+		if len(m) > 0 {
+			n++
+		}
+	}
+	if c.Caller != "" {
+		n++
+	}
+	b := make([]byte, 0, size)
+	b = appendMapLen(b, n)
+	b = appendKeyInt(b, "v", EnvelopeVersion)
+	if len(c.ID) > 0 {
+		b = appendBin(appendStr(b, "id"), c.ID)
+	}
+	b = appendStr(appendStr(b, "method"), c.Method)
+	if len(c.Params) > 0 {
+		b = appendBin(appendStr(b, "params"), c.Params)
+	}
+	if c.Caller != "" {
+		b = appendStr(appendStr(b, "caller"), c.Caller)
+	}
+	return b, nil
 }
 
 // UnmarshalCall decodes a call envelope. Unknown keys are ignored, so later
-// versions can add members.
+// versions can add members; raw JSON members may come as msgpack bin or str.
+// The result never aliases b.
 func UnmarshalCall(b []byte) (*CallEnvelope, error) {
 	var c CallEnvelope
-	if err := msgpack.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("schema: decode call envelope: %w", err)
+	d := decoder{b: bytes.Clone(b)}
+	d.mapOf(func(key []byte) {
+		switch string(key) {
+		case "v":
+			c.Version = d.int()
+		case "id":
+			c.ID = d.raw()
+		case "method":
+			c.Method = d.str()
+		case "params":
+			c.Params = d.raw()
+		case "caller":
+			c.Caller = d.str()
+		default:
+			d.skip()
+		}
+	})
+	if err := d.finish("call"); err != nil {
+		return nil, err
 	}
 	if c.Version != EnvelopeVersion {
 		return nil, fmt.Errorf("%w: %d", ErrEnvelopeVersion, c.Version)
@@ -78,24 +133,76 @@ func UnmarshalCall(b []byte) (*CallEnvelope, error) {
 	return &c, nil
 }
 
-// MarshalReply encodes a reply envelope.
+// MarshalReply encodes a reply envelope, deterministically as
+// [MarshalCall] does: keys v, result, error, and in the error code,
+// message, data. The version written is always [EnvelopeVersion]; r is not
+// modified. It does not check that r carries exactly one of result and
+// error: [UnmarshalReply] does, on the receiving side.
 func MarshalReply(r *ReplyEnvelope) ([]byte, error) {
-	r.Version = EnvelopeVersion
-	return msgpack.Marshal(r)
+	n := 1
+	size := 8 + len(r.Result) + 2*9
+	if len(r.Result) > 0 {
+		n++
+	}
+	if r.Error != nil {
+		n++
+		size += 32 + len(r.Error.Message) + len(r.Error.Data) + 3*9
+	}
+	b := make([]byte, 0, size)
+	b = appendMapLen(b, n)
+	b = appendKeyInt(b, "v", EnvelopeVersion)
+	if len(r.Result) > 0 {
+		b = appendBin(appendStr(b, "result"), r.Result)
+	}
+	if e := r.Error; e != nil {
+		b = appendStr(b, "error")
+		if len(e.Data) > 0 {
+			b = appendMapLen(b, 3)
+		} else {
+			b = appendMapLen(b, 2)
+		}
+		b = appendKeyInt(b, "code", int64(e.Code))
+		b = appendStr(appendStr(b, "message"), e.Message)
+		if len(e.Data) > 0 {
+			b = appendBin(appendStr(b, "data"), e.Data)
+		}
+	}
+	return b, nil
 }
 
 // UnmarshalReply decodes a reply envelope and checks that it carries exactly
-// one of result and error.
+// one of result and error, as valid JSON: [ErrEmptyReply] when it has
+// neither, [ErrInvalidReply] otherwise.
 func UnmarshalReply(b []byte) (*ReplyEnvelope, error) {
 	var r ReplyEnvelope
-	if err := msgpack.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("schema: decode reply envelope: %w", err)
+	d := decoder{b: bytes.Clone(b)}
+	d.mapOf(func(key []byte) {
+		switch string(key) {
+		case "v":
+			r.Version = d.int()
+		case "result":
+			r.Result = d.raw()
+		case "error":
+			r.Error = d.envelopeError()
+		default:
+			d.skip()
+		}
+	})
+	if err := d.finish("reply"); err != nil {
+		return nil, err
 	}
 	if r.Version != EnvelopeVersion {
 		return nil, fmt.Errorf("%w: %d", ErrEnvelopeVersion, r.Version)
 	}
-	if len(r.Result) == 0 && r.Error == nil {
+	switch {
+	case len(r.Result) == 0 && r.Error == nil:
 		return nil, ErrEmptyReply
+	case len(r.Result) > 0 && r.Error != nil:
+		return nil, fmt.Errorf("%w: both result and error", ErrInvalidReply)
+	case len(r.Result) > 0 && !json.Valid(r.Result):
+		return nil, fmt.Errorf("%w: result is not valid JSON", ErrInvalidReply)
+	case r.Error != nil && len(r.Error.Data) > 0 && !json.Valid(r.Error.Data):
+		return nil, fmt.Errorf("%w: error data is not valid JSON", ErrInvalidReply)
 	}
 	return &r, nil
 }
@@ -107,6 +214,11 @@ func ReplyResult(result []byte) *ReplyEnvelope {
 
 // ReplyError returns the reply envelope of an error.
 func ReplyError(e *Error) *ReplyEnvelope {
+	if e == nil {
+		// A nil error must not turn into an empty reply that looks like a
+		// lost answer; say plainly what happened instead.
+		e = NewError(CodeInternal, "internal error: reply with a nil error", nil)
+	}
 	return &ReplyEnvelope{Version: EnvelopeVersion, Error: &EnvelopeError{Code: e.Code, Message: e.Message, Data: e.Data}}
 }
 
@@ -123,10 +235,11 @@ func FormatDeadline(t time.Time) string {
 	return strconv.FormatInt(t.UnixNano(), 10)
 }
 
-// ParseDeadline reads a [HeaderDeadline] value.
+// ParseDeadline reads a [HeaderDeadline] value: decimal digits only, a
+// positive number of nanoseconds since the Unix epoch.
 func ParseDeadline(s string) (time.Time, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 {
+	if err != nil || n <= 0 || s[0] == '+' {
 		return time.Time{}, fmt.Errorf("schema: invalid %s header %q", HeaderDeadline, s)
 	}
 	return time.Unix(0, n), nil

@@ -65,7 +65,7 @@ func (e *Error) Error() string {
 // Is reports whether target is an [*Error] with the same code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	return ok && t != nil && e != nil && t.Code == e.Code
 }
 
 // NewError returns an error with the given code and message. A non-nil data
@@ -94,7 +94,11 @@ func (e *Error) WithData(data any) *Error {
 
 func marshalData(data any) json.RawMessage {
 	if raw, ok := data.(json.RawMessage); ok {
-		return raw
+		if len(raw) == 0 || json.Valid(raw) {
+			return raw
+		}
+		b, _ := json.Marshal(map[string]string{"data_error": "data is not valid JSON"})
+		return b
 	}
 	b, err := json.Marshal(data)
 	if err != nil {

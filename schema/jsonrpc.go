@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the value of the "jsonrpc" member of every request and response.
@@ -64,6 +65,8 @@ type Limits struct {
 // ([CodeInvalidRequest]), too deep or too large a batch ([CodeLimitExceeded]).
 // Otherwise each element becomes an [Item], invalid ones carrying their own
 // error, in the order they came.
+//
+// The items never alias body: the caller may reuse it once Parse returns.
 func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	first, ok := firstByte(body)
 	if !ok {
@@ -79,25 +82,28 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	}
 	switch first {
 	case '{':
-		return []Item{parseItem(body)}, false, nil
+		body = bytes.Clone(body)
+		start := skipSpace(body, 0)
+		return []Item{parseItem(body[start:skipValue(body, start)])}, false, nil
 	case '[':
 	default:
 		return nil, false, NewError(CodeInvalidRequest, "invalid request: body must be an object or an array", nil)
 	}
-	var raws []json.RawMessage
-	if e := json.Unmarshal(body, &raws); e != nil {
-		return nil, false, NewError(CodeParseError, "parse error: "+e.Error(), nil)
-	}
-	if len(raws) == 0 {
+	// From here on body is known to be valid JSON, so the scanning below
+	// needs no error paths. Counting first checks the batch limit before any
+	// item is decoded and sizes items exactly.
+	n := 0
+	forEachElement(body, func([]byte) { n++ })
+	if n == 0 {
 		return nil, true, NewError(CodeInvalidRequest, "invalid request: empty batch", nil)
 	}
-	if lim.MaxBatchItems > 0 && len(raws) > lim.MaxBatchItems {
-		return nil, true, LimitError("max_batch_items", int64(lim.MaxBatchItems), int64(len(raws)))
+	if lim.MaxBatchItems > 0 && n > lim.MaxBatchItems {
+		return nil, true, LimitError("max_batch_items", int64(lim.MaxBatchItems), int64(n))
 	}
-	items = make([]Item, len(raws))
-	for i, raw := range raws {
-		items[i] = parseItem(raw)
-	}
+	// One copy of the body backs every id and params of the batch.
+	body = bytes.Clone(body)
+	items = make([]Item, 0, n)
+	forEachElement(body, func(raw []byte) { items = append(items, parseItem(raw)) })
 	return items, true, nil
 }
 
@@ -111,14 +117,11 @@ func parseErrorData(body []byte) any {
 }
 
 func firstByte(b []byte) (byte, bool) {
-	for _, c := range b {
-		switch c {
-		case ' ', '\t', '\r', '\n':
-			continue
-		}
-		return c, true
+	i := skipSpace(b, 0)
+	if i == len(b) {
+		return 0, false
 	}
-	return 0, false
+	return b[i], true
 }
 
 // depth returns the nesting depth of arrays and objects in b, stopping early
@@ -155,15 +158,155 @@ func depth(b []byte, stop int) int {
 	return max
 }
 
+// The scanning functions below walk JSON that json.Valid has accepted, so
+// they trust its shape and never fail; on other input they stay in bounds
+// but their results mean nothing.
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index just past the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(b)
+}
+
+// skipValue returns the index just past the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return len(b)
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		d := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				d++
+			case '}', ']':
+				d--
+				if d == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	}
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case ',', ']', '}', ' ', '\t', '\r', '\n':
+			return i
+		}
+	}
+	return i
+}
+
+// forEachElement calls fn with each element of the array that b holds.
+func forEachElement(b []byte, fn func(raw []byte)) {
+	i := skipSpace(b, skipSpace(b, 0)+1)
+	for i < len(b) && b[i] != ']' {
+		end := skipValue(b, i)
+		fn(b[i:end])
+		i = skipSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+}
+
+// forEachMember calls fn with each member of the object that b holds; name
+// is the member name as JSON decodes it.
+func forEachMember(b []byte, fn func(name, value []byte)) {
+	i := skipSpace(b, 1)
+	for i < len(b) && b[i] == '"' {
+		end := skipString(b, i)
+		name := b[i:end]
+		if !isPlain(name) {
+			name = []byte(unquote(name))
+		} else {
+			name = name[1 : len(name)-1]
+		}
+		i = skipSpace(b, end)
+		i = skipSpace(b, i+1) // past ':'
+		end = skipValue(b, i)
+		fn(name, b[i:end])
+		i = skipSpace(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+}
+
+// isPlain reports whether the string literal lit holds only ASCII and no
+// escapes, so that its bytes between the quotes are its value.
+func isPlain(lit []byte) bool {
+	if len(lit) < 2 {
+		return false
+	}
+	for _, c := range lit[1 : len(lit)-1] {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// unquote decodes a JSON string literal.
+func unquote(lit []byte) string {
+	if isPlain(lit) {
+		return string(lit[1 : len(lit)-1])
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s)
+	return s
+}
+
 // parseItem validates one element of a message. Member names are matched
-// exactly, as the specification says they are case-sensitive.
-func parseItem(raw json.RawMessage) Item {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &members); err != nil {
+// exactly, as the specification says they are case-sensitive; a name
+// written with escapes ("\u0069d") is the name it decodes to, and a repeated
+// member counts once, with its last value.
+func parseItem(raw []byte) Item {
+	if raw[0] != '{' {
 		return Item{Err: NewError(CodeInvalidRequest, "invalid request: not an object", nil)}
 	}
+	var id, version, method, params []byte
+	forEachMember(raw, func(name, value []byte) {
+		switch string(name) {
+		case "id":
+			id = value
+		case "jsonrpc":
+			version = value
+		case "method":
+			method = value
+		case "params":
+			params = value
+		}
+	})
 	var it Item
-	if id, ok := members["id"]; ok {
+	if id != nil {
 		switch id[0] {
 		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 			it.Request.ID = id
@@ -172,22 +315,21 @@ func parseItem(raw json.RawMessage) Item {
 			return it
 		}
 	}
-	v, ok := members["jsonrpc"]
-	if !ok || string(v) != `"2.0"` {
+	if string(version) != `"2.0"` {
 		it.Err = NewError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`, nil)
 		return it
 	}
-	m, ok := members["method"]
-	if !ok || m[0] != '"' || json.Unmarshal(m, &it.Request.Method) != nil {
+	if method == nil || method[0] != '"' {
 		it.Err = NewError(CodeInvalidRequest, `invalid request: "method" must be a string`, nil)
 		return it
 	}
-	if p, ok := members["params"]; ok {
-		if p[0] != '{' && p[0] != '[' {
+	it.Request.Method = unquote(method)
+	if params != nil {
+		if params[0] != '{' && params[0] != '[' {
 			it.Err = NewError(CodeInvalidRequest, `invalid request: "params" must be an object or an array`, nil)
 			return it
 		}
-		it.Request.Params = p
+		it.Request.Params = params
 	}
 	return it
 }
