@@ -1,0 +1,19 @@
+// Package demo is a built-in toolset for trying toolbus and testing it: tools
+// that echo, sleep, fail on request, burn CPU and fetch web pages, and the
+// methods of the examples in the JSON-RPC 2.0 specification.
+//
+// [Register] adds them all to a [worker.Runtime]:
+//
+//	echo          the params, byte for byte
+//	sleep         {"ms": N} → {"slept_ms": N}, ending early with the call's context
+//	fail          {"code", "message", "data"} → exactly that error
+//	sha256        {"data", "rounds"} → {"digest", "rounds"}, hashing rounds times
+//	fetch_page    {"url"} → {"title", "content", "status_code", ...}
+//	subtract      [42, 23] or {"minuend": 42, "subtrahend": 23} → 19
+//	sum           [1, 2, 4] → 7
+//	get_data      → ["hello", 5]
+//	update, notify_hello, notify_sum   accept anything and answer null
+//
+// fetch_page fetches any http or https URL the worker can reach, including
+// addresses on the worker's own network: serve it only to trusted callers.
+package demo

@@ -1,0 +1,101 @@
+package demo
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// echo answers the params exactly as they came; no params answer null.
+func echo(_ context.Context, req *worker.Request) (any, error) {
+	return req.Params, nil
+}
+
+type sleepParams struct {
+	MS *int64 `json:"ms"`
+}
+
+type sleepResult struct {
+	SleptMS int64 `json:"slept_ms"`
+}
+
+func sleep(ctx context.Context, p sleepParams) (sleepResult, error) {
+	switch {
+	case p.MS == nil:
+		return sleepResult{}, worker.InvalidParams("ms", "required")
+	case *p.MS < 0:
+		return sleepResult{}, worker.InvalidParams("ms", "must not be negative")
+	case *p.MS > MaxSleep.Milliseconds():
+		return sleepResult{}, worker.InvalidParams("ms", fmt.Sprintf("must be at most %d", MaxSleep.Milliseconds()))
+	}
+	t := time.NewTimer(time.Duration(*p.MS) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return sleepResult{SleptMS: *p.MS}, nil
+	case <-ctx.Done():
+		return sleepResult{}, ctx.Err()
+	}
+}
+
+type failParams struct {
+	Code    *int            `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// fail answers the error its params describe; without a code it is a tool
+// error.
+func fail(_ context.Context, p failParams) (any, error) {
+	e := &schema.Error{Code: schema.CodeToolError, Message: p.Message, Data: p.Data}
+	if p.Code != nil {
+		e.Code = *p.Code
+	}
+	if e.Message == "" {
+		e.Message = "requested failure"
+	}
+	return nil, e
+}
+
+type sha256Params struct {
+	Data   string `json:"data"`
+	Rounds int64  `json:"rounds"`
+}
+
+type sha256Result struct {
+	Digest string `json:"digest"`
+	Rounds int64  `json:"rounds"`
+}
+
+// ctxCheckRounds is how many rounds hashRounds runs between looks at its
+// context: often enough to stop within a millisecond or so.
+const ctxCheckRounds = 1 << 10
+
+// hashRounds hashes data, then the digest again, rounds times in all (once
+// when rounds is absent or zero).
+func hashRounds(ctx context.Context, p sha256Params) (sha256Result, error) {
+	switch {
+	case p.Rounds < 0:
+		return sha256Result{}, worker.InvalidParams("rounds", "must not be negative")
+	case p.Rounds > MaxRounds:
+		return sha256Result{}, worker.InvalidParams("rounds", fmt.Sprintf("must be at most %d (max_rounds)", MaxRounds))
+	case p.Rounds == 0:
+		p.Rounds = 1
+	}
+	sum := sha256.Sum256([]byte(p.Data))
+	for i := int64(1); i < p.Rounds; i++ {
+		if i%ctxCheckRounds == 0 {
+			if err := ctx.Err(); err != nil {
+				return sha256Result{}, err
+			}
+		}
+		sum = sha256.Sum256(sum[:])
+	}
+	return sha256Result{Digest: hex.EncodeToString(sum[:]), Rounds: p.Rounds}, nil
+}

@@ -1,0 +1,30 @@
+// Package worker is the SDK for writing toolbus tools in Go and the loop that
+// serves them over NATS.
+//
+// A tool is a [Handler]: like an http.Handler it gets a [Request] (the
+// method, the raw JSON params, the caller, the deadline and the message
+// headers) but it returns a result or an error instead of writing a response.
+// [Typed] adapts a plain function of a params struct, decoding the params and
+// answering -32602 when they do not fit. [Middleware] wraps handlers and
+// [Chain] composes middleware.
+//
+// A [Runtime] holds the tools of one process. [Runtime.Handle] registers a
+// handler for a method or a pattern ("math.*" serves math.add and math.sub);
+// [Runtime.Start] joins the cluster's queue group on each method's subject, so
+// that every call reaches exactly one of the workers serving it; and
+// [Runtime.Shutdown] drains: it stops taking calls, finishes those it holds and
+// returns.
+//
+// For each call the runtime decodes the envelope, skips a call that is already
+// past its deadline, waits for one of the method's concurrency slots (at most
+// until the deadline), runs the handler with a context that ends at the
+// deadline, and replies on the call's inbox. A result is marshalled to JSON; an
+// error becomes a JSON-RPC error: an [*schema.Error] anywhere in its chain is
+// answered unchanged, so a tool's own codes and data pass through; a missed
+// deadline is -32001, a cancellation -32004, any other error -32000 with its
+// text. A panic is answered -32603 without a stack and the worker keeps
+// serving. Notifications (calls without a reply subject) run the handler and
+// answer nothing.
+//
+// Built-in toolsets live in packages below this one, such as worker/demo.
+package worker

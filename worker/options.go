@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// DefaultConcurrency is how many calls of one method a runtime runs at once
+// unless [WithConcurrency] or [Concurrency] says otherwise. It is high enough
+// for hundreds of calls of a tool that mostly waits.
+const DefaultConcurrency = 1024
+
+// ResultHeadroom is what the default result limit leaves of the connection's
+// largest message for the reply envelope around the result.
+const ResultHeadroom = 4 << 10
+
+type config struct {
+	subjects       bus.Subjects
+	logger         *slog.Logger
+	concurrency    int
+	maxResultBytes int64
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// WithPrefix sets the subject prefix of the cluster (default
+// [bus.DefaultPrefix]); it must follow the method-name grammar.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		s, err := bus.NewSubjects(prefix)
+		if err != nil {
+			return err
+		}
+		c.subjects = s
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()). The runtime logs
+// skipped, undecodable and panicking calls, and each call at debug level.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("worker: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithConcurrency sets how many calls of one method run at once, for methods
+// registered without [Concurrency] (default [DefaultConcurrency]).
+func WithConcurrency(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("worker: concurrency must be at least 1, got %d", n)
+		}
+		c.concurrency = n
+		return nil
+	}
+}
+
+// WithMaxResultBytes sets the largest result in bytes of JSON; a larger one
+// is answered -32006 naming the limit "max_result_bytes". The default is the
+// connection's largest message less [ResultHeadroom], read at every call so
+// that it follows the server the connection is on.
+func WithMaxResultBytes(n int64) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("worker: max result bytes must be at least 1, got %d", n)
+		}
+		c.maxResultBytes = n
+		return nil
+	}
+}
+
+type handleConfig struct {
+	concurrency int
+}
+
+// HandleOption configures one method registered with [Runtime.Handle].
+type HandleOption func(*handleConfig) error
+
+// Concurrency sets how many calls of this method run at once (default: the
+// runtime's, see [WithConcurrency]). A call that finds every slot taken waits
+// for one, at most until its deadline.
+func Concurrency(n int) HandleOption {
+	return func(c *handleConfig) error {
+		if n < 1 {
+			return fmt.Errorf("worker: concurrency must be at least 1, got %d", n)
+		}
+		c.concurrency = n
+		return nil
+	}
+}

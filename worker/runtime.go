@@ -1,0 +1,281 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Errors of registering, starting and stopping a [Runtime].
+var (
+	// ErrClosed means the runtime has been shut down.
+	ErrClosed = errors.New("worker: runtime is shut down")
+	// ErrStarted means Start was called on a runtime already started.
+	ErrStarted = errors.New("worker: runtime already started")
+	// ErrDuplicate means a pattern overlaps one registered before, so that
+	// some calls would reach both handlers.
+	ErrDuplicate = errors.New("worker: method already registered")
+)
+
+// Runtime serves the tools of one process over NATS. Make one with [New],
+// register handlers, call [Runtime.Start], and [Runtime.Shutdown] when done.
+// Its methods are safe for concurrent use.
+type Runtime struct {
+	nc  *nats.Conn
+	cfg config
+	log *slog.Logger
+
+	// ctx is the parent of every handler's context. It is not tied to any
+	// one call: Shutdown cancels it only once the drain has run out of time,
+	// so that handlers still running are told to stop then and not before.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	routes  []*route // in registration order
+	started bool
+	closed  bool
+
+	// inflight counts calls between taking a concurrency slot and sending
+	// their reply. Once draining is set no new call can start, and the
+	// call that brings inflight to zero closes idle.
+	inflight atomic.Int64
+	draining atomic.Bool
+	idle     chan struct{}
+	idleOnce sync.Once
+}
+
+// route is one registered pattern and its subscription.
+type route struct {
+	pattern string
+	subject string
+	handler Handler
+	sem     chan struct{} // one token per running call
+
+	// sub and done are set under Runtime.mu when the route subscribes; done
+	// is closed when the subscription has delivered its last message.
+	sub  *nats.Subscription
+	done chan struct{}
+}
+
+// New returns a runtime that serves calls on nc. The runtime never closes
+// nc: the caller owns the connection and closes it after
+// [Runtime.Shutdown].
+func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
+	if nc == nil {
+		return nil, errors.New("worker: nil nats connection")
+	}
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		return nil, err
+	}
+	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	// The runtime's context spans its whole life rather than any request,
+	// so it starts from the background context.
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Runtime{
+		nc:     nc,
+		cfg:    cfg,
+		log:    cfg.logger.With("component", "worker"),
+		ctx:    ctx,
+		cancel: cancel,
+		idle:   make(chan struct{}),
+	}, nil
+}
+
+// Handle registers h for pattern: a method name such as "math.add", or a
+// pattern whose tokens may be '*' (any one token) or, last, '>' (one or more
+// tokens). A pattern that overlaps one registered before fails with
+// [ErrDuplicate]. Registering after [Runtime.Start] subscribes at once;
+// after [Runtime.Shutdown] it fails with [ErrClosed].
+func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error {
+	if h == nil {
+		return fmt.Errorf("worker: handle %q: nil handler", pattern)
+	}
+	hc := handleConfig{concurrency: rt.cfg.concurrency}
+	for _, o := range opts {
+		if err := o(&hc); err != nil {
+			return fmt.Errorf("worker: handle %q: %w", pattern, err)
+		}
+	}
+	subject, err := rt.cfg.subjects.CallPattern(pattern)
+	if err != nil {
+		return fmt.Errorf("worker: handle %q: %w", pattern, err)
+	}
+	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency)}
+
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return ErrClosed
+	}
+	for _, other := range rt.routes {
+		if overlaps(other.pattern, pattern) {
+			return fmt.Errorf("worker: handle %q: overlaps %q: %w", pattern, other.pattern, ErrDuplicate)
+		}
+	}
+	if rt.started {
+		if err := rt.subscribe(r); err != nil {
+			return err
+		}
+		rt.flush()
+	}
+	rt.routes = append(rt.routes, r)
+	return nil
+}
+
+// HandleFunc registers fn for pattern, as [Runtime.Handle] does.
+func (rt *Runtime) HandleFunc(pattern string, fn func(ctx context.Context, req *Request) (any, error), opts ...HandleOption) error {
+	if fn == nil {
+		return fmt.Errorf("worker: handle %q: nil handler", pattern)
+	}
+	return rt.Handle(pattern, HandlerFunc(fn), opts...)
+}
+
+// Methods returns the registered patterns, sorted.
+func (rt *Runtime) Methods() []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	ms := make([]string, len(rt.routes))
+	for i, r := range rt.routes {
+		ms[i] = r.pattern
+	}
+	slices.Sort(ms)
+	return ms
+}
+
+// Start joins the cluster's queue group on the subject of every registered
+// method, so that each call reaches one of the workers serving it. It fails
+// with [ErrStarted] when called twice and [ErrClosed] after Shutdown; when a
+// subscription fails, those already made are removed.
+func (rt *Runtime) Start() error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return ErrClosed
+	}
+	if rt.started {
+		return ErrStarted
+	}
+	for i, r := range rt.routes {
+		if err := rt.subscribe(r); err != nil {
+			for _, prev := range rt.routes[:i] {
+				if err := prev.sub.Unsubscribe(); err != nil {
+					rt.log.Warn("unsubscribe after a failed start", "subject", prev.subject, "err", err)
+				}
+				prev.sub, prev.done = nil, nil
+			}
+			return err
+		}
+	}
+	rt.started = true
+	rt.flush()
+	return nil
+}
+
+// subscribe makes r's queue subscription. rt.mu must be held.
+func (rt *Runtime) subscribe(r *route) error {
+	sub, err := rt.nc.QueueSubscribe(r.subject, rt.cfg.subjects.QueueGroup(), func(msg *nats.Msg) {
+		rt.receive(r, msg)
+	})
+	if err != nil {
+		return fmt.Errorf("worker: subscribe %s: %w", r.subject, err)
+	}
+	done := make(chan struct{})
+	markDone := sync.OnceFunc(func() { close(done) })
+	sub.SetClosedHandler(func(string) { markDone() })
+	if !sub.IsValid() {
+		// The connection closed before the handler was set.
+		markDone()
+	}
+	r.sub, r.done = sub, done
+	return nil
+}
+
+// flush makes sure the server knows of new subscriptions before Start
+// returns, so that a call sent right after finds its worker. A connection
+// that is down will subscribe again when it reconnects, so a failure is
+// only logged.
+func (rt *Runtime) flush() {
+	if err := rt.nc.Flush(); err != nil {
+		rt.log.Warn("flush after subscribing", "err", err)
+	}
+}
+
+// Shutdown drains the runtime: it stops taking calls (calls sent afterwards
+// find no responders unless another worker serves them), answers the calls it
+// has already received, and waits for every running handler to finish and
+// reply. When ctx ends first it cancels the handlers' contexts and returns an
+// error wrapping ctx.Err() without waiting for them any longer. It does not
+// close the NATS connection. Calling Shutdown again waits for the same drain.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
+	rt.mu.Lock()
+	if !rt.closed {
+		rt.closed = true
+		for _, r := range rt.routes {
+			if r.sub == nil {
+				continue
+			}
+			// Drain fails only when the subscription or the connection is
+			// already closed, and then the subscription's done is closed too.
+			if err := r.sub.Drain(); err != nil {
+				rt.log.Warn("drain subscription", "subject", r.subject, "err", err)
+			}
+		}
+	}
+	routes := slices.Clone(rt.routes)
+	rt.mu.Unlock()
+
+	for _, r := range routes {
+		if r.done == nil {
+			continue
+		}
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return rt.abort(ctx)
+		}
+	}
+	// Every subscription has delivered its last message, so no call can
+	// start any more.
+	rt.draining.Store(true)
+	if rt.inflight.Load() == 0 {
+		rt.markIdle()
+	}
+	select {
+	case <-rt.idle:
+		rt.cancel()
+		return nil
+	case <-ctx.Done():
+		return rt.abort(ctx)
+	}
+}
+
+func (rt *Runtime) abort(ctx context.Context) error {
+	rt.cancel()
+	return fmt.Errorf("worker: shutdown: %d calls still running: %w", rt.inflight.Load(), ctx.Err())
+}
+
+func (rt *Runtime) markIdle() {
+	rt.idleOnce.Do(func() { close(rt.idle) })
+}
+
+// release ends the accounting of one call.
+func (rt *Runtime) release() {
+	if rt.inflight.Add(-1) == 0 && rt.draining.Load() {
+		rt.markIdle()
+	}
+}

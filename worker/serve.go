@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+var nullResult = json.RawMessage("null")
+
+// receive runs on the subscription's delivery goroutine. It decodes the call
+// and waits there for a concurrency slot, so that a method at its limit
+// leaves further calls queued in the subscription rather than in goroutines
+// of its own; the handler then runs on a goroutine of its own.
+func (rt *Runtime) receive(r *route, msg *nats.Msg) {
+	req, rpcErr := rt.readRequest(msg)
+	if rpcErr != nil {
+		rt.log.Warn("undecodable call", "subject", msg.Subject, "err", rpcErr.Message)
+		rt.reply(msg, nil, nil, rpcErr)
+		return
+	}
+	if rt.ctx.Err() != nil {
+		rt.reply(msg, req, nil, unavailable())
+		return
+	}
+	if !req.Deadline.IsZero() && !time.Now().Before(req.Deadline) {
+		rt.log.Info("skipped a call already past its deadline", "method", req.Method, "id", string(req.ID),
+			"late", time.Since(req.Deadline))
+		return
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if req.Deadline.IsZero() {
+		ctx, cancel = context.WithCancel(rt.ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(rt.ctx, req.Deadline)
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		cancel()
+		rt.reply(msg, req, nil, rt.errorFor(ctx.Err()))
+		return
+	}
+	rt.inflight.Add(1)
+	go rt.serve(ctx, cancel, r, msg, req)
+}
+
+func (rt *Runtime) serve(ctx context.Context, cancel context.CancelFunc, r *route, msg *nats.Msg, req *Request) {
+	defer rt.release()
+	defer func() { <-r.sem }()
+	defer cancel()
+	start := time.Now()
+	result, rpcErr := rt.run(ctx, r.handler, req)
+	if rt.log.Enabled(ctx, slog.LevelDebug) {
+		code := 0
+		if rpcErr != nil {
+			code = rpcErr.Code
+		}
+		rt.log.Debug("call", "method", req.Method, "id", string(req.ID), "duration", time.Since(start), "code", code)
+	}
+	rt.reply(msg, req, result, rpcErr)
+}
+
+// run calls the handler and encodes what it returns. It returns either a
+// result of valid JSON or an error, never both and never neither.
+func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result json.RawMessage, rpcErr *schema.Error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rt.log.Error("handler panicked", "method", req.Method, "id", string(req.ID),
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			result, rpcErr = nil, schema.NewError(schema.CodeInternal, "internal error: the tool panicked", nil)
+		}
+	}()
+	v, err := h.ServeCall(ctx, req)
+	if err != nil {
+		return nil, rt.errorFor(err)
+	}
+	b, err := encodeResult(v)
+	if err != nil {
+		rt.log.Error("cannot encode a result", "method", req.Method, "id", string(req.ID), "err", err)
+		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the result: "+err.Error(), nil)
+	}
+	if limit := rt.maxResultBytes(); int64(len(b)) > limit {
+		return nil, schema.LimitError("max_result_bytes", limit, int64(len(b)))
+	}
+	return b, nil
+}
+
+func encodeResult(v any) (json.RawMessage, error) {
+	switch v := v.(type) {
+	case nil:
+		return nullResult, nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return nullResult, nil
+		}
+		if !json.Valid(v) {
+			return nil, errors.New("json.RawMessage result is not valid JSON")
+		}
+		return v, nil
+	}
+	return json.Marshal(v)
+}
+
+// errorFor maps a handler's error to the error it answers with. It follows
+// [schema.ErrorFrom] except that an error without a code of its own is a
+// tool error, not an internal one, and that a cancellation caused by the
+// runtime stopping is reported as retryable unavailability: the tool did not
+// fail, its worker went away.
+func (rt *Runtime) errorFor(err error) *schema.Error {
+	var e *schema.Error
+	if errors.As(err, &e) {
+		if e == nil {
+			return schema.NewError(schema.CodeInternal, "internal error: the tool returned a nil *schema.Error", nil)
+		}
+		return e
+	}
+	switch {
+	case errors.Is(err, context.Canceled) && rt.ctx.Err() != nil:
+		return unavailable()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return schema.ErrorFrom(err)
+	}
+	return schema.NewError(schema.CodeToolError, "tool error: "+err.Error(), nil)
+}
+
+func unavailable() *schema.Error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: the worker is shutting down",
+		map[string]any{"retryable": true})
+}
+
+// maxResultBytes returns the result limit; by default it follows the
+// largest message of the server the connection is on now.
+func (rt *Runtime) maxResultBytes() int64 {
+	if rt.cfg.maxResultBytes > 0 {
+		return rt.cfg.maxResultBytes
+	}
+	mp := rt.nc.MaxPayload()
+	if mp <= 0 {
+		// Not connected yet: assume NATS's default largest message.
+		mp = 1 << 20
+	}
+	return max(mp-ResultHeadroom, mp/2)
+}
+
+// readRequest decodes a call message into a Request, or returns the -32600
+// error it is answered with.
+func (rt *Runtime) readRequest(msg *nats.Msg) (*Request, *schema.Error) {
+	env, deadline, err := bus.ReadCall(msg)
+	if err != nil {
+		return nil, schema.NewError(schema.CodeInvalidRequest, "invalid request: cannot decode the call: "+err.Error(), nil)
+	}
+	method, ok := rt.cfg.subjects.Method(msg.Subject)
+	if !ok || env.Method != method {
+		return nil, schema.NewError(schema.CodeInvalidRequest,
+			fmt.Sprintf("invalid request: envelope method %q does not match subject %q", env.Method, msg.Subject), nil)
+	}
+	req := &Request{
+		Method:   method,
+		Caller:   env.Caller,
+		Deadline: deadline,
+		Header:   msg.Header,
+	}
+	if len(env.ID) > 0 {
+		req.ID = env.ID
+	}
+	if len(env.Params) > 0 {
+		req.Params = env.Params
+	}
+	return req, nil
+}
+
+// reply answers msg with either result or rpcErr; req is nil when the call
+// could not be decoded. A notification is not answered, but its error is
+// logged so that it is never lost without a trace.
+func (rt *Runtime) reply(msg *nats.Msg, req *Request, result json.RawMessage, rpcErr *schema.Error) {
+	if msg.Reply == "" {
+		if rpcErr != nil && req != nil {
+			rt.log.Warn("notification failed", "method", req.Method, "code", rpcErr.Code, "message", rpcErr.Message)
+		}
+		return
+	}
+	env := schema.ReplyResult(result)
+	if rpcErr != nil {
+		env = schema.ReplyError(validData(rpcErr))
+	}
+	err := bus.Reply(msg, env)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Only an error's own data or a limit set above the server's can
+		// get here; the caller still learns which limit it hit.
+		err = bus.Reply(msg, schema.ReplyError(schema.LimitError("max_payload", rt.nc.MaxPayload(), -1)))
+	}
+	if err != nil {
+		method := ""
+		if req != nil {
+			method = req.Method
+		}
+		rt.log.Error("cannot send a reply", "subject", msg.Subject, "method", method, "err", err)
+	}
+}
+
+// validData returns e, or when e's data is not valid JSON (which a receiver
+// would reject with the whole reply) a copy with data that says so; the code
+// and message still reach the caller.
+func validData(e *schema.Error) *schema.Error {
+	if len(e.Data) == 0 || json.Valid(e.Data) {
+		return e
+	}
+	c := *e
+	c.Data = json.RawMessage(`{"data_error":"the tool's error data is not valid JSON"}`)
+	return &c
+}
