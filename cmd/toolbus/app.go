@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"go.uber.org/fx"
+
+	"github.com/toolbus/toolbus/aggregator"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/demo"
+)
+
+// connector opens a NATS connection with a client name; the embedded mode
+// connects in-process, the others over the network.
+type connector func(name string) (*nats.Conn, error)
+
+// ingressConfig is what the ingress and its aggregator are configured with.
+type ingressConfig struct {
+	listen           string
+	prefix           string
+	limits           ingress.Limits
+	defaultTimeout   time.Duration
+	maxTimeout       time.Duration
+	batchConcurrency int
+	maxInFlight      int
+	shutdownTimeout  time.Duration
+}
+
+func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
+	f := cmd.Flags()
+	f.StringVar(&c.listen, "listen", defaultListen, "HTTP listen address of the ingress (port 0 picks a free port)")
+	f.StringVar(&c.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
+	f.Int64Var(&c.limits.MaxBodyBytes, "max-body-bytes", ingress.DefaultMaxBodyBytes, "largest request body in bytes")
+	f.IntVar(&c.limits.MaxBatchItems, "max-batch-items", ingress.DefaultMaxBatchItems, "most calls in one batch")
+	f.IntVar(&c.limits.MaxDepth, "max-depth", ingress.DefaultMaxDepth, "deepest JSON nesting of a request body")
+	f.DurationVar(&c.defaultTimeout, "default-timeout", aggregator.DefaultTimeout, "deadline of a call when nothing shorter is asked")
+	f.DurationVar(&c.maxTimeout, "max-timeout", aggregator.DefaultMaxTimeout, "longest deadline any call may get")
+	f.IntVar(&c.batchConcurrency, "batch-concurrency", aggregator.DefaultBatchConcurrency, "calls of one batch in flight at once")
+	f.IntVar(&c.maxInFlight, "max-in-flight", aggregator.DefaultMaxInFlight, "calls in flight on this ingress; more are refused with -32002")
+	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
+}
+
+// workerConfig is what a worker process is configured with.
+type workerConfig struct {
+	prefix          string
+	tools           []string
+	concurrency     int
+	shutdownTimeout time.Duration
+}
+
+func (c *workerConfig) flags(cmd *cobra.Command, withPrefix bool) {
+	f := cmd.Flags()
+	if withPrefix {
+		f.StringVar(&c.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
+	}
+	f.StringSliceVar(&c.tools, "tools", []string{"demo"}, "toolsets to serve (available: demo)")
+	f.IntVar(&c.concurrency, "concurrency", worker.DefaultConcurrency, "calls of one method a worker runs at once")
+	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
+}
+
+// toolsets maps the names --tools accepts to what registers them.
+var toolsets = map[string]func(*worker.Runtime) error{
+	"demo": func(rt *worker.Runtime) error { return demo.Register(rt) },
+}
+
+// embeddedModule runs an embedded NATS server and connects to it in-process.
+func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
+	return fx.Options(
+		fx.Provide(func(lc fx.Lifecycle) (*bus.Embedded, error) {
+			e, err := bus.StartEmbedded(cfg)
+			if err != nil {
+				return nil, err
+			}
+			lc.Append(fx.StopHook(e.Shutdown))
+			return e, nil
+		}),
+		fx.Provide(func(e *bus.Embedded) connector {
+			return func(name string) (*nats.Conn, error) { return e.Connect(bus.WithName(name)) }
+		}),
+	)
+}
+
+// remoteModule connects to NATS servers over the network.
+func remoteModule(url string) fx.Option {
+	return fx.Provide(func() connector {
+		return func(name string) (*nats.Conn, error) { return bus.Connect(url, bus.WithName(name)) }
+	})
+}
+
+// ingressAddr is the address the ingress listens on, known once its
+// listener is open.
+type ingressAddr struct{ net.Addr }
+
+// ingressModule runs the HTTP ingress and its aggregator.
+func ingressModule(cfg ingressConfig) fx.Option {
+	return fx.Options(
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger) (*aggregator.Aggregator, *nats.Conn, error) {
+			nc, err := connect("toolbus-ingress")
+			if err != nil {
+				return nil, nil, err
+			}
+			lc.Append(fx.StopHook(func() { drain(nc) }))
+			agg, err := aggregator.New(nc,
+				aggregator.WithPrefix(cfg.prefix),
+				aggregator.WithDefaultTimeout(cfg.defaultTimeout),
+				aggregator.WithMaxTimeout(cfg.maxTimeout),
+				aggregator.WithBatchConcurrency(cfg.batchConcurrency),
+				aggregator.WithMaxInFlight(cfg.maxInFlight),
+				aggregator.WithLogger(log))
+			return agg, nc, err
+		}),
+		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
+			srv, err := ingress.New(agg,
+				ingress.WithLimits(cfg.limits),
+				ingress.WithMaxTimeout(cfg.maxTimeout),
+				ingress.WithLogger(log),
+				ingress.WithReadiness(func(context.Context) error {
+					if s := nc.Status(); s != nats.CONNECTED {
+						return fmt.Errorf("nats connection is %s", s)
+					}
+					return nil
+				}))
+			if err != nil {
+				return nil, ingressAddr{}, err
+			}
+			l, err := net.Listen("tcp", cfg.listen)
+			if err != nil {
+				return nil, ingressAddr{}, fmt.Errorf("ingress: listen on %s: %w", cfg.listen, err)
+			}
+			lc.Append(fx.Hook{
+				OnStart: func(context.Context) error {
+					go func() {
+						if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+							log.Error("ingress stopped serving", "err", err)
+						}
+					}()
+					return nil
+				},
+				OnStop: func(ctx context.Context) error {
+					ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
+					defer cancel()
+					return srv.Shutdown(ctx)
+				},
+			})
+			return srv, ingressAddr{l.Addr()}, nil
+		}),
+		fx.Invoke(func(*ingress.Server) {}),
+	)
+}
+
+// workerModule runs a worker runtime serving the configured toolsets.
+func workerModule(cfg workerConfig) fx.Option {
+	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger) error {
+		if len(cfg.tools) == 0 {
+			return errors.New("worker: no toolsets given (--tools)")
+		}
+		nc, err := connect("toolbus-worker")
+		if err != nil {
+			return err
+		}
+		rt, err := worker.New(nc, worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log))
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		for _, name := range cfg.tools {
+			register, ok := toolsets[name]
+			if !ok {
+				nc.Close()
+				return fmt.Errorf("worker: unknown toolset %q (available: demo)", name)
+			}
+			if err := register(rt); err != nil {
+				nc.Close()
+				return fmt.Errorf("worker: toolset %s: %w", name, err)
+			}
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error { return rt.Start() },
+			OnStop: func(ctx context.Context) error {
+				ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
+				defer cancel()
+				err := rt.Shutdown(ctx)
+				drain(nc)
+				return err
+			},
+		})
+		log.Info("worker serving", "methods", rt.Methods())
+		return nil
+	})
+}
+
+// drain closes a connection after delivering what it holds, bounded by the
+// connection's drain timeout.
+func drain(nc *nats.Conn) {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(bus.DefaultDrainTimeout + time.Second):
+		nc.Close()
+	}
+}
+
+// newApp builds an fx application from modules, logging through the
+// default logger and quiet about fx's own events.
+func newApp(modules ...fx.Option) *fx.App {
+	return fx.New(
+		fx.NopLogger,
+		fx.Provide(func() *slog.Logger { return slog.Default() }),
+		fx.StartTimeout(30*time.Second),
+		fx.StopTimeout(2*time.Minute),
+		fx.Options(modules...),
+	)
+}

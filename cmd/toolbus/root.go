@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envOverrides names the environment variable of flags whose name alone
+// would give a less clear one.
+var envOverrides = map[string]string{
+	"nats": "TOOLBUS_NATS_URL",
+	"url":  "TOOLBUS_URL",
+}
+
+// envName returns the environment variable twin of a flag:
+// --max-body-bytes is TOOLBUS_MAX_BODY_BYTES.
+func envName(flag string) string {
+	if n, ok := envOverrides[flag]; ok {
+		return n
+	}
+	return "TOOLBUS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func newRootCmd() *cobra.Command {
+	var g globalFlags
+	root := &cobra.Command{
+		Use:   "toolbus",
+		Short: "JSON-RPC 2.0 tool calls fanned out over NATS",
+		Long: `toolbus accepts JSON-RPC 2.0 batches over HTTP, publishes every call to a
+NATS subject named by its method, lets workers in queue groups run the tools,
+and gathers the answers by id, each call under its own deadline.
+
+Every flag can also be set by an environment variable, named in its help.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			logger, err := newLogger(g.logLevel, g.logFormat)
+			if err != nil {
+				return err
+			}
+			slog.SetDefault(logger)
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
+	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newBenchCmd())
+	annotateEnv(root)
+	return root
+}
+
+// annotateEnv appends each flag's environment variable to its help text.
+func annotateEnv(cmd *cobra.Command) {
+	mark := func(f *pflag.Flag) {
+		suffix := " [$" + envName(f.Name) + "]"
+		if !strings.HasSuffix(f.Usage, suffix) {
+			f.Usage += suffix
+		}
+	}
+	cmd.PersistentFlags().VisitAll(mark)
+	cmd.Flags().VisitAll(mark)
+	for _, c := range cmd.Commands() {
+		annotateEnv(c)
+	}
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if that is set.
+func applyEnv(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok {
+			if e := cmd.Flags().Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", format)
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/fx"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+func newDevCmd() *cobra.Command {
+	var (
+		ic         ingressConfig
+		wc         workerConfig
+		natsListen string
+		dataDir    string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process: embedded NATS, ingress and demo workers",
+		Long: `dev runs an embedded NATS server with JetStream, the HTTP ingress and a worker
+serving the demo tools in one process, and prints the URL when it is ready.
+The ingress and the worker reach NATS in-process; --nats-listen also opens a
+TCP port so that other workers (toolbus worker --nats ...) can join.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			wc.prefix = ic.prefix
+			var addr ingressAddr
+			var emb *bus.Embedded
+			app := newApp(
+				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, DataDir: dataDir}),
+				workerModule(wc),
+				ingressModule(ic),
+				fx.Populate(&addr, &emb),
+			)
+			return runUntilSignal(cmd.Context(), app, func() {
+				fmt.Fprintf(cmd.OutOrStdout(), "toolbus dev ready: http://%s/rpc\n", addr)
+				if u := emb.ClientURL(); u != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\n", u)
+				}
+			})
+		},
+	}
+	ic.flags(cmd, "127.0.0.1:8080")
+	wc.flags(cmd, false)
+	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
+	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
+	return cmd
+}
+
+func newIngressCmd() *cobra.Command {
+	var (
+		ic      ingressConfig
+		natsURL string
+	)
+	cmd := &cobra.Command{
+		Use:   "ingress",
+		Short: "Run the HTTP ingress against a NATS server or cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var addr ingressAddr
+			app := newApp(remoteModule(natsURL), ingressModule(ic), fx.Populate(&addr))
+			return runUntilSignal(cmd.Context(), app, func() {
+				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", natsURL)
+			})
+		},
+	}
+	ic.flags(cmd, "0.0.0.0:8080")
+	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	return cmd
+}
+
+func newWorkerCmd() *cobra.Command {
+	var (
+		wc      workerConfig
+		natsURL string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker serving toolsets against a NATS server or cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			app := newApp(remoteModule(natsURL), workerModule(wc))
+			return runUntilSignal(cmd.Context(), app, func() {
+				slog.Info("worker ready", "nats", natsURL, "tools", wc.tools)
+			})
+		},
+	}
+	wc.flags(cmd, true)
+	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	return cmd
+}
+
+// runUntilSignal starts app, calls ready, waits for SIGINT or SIGTERM (or
+// ctx), and stops app gracefully.
+func runUntilSignal(ctx context.Context, app *fx.App, ready func()) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	ready()
+	sig, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-sig.Done()
+	slog.Info("shutting down: draining calls in flight")
+	return app.Stop(context.WithoutCancel(ctx))
+}
+
+// discard is a logger for the commands that print their own output.
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
