@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,5 +165,54 @@ func TestEmbeddedDataDir(t *testing.T) {
 	}
 	if _, err := js.AccountInfo(); err != nil {
 		t.Fatalf("JetStream not enabled: %v", err)
+	}
+}
+
+// TestQueueGroupSpansPatterns shows why every worker joins one queue group
+// whatever pattern it serves: NATS picks one member per group name among all
+// matching subscriptions, so a worker of "math.*" and one of "math.add"
+// together receive each math.add call exactly once.
+func TestQueueGroupSpansPatterns(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, _ := bus.NewSubjects("toolbus")
+	var mu sync.Mutex
+	got := map[string]int{}
+	for _, pattern := range []string{"math.*", "math.add", "math.>"} {
+		subject, err := s.CallPattern(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := nc.QueueSubscribe(subject, s.QueueGroup(), func(m *nats.Msg) {
+			mu.Lock()
+			got[pattern]++
+			mu.Unlock()
+			m.Respond([]byte("x"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	subject, _ := s.Call("math.add")
+	const n = 300
+	for range n {
+		if _, err := nc.Request(subject, nil, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, c := range got {
+		total += c
+	}
+	if total != n {
+		t.Fatalf("%d deliveries for %d calls (%v), want exactly one each", total, n, got)
 	}
 }
