@@ -68,6 +68,21 @@ func (c *workerConfig) flags(cmd *cobra.Command, withPrefix bool) {
 	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
 }
 
+// validate checks the toolsets. Commands call it before anything connects
+// or starts, so that a typo is reported as such even when NATS is
+// unreachable, and nothing is left running after it.
+func (c *workerConfig) validate() error {
+	if len(c.tools) == 0 {
+		return errors.New("worker: no toolsets given (--tools)")
+	}
+	for _, name := range c.tools {
+		if _, ok := toolsets[name]; !ok {
+			return fmt.Errorf("worker: unknown toolset %q (available: demo)", name)
+		}
+	}
+	return nil
+}
+
 // toolsets maps the names --tools accepts to what registers them.
 var toolsets = map[string]func(*worker.Runtime) error{
 	"demo": func(rt *worker.Runtime) error { return demo.Register(rt) },
@@ -161,8 +176,8 @@ func ingressModule(cfg ingressConfig) fx.Option {
 // workerModule runs a worker runtime serving the configured toolsets.
 func workerModule(cfg workerConfig) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger) error {
-		if len(cfg.tools) == 0 {
-			return errors.New("worker: no toolsets given (--tools)")
+		if err := cfg.validate(); err != nil {
+			return err
 		}
 		nc, err := connect("toolbus-worker")
 		if err != nil {
@@ -174,12 +189,7 @@ func workerModule(cfg workerConfig) fx.Option {
 			return err
 		}
 		for _, name := range cfg.tools {
-			register, ok := toolsets[name]
-			if !ok {
-				nc.Close()
-				return fmt.Errorf("worker: unknown toolset %q (available: demo)", name)
-			}
-			if err := register(rt); err != nil {
+			if err := toolsets[name](rt); err != nil {
 				nc.Close()
 				return fmt.Errorf("worker: toolset %s: %w", name, err)
 			}

@@ -46,7 +46,7 @@ JSON is sent as it is. The exit status is 1 when any response is an error.`,
 				return errors.New("give either --batch or METHOD, not both")
 			case batch != "":
 				var err error
-				if body, err = readInput(batch); err != nil {
+				if body, err = readInput(cmd.InOrStdin(), batch); err != nil {
 					return err
 				}
 			case len(args) == 0:
@@ -67,9 +67,9 @@ JSON is sent as it is. The exit status is 1 when any response is an error.`,
 	return cmd
 }
 
-func readInput(name string) ([]byte, error) {
+func readInput(stdin io.Reader, name string) ([]byte, error) {
 	if name == "-" {
-		return io.ReadAll(os.Stdin)
+		return io.ReadAll(stdin)
 	}
 	return os.ReadFile(name)
 }
@@ -79,7 +79,8 @@ func readInput(name string) ([]byte, error) {
 func buildCall(args []string, notify bool) ([]byte, error) {
 	req := map[string]any{"jsonrpc": schema.Version, "method": args[0]}
 	if len(args) == 2 {
-		params := json.RawMessage(args[1])
+		// Whitespace around the JSON is allowed, as anywhere in JSON.
+		params := json.RawMessage(bytes.TrimSpace([]byte(args[1])))
 		if !json.Valid(params) || (params[0] != '{' && params[0] != '[') {
 			return nil, fmt.Errorf("PARAMS_JSON must be a JSON object or array, got %s", args[1])
 		}

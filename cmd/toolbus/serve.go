@@ -31,6 +31,9 @@ The ingress and the worker reach NATS in-process; --nats-listen also opens a
 TCP port so that other workers (toolbus worker --nats ...) can join.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := wc.validate(); err != nil {
+				return err
+			}
 			wc.prefix = ic.prefix
 			var addr ingressAddr
 			var emb *bus.Embedded
@@ -87,6 +90,9 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run a worker serving toolsets against a NATS server or cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := wc.validate(); err != nil {
+				return err
+			}
 			app := newApp(remoteModule(natsURL), workerModule(wc))
 			return runUntilSignal(cmd.Context(), app, func() {
 				slog.Info("worker ready", "nats", natsURL, "tools", wc.tools)

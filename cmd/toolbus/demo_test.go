@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	out, err := execute(t, context.Background(), "demo")
+	if err != nil {
+		t.Fatalf("demo = %v, want nil; output:\n%s", err, out)
+	}
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^ID +METHOD +OUTCOME +LATENCY$`),
+		regexp.MustCompile(`(?m)^1 +echo +ok `),
+		regexp.MustCompile(`(?m)^9 +fail +error 2001: insufficient funds `),
+		regexp.MustCompile(`(?m)^10 +sleep +error -32001: `),
+		regexp.MustCompile(`the same 10 calls as one batch \(Toolbus-Timeout: 1s\): 10 answers \(8 results, 2 errors\)`),
+	}
+	for id := 1; id <= len(showcase); id++ {
+		want = append(want, regexp.MustCompile(fmt.Sprintf(`(?m)^%d +%s `, id, regexp.QuoteMeta(showcase[id-1].method))))
+	}
+	for _, re := range want {
+		if !re.MatchString(out) {
+			t.Errorf("demo printed:\n%s\nwant a match for %s", out, re)
+		}
+	}
+	if strings.Contains(out, "unexpected") {
+		t.Errorf("demo printed:\n%s\nwant no unexpected outcome", out)
+	}
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+var (
+	readyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)\n`)
+	natsLine  = regexp.MustCompile(`embedded NATS: (nats://\S+)\n`)
+)
+
+// running is a command started by runCommand.
+type running struct {
+	out    *syncBuffer
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the command has ended
+	err    error         // what the command ended with; read after done
+}
+
+// runCommand starts the toolbus command line args in a goroutine, with a
+// context whose cancellation stops it as SIGINT would. The command is
+// stopped when the test ends.
+func runCommand(t *testing.T, args ...string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{out: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
+	cmd := start(t, r.out, args...)
+	go func() {
+		defer close(r.done)
+		r.err = cmd.ExecuteContext(ctx)
+	}()
+	t.Cleanup(func() {
+		if err := r.stop(); errors.Is(err, errStillRunning) {
+			t.Errorf("toolbus %s: %v", strings.Join(args, " "), err)
+		}
+	})
+	return r
+}
+
+var errStillRunning = errors.New("still running 30s after it was stopped")
+
+// stop stops the command and returns what it ended with, or
+// errStillRunning when it does not end within a generous bound.
+func (r *running) stop() error {
+	r.cancel()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(30 * time.Second):
+		return errStillRunning
+	}
+}
+
+// waitFor waits until re matches the command's output and returns the
+// match's first group.
+func (r *running) waitFor(t *testing.T, re *regexp.Regexp) string {
+	t.Helper()
+	return r.out.waitFor(t, re, r.done, func() error { return r.err })
+}
+
+// postEcho sends an echo call to url and returns the response.
+func postEcho(t *testing.T, url string) schema.Response {
+	t.Helper()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	resp, err := client.Post(url, "application/json",
+		strings.NewReader(`{"jsonrpc":"2.0","id":"dev-1","method":"echo","params":{"hello":"dev"}}`))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read answer: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s = HTTP %d %s, want 200", url, resp.StatusCode, data)
+	}
+	var r schema.Response
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("answer %s: %v", data, err)
+	}
+	return r
+}
+
+func TestDev(t *testing.T) {
+	data := t.TempDir()
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data", data)
+	url := dev.waitFor(t, readyLine)
+	natsURL := dev.waitFor(t, natsLine)
+
+	r := postEcho(t, url)
+	if r.Error != nil {
+		t.Fatalf("echo via dev = error %v, want a result", r.Error)
+	}
+	if got, want := string(r.ID), `"dev-1"`; got != want {
+		t.Errorf("echo via dev id = %s, want %s", got, want)
+	}
+	var result map[string]string
+	if err := json.Unmarshal(r.Result, &result); err != nil || result["hello"] != "dev" {
+		t.Errorf("echo via dev result = %s, want {\"hello\":\"dev\"}", r.Result)
+	}
+
+	// A worker process joins over the embedded server's TCP port. It
+	// serves its own prefix, so an answer can only come from it.
+	t.Run("worker joins", func(t *testing.T) {
+		w := runCommand(t, "worker", "--nats", natsURL, "--prefix", "joined", "--tools", "demo")
+		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		reply := requestUntilServed(t, nc, "joined", w.done)
+		if reply.Error != nil {
+			t.Fatalf("echo via the joined worker = error %d %s, want a result", reply.Error.Code, reply.Error.Message)
+		}
+		if got, want := string(reply.Result), `{"joined":true}`; got != want {
+			t.Errorf("echo via the joined worker = %s, want %s", got, want)
+		}
+		if err := w.stop(); err != nil {
+			t.Errorf("worker stopped with %v, want nil", err)
+		}
+	})
+
+	if err := dev.stop(); err != nil {
+		t.Errorf("dev stopped with %v, want nil", err)
+	}
+	if entries, err := os.ReadDir(data); err != nil || len(entries) == 0 {
+		t.Errorf("--data %s holds %d entries (%v), want the JetStream store", data, len(entries), err)
+	}
+}
+
+// requestUntilServed sends an echo call on the bus under prefix until a
+// worker answers, and returns the reply.
+func requestUntilServed(t *testing.T, nc *nats.Conn, prefix string, done <-chan struct{}) *schema.ReplyEnvelope {
+	t.Helper()
+	subjects, err := bus.NewSubjects(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := subjects.Call("echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	giveUp := time.Now().Add(30 * time.Second)
+	for {
+		env := &schema.CallEnvelope{Version: schema.EnvelopeVersion, ID: []byte("1"), Method: "echo", Params: []byte(`{"joined":true}`)}
+		msg, err := bus.CallMsg(subject, env, time.Now().Add(10*time.Second), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, err := nc.RequestMsg(msg, 10*time.Second)
+		if err == nil {
+			reply, err := bus.ReadReply(answer)
+			if err == nil {
+				return reply
+			}
+			if !errors.Is(err, bus.ErrNoResponders) {
+				t.Fatalf("reply on %s: %v", subject, err)
+			}
+		} else if !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("request on %s: %v", subject, err)
+		}
+		select {
+		case <-done:
+			t.Fatal("worker ended before serving")
+		default:
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("no worker served %s within 30s", subject)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDevWithoutNATSListener(t *testing.T) {
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "")
+	url := dev.waitFor(t, readyLine)
+	if r := postEcho(t, url); r.Error != nil {
+		t.Errorf("echo via dev = error %v, want a result", r.Error)
+	}
+	if err := dev.stop(); err != nil {
+		t.Errorf("dev stopped with %v, want nil", err)
+	}
+	if out := dev.out.String(); natsLine.MatchString(out) || strings.Contains(out, "nats://") {
+		t.Errorf("dev --nats-listen \"\" printed:\n%s\nwant no NATS URL", out)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	// Nothing listens on port 1: a command that got as far as connecting
+	// would fail there instead of on its flags.
+	const noNATS = "nats://127.0.0.1:1"
+	tests := []struct {
+		name string
+		args []string
+		want string // a part of the error message
+	}{
+		{name: "worker unknown toolset", args: []string{"worker", "--nats", noNATS, "--tools", "nope"}, want: `"nope"`},
+		{name: "worker one unknown toolset of two", args: []string{"worker", "--nats", noNATS, "--tools", "demo,nope"}, want: `"nope"`},
+		{name: "worker no toolset", args: []string{"worker", "--nats", noNATS, "--tools", ""}, want: "--tools"},
+		{name: "dev unknown toolset", args: []string{"dev", "--listen", "127.0.0.1:0", "--nats-listen", "", "--tools", "nope"}, want: `"nope"`},
+		{name: "worker log level", args: []string{"worker", "--nats", noNATS, "--log-level", "loud"}, want: "--log-level"},
+		{name: "ingress log level", args: []string{"ingress", "--nats", noNATS, "--log-level", "loud"}, want: "--log-level"},
+		{name: "ingress log format", args: []string{"ingress", "--nats", noNATS, "--log-format", "xml"}, want: "--log-format"},
+		{name: "worker concurrency not a number", args: []string{"worker", "--nats", noNATS, "--concurrency", "many"}, want: "--concurrency"},
+		{name: "ingress unknown flag", args: []string{"ingress", "--nats", noNATS, "--max-bodybytes", "1"}, want: "--max-bodybytes"},
+		{name: "worker takes no arguments", args: []string{"worker", "--nats", noNATS, "extra"}, want: "extra"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := execute(t, ctx, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("toolbus %s = %v, want an error naming %s", strings.Join(tt.args, " "), err, tt.want)
+			}
+		})
+	}
+}
