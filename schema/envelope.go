@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,8 +27,9 @@ const (
 // subject.
 //
 // The struct tags name the msgpack keys; [MarshalCall] and [UnmarshalCall]
-// encode by hand, and the tests check that a general msgpack library reading
-// these tags writes the very same bytes.
+// drive the msgpack library's streaming encoder and decoder member by member,
+// without reflection, and the tests check that the library encoding the
+// struct by its tags writes the very same bytes.
 type CallEnvelope struct {
 	Version int    `msgpack:"v"`
 	ID      []byte `msgpack:"id,omitempty"`
@@ -77,29 +77,34 @@ var (
 // modified.
 func MarshalCall(c *CallEnvelope) ([]byte, error) {
 	n := 2
-	size := 16 + len(c.Method) + len(c.ID) + len(c.Params) + len(c.Caller) + 4*9
-	for _, m := range [][]byte{c.ID, c.Params} {
-		if len(m) > 0 {
-			n++
-		}
+	if len(c.ID) > 0 {
+		n++
+	}
+	if len(c.Params) > 0 {
+		n++
 	}
 	if c.Caller != "" {
 		n++
 	}
-	b := make([]byte, 0, size)
-	b = appendMapLen(b, n)
-	b = appendKeyInt(b, "v", EnvelopeVersion)
+	w := newEncoder(16 + len(c.Method) + len(c.ID) + len(c.Params) + len(c.Caller) + 4*9)
+	w.mapLen(n)
+	w.str("v")
+	w.int(EnvelopeVersion)
 	if len(c.ID) > 0 {
-		b = appendBin(appendStr(b, "id"), c.ID)
+		w.str("id")
+		w.bin(c.ID)
 	}
-	b = appendStr(appendStr(b, "method"), c.Method)
+	w.str("method")
+	w.str(c.Method)
 	if len(c.Params) > 0 {
-		b = appendBin(appendStr(b, "params"), c.Params)
+		w.str("params")
+		w.bin(c.Params)
 	}
 	if c.Caller != "" {
-		b = appendStr(appendStr(b, "caller"), c.Caller)
+		w.str("caller")
+		w.str(c.Caller)
 	}
-	return b, nil
+	return w.finish()
 }
 
 // UnmarshalCall decodes a call envelope. Unknown keys are ignored, so later
@@ -107,9 +112,9 @@ func MarshalCall(c *CallEnvelope) ([]byte, error) {
 // The result never aliases b.
 func UnmarshalCall(b []byte) (*CallEnvelope, error) {
 	var c CallEnvelope
-	d := decoder{b: bytes.Clone(b)}
-	d.mapOf(func(key []byte) {
-		switch string(key) {
+	d := newDecoder(b)
+	for n := d.mapLen(); n > 0 && d.err == nil; n-- {
+		switch string(d.key()) {
 		case "v":
 			c.Version = d.int()
 		case "id":
@@ -123,7 +128,7 @@ func UnmarshalCall(b []byte) (*CallEnvelope, error) {
 		default:
 			d.skip()
 		}
-	})
+	}
 	if err := d.finish("call"); err != nil {
 		return nil, err
 	}
@@ -148,26 +153,31 @@ func MarshalReply(r *ReplyEnvelope) ([]byte, error) {
 		n++
 		size += 32 + len(r.Error.Message) + len(r.Error.Data) + 3*9
 	}
-	b := make([]byte, 0, size)
-	b = appendMapLen(b, n)
-	b = appendKeyInt(b, "v", EnvelopeVersion)
+	w := newEncoder(size)
+	w.mapLen(n)
+	w.str("v")
+	w.int(EnvelopeVersion)
 	if len(r.Result) > 0 {
-		b = appendBin(appendStr(b, "result"), r.Result)
+		w.str("result")
+		w.bin(r.Result)
 	}
 	if e := r.Error; e != nil {
-		b = appendStr(b, "error")
+		w.str("error")
 		if len(e.Data) > 0 {
-			b = appendMapLen(b, 3)
+			w.mapLen(3)
 		} else {
-			b = appendMapLen(b, 2)
+			w.mapLen(2)
 		}
-		b = appendKeyInt(b, "code", int64(e.Code))
-		b = appendStr(appendStr(b, "message"), e.Message)
+		w.str("code")
+		w.int(int64(e.Code))
+		w.str("message")
+		w.str(e.Message)
 		if len(e.Data) > 0 {
-			b = appendBin(appendStr(b, "data"), e.Data)
+			w.str("data")
+			w.bin(e.Data)
 		}
 	}
-	return b, nil
+	return w.finish()
 }
 
 // UnmarshalReply decodes a reply envelope and checks that it carries exactly
@@ -175,9 +185,9 @@ func MarshalReply(r *ReplyEnvelope) ([]byte, error) {
 // neither, [ErrInvalidReply] otherwise.
 func UnmarshalReply(b []byte) (*ReplyEnvelope, error) {
 	var r ReplyEnvelope
-	d := decoder{b: bytes.Clone(b)}
-	d.mapOf(func(key []byte) {
-		switch string(key) {
+	d := newDecoder(b)
+	for n := d.mapLen(); n > 0 && d.err == nil; n-- {
+		switch string(d.key()) {
 		case "v":
 			r.Version = d.int()
 		case "result":
@@ -187,7 +197,7 @@ func UnmarshalReply(b []byte) (*ReplyEnvelope, error) {
 		default:
 			d.skip()
 		}
-	})
+	}
 	if err := d.finish("reply"); err != nil {
 		return nil, err
 	}

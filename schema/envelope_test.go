@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,51 @@ func TestUnmarshalCall(t *testing.T) {
 			}
 			if err == nil || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
 				t.Errorf("UnmarshalCall(%x) = %+v, %v, want error %v", tt.in, got, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestUnmarshalHostileLengths checks that a small message claiming a huge
+// length, wherever the length sits, is refused without allocating anything
+// near that size.
+func TestUnmarshalHostileLengths(t *testing.T) {
+	head := []byte{0x82, 0xa1, 'v', 0x01}
+	tests := []struct {
+		name string
+		in   []byte
+	}{
+		{name: "bin32 id", in: append(head, 0xa2, 'i', 'd', 0xc6, 0xff, 0xff, 0xff, 0xf0, '1')},
+		{name: "str32 method", in: append(head, 0xa6, 'm', 'e', 't', 'h', 'o', 'd', 0xdb, 0x7f, 0xff, 0xff, 0xff, 'm')},
+		{name: "str32 key", in: append(head, 0xdb, 0x10, 0, 0, 0, 'k')},
+		{name: "unknown bin32", in: append(head, 0xa1, 'x', 0xc6, 0x10, 0, 0, 0, 0)},
+		{name: "unknown ext32", in: append(head, 0xa1, 'x', 0xc9, 0x10, 0, 0, 0, 1, 0)},
+		{name: "bin32 in an unknown array", in: append(head, 0xa1, 'x', 0x92, 0x01, 0xc6, 0x10, 0, 0, 0, 0)},
+		{name: "str32 in an unknown map", in: append(head, 0xa1, 'x', 0x81, 0xa1, 'k', 0xdb, 0x10, 0, 0, 0, 0)},
+		{name: "array32 in an unknown array", in: append(head, 0xa1, 'x', 0x91, 0xdd, 0x10, 0, 0, 0, 0)},
+		{name: "map32 in an unknown map", in: append(head, 0xa1, 'x', 0x81, 0xa0, 0xdf, 0x10, 0, 0, 0, 0)},
+		{name: "map32 error", in: append(head, 0xa5, 'e', 'r', 'r', 'o', 'r', 0xdf, 0x10, 0, 0, 0, 0)},
+		{name: "bin32 error data", in: append(head, 0xa5, 'e', 'r', 'r', 'o', 'r', 0x81, 0xa4, 'd', 'a', 't', 'a', 0xc6, 0x10, 0, 0, 0, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const runs = 100
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			for range runs {
+				if _, err := UnmarshalCall(tt.in); !errors.Is(err, ErrMalformedEnvelope) {
+					t.Fatalf("UnmarshalCall(%x) error = %v, want %v", tt.in, err, ErrMalformedEnvelope)
+				}
+				if _, err := UnmarshalReply(tt.in); !errors.Is(err, ErrMalformedEnvelope) {
+					t.Fatalf("UnmarshalReply(%x) error = %v, want %v", tt.in, err, ErrMalformedEnvelope)
+				}
+			}
+			runtime.ReadMemStats(&after)
+			// A decode that sized a buffer by the claimed length would
+			// allocate megabytes; a few kilobytes leave room for the error
+			// values and whatever else the runtime allocates meanwhile.
+			if got := (after.TotalAlloc - before.TotalAlloc) / (2 * runs); got > 4096 {
+				t.Errorf("decoding %x allocated %d bytes per message, want at most 4096", tt.in, got)
 			}
 		})
 	}

@@ -1,269 +1,306 @@
 package schema
 
 import (
-	"encoding/binary"
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// The append functions write the msgpack forms the envelope uses, each in
-// its shortest encoding.
+// The envelope codec drives the msgpack library's streaming encoder and
+// decoder member by member: no reflection, and the library picks the
+// shortest form of every length and integer, which is what PROTOCOL.md
+// promises. Encoders and decoders are pooled, as the library pools its own,
+// so that a message costs only the allocations its result needs.
 
-func appendMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
-}
-
-func appendStr(b []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
-		b = append(b, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		b = append(b, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
-	}
-	return append(b, s...)
-}
-
-func appendBin(b []byte, p []byte) []byte {
-	n := len(p)
-	switch {
-	case n <= math.MaxUint8:
-		b = append(b, 0xc4, byte(n))
-	case n <= math.MaxUint16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
-	}
-	return append(b, p...)
-}
-
-func appendKeyInt(b []byte, key string, n int64) []byte {
-	return appendInt(appendStr(b, key), n)
-}
-
-func appendInt(b []byte, n int64) []byte {
-	switch {
-	case n >= 0 && n <= 0x7f, n < 0 && n >= -32:
-		return append(b, byte(n))
-	case n > 0 && n <= math.MaxUint8:
-		return append(b, 0xcc, byte(n))
-	case n > 0 && n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xcd), uint16(n))
-	case n > 0 && n <= math.MaxUint32:
-		return binary.BigEndian.AppendUint32(append(b, 0xce), uint32(n))
-	case n > 0:
-		return binary.BigEndian.AppendUint64(append(b, 0xcf), uint64(n))
-	case n >= math.MinInt8:
-		return append(b, 0xd0, byte(n))
-	case n >= math.MinInt16:
-		return binary.BigEndian.AppendUint16(append(b, 0xd1), uint16(n))
-	case n >= math.MinInt32:
-		return binary.BigEndian.AppendUint32(append(b, 0xd2), uint32(n))
-	}
-	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(n))
-}
-
-// decoder reads the few msgpack forms an envelope holds, straight from a
-// byte slice. Every length is checked against the bytes that remain, so a
-// length claimed by hostile input never makes it allocate or loop; the
-// first problem is kept in err and every later read returns a zero value.
-type decoder struct {
-	b   []byte
-	off int
+// envelopeEncoder writes one envelope. The first error is kept in err and
+// every later write is skipped.
+type envelopeEncoder struct {
+	enc *msgpack.Encoder
+	buf bytes.Buffer
 	err error
 }
 
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(format+" at byte %d", append(args, d.off)...)
+var encoders = sync.Pool{New: func() any { return &envelopeEncoder{enc: msgpack.NewEncoder(nil)} }}
+
+// newEncoder returns a pooled encoder writing into a buffer of capacity
+// size; [envelopeEncoder.finish] returns it to the pool.
+func newEncoder(size int) *envelopeEncoder {
+	w := encoders.Get().(*envelopeEncoder)
+	w.buf.Grow(size)
+	w.enc.Reset(&w.buf)
+	return w
+}
+
+func (w *envelopeEncoder) mapLen(n int) {
+	if w.err == nil {
+		w.err = w.enc.EncodeMapLen(n)
 	}
 }
 
-// next returns the next n bytes.
-func (d *decoder) next(n uint64) []byte {
+func (w *envelopeEncoder) str(s string) {
+	if w.err == nil {
+		w.err = w.enc.EncodeString(s)
+	}
+}
+
+func (w *envelopeEncoder) int(n int64) {
+	if w.err == nil {
+		w.err = w.enc.EncodeInt(n)
+	}
+}
+
+// bin writes raw JSON as msgpack bin; p is never nil, since an absent
+// member is left out rather than written as nil.
+func (w *envelopeEncoder) bin(p []byte) {
+	if w.err == nil {
+		w.err = w.enc.EncodeBytes(p)
+	}
+}
+
+// finish returns the encoded bytes, which now belong to the caller, and
+// puts w back in the pool.
+func (w *envelopeEncoder) finish() ([]byte, error) {
+	b, err := w.buf.Bytes(), w.err
+	w.buf = bytes.Buffer{}
+	w.err = nil
+	w.enc.Reset(nil)
+	encoders.Put(w)
+	if err != nil {
+		return nil, fmt.Errorf("schema: encoding envelope: %w", err)
+	}
+	return b, nil
+}
+
+// envelopeDecoder reads one envelope with the library's decoder over data,
+// a private copy of the message. The decoder reads straight from r, a
+// [bytes.Reader] (an [io.ByteScanner], which the library does not buffer),
+// so r always knows how many bytes remain. Every length the message claims
+// is checked against them before anything is sized or skipped by it: a
+// small hostile message never makes it allocate much or loop long. Strings
+// and raw members are read by their length and then sliced out of data, so
+// the library never sizes a buffer by a claimed length. The first problem
+// is kept in err; every later read returns a zero value.
+type envelopeDecoder struct {
+	dec  *msgpack.Decoder
+	r    bytes.Reader
+	data []byte
+	err  error
+}
+
+var decoders = sync.Pool{New: func() any { return &envelopeDecoder{dec: msgpack.NewDecoder(nil)} }}
+
+// newDecoder returns a pooled decoder reading a copy of b;
+// [envelopeDecoder.finish] returns it to the pool.
+func newDecoder(b []byte) *envelopeDecoder {
+	d := decoders.Get().(*envelopeDecoder)
+	d.data = bytes.Clone(b)
+	d.r.Reset(d.data)
+	d.dec.Reset(&d.r)
+	return d
+}
+
+var errTruncated = errors.New("truncated")
+
+// fail records err, the first problem, with the offset where it was found.
+func (d *envelopeDecoder) fail(err error) {
 	if d.err != nil {
-		return nil
+		return
 	}
-	if n > uint64(len(d.b)-d.off) {
-		d.fail("truncated")
-		return nil
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		err = errTruncated
 	}
-	p := d.b[d.off : d.off+int(n)]
-	d.off += int(n)
-	return p
-}
-
-func (d *decoder) code() byte {
-	if p := d.next(1); p != nil {
-		return p[0]
-	}
-	return 0
-}
-
-// uint reads a big-endian unsigned integer of size bytes.
-func (d *decoder) uint(size int) uint64 {
-	p := d.next(uint64(size))
-	switch {
-	case p == nil:
-		return 0
-	case size == 1:
-		return uint64(p[0])
-	case size == 2:
-		return uint64(binary.BigEndian.Uint16(p))
-	case size == 4:
-		return uint64(binary.BigEndian.Uint32(p))
-	}
-	return binary.BigEndian.Uint64(p)
+	d.err = fmt.Errorf("%w at byte %d", err, len(d.data)-d.r.Len())
 }
 
 // finish reports the first problem of the decoding of what, or trailing
-// bytes.
-func (d *decoder) finish(what string) error {
-	if d.err == nil && d.off != len(d.b) {
-		d.fail("trailing bytes")
+// bytes, and puts d back in the pool.
+func (d *envelopeDecoder) finish(what string) error {
+	if d.err == nil && d.r.Len() != 0 {
+		d.fail(errors.New("trailing bytes"))
 	}
-	if d.err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrMalformedEnvelope, what, d.err)
+	err := d.err
+	d.data, d.err = nil, nil
+	d.r.Reset(nil)
+	d.dec.Reset(nil)
+	decoders.Put(d)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMalformedEnvelope, what, err)
 	}
 	return nil
 }
 
-// mapOf reads a map whose keys are strings and calls member for each key;
-// member must consume the value.
-func (d *decoder) mapOf(member func(key []byte)) {
-	var n uint64
-	switch c := d.code(); {
-	case d.err != nil:
-		return
-	case c&0xf0 == 0x80:
-		n = uint64(c & 0x0f)
-	case c == 0xde:
-		n = d.uint(2)
-	case c == 0xdf:
-		n = d.uint(4)
-	default:
-		d.fail("want a map, got 0x%02x", c)
-		return
+// peek returns the code of the next value without consuming it.
+func (d *envelopeDecoder) peek() byte {
+	if d.err != nil {
+		return 0
 	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		key, ok := d.bytes()
-		if !ok {
-			d.fail("map key is not a string")
-			return
-		}
-		member(key)
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		d.fail(err)
+		return 0
 	}
+	return c
+}
+
+// fits reports whether n values of at least size bytes each, plus pending
+// values of at least a byte, can still follow, and records a problem if
+// not. A negative n is a length that overflowed int.
+func (d *envelopeDecoder) fits(n, size int, pending uint64) bool {
+	if n < 0 || uint64(n)*uint64(size)+pending > uint64(d.r.Len()) {
+		d.fail(fmt.Errorf("length %d past the end", n))
+		return false
+	}
+	return true
+}
+
+// take returns the next n bytes, a slice of data capped so that appending
+// to it can never write into the next member.
+func (d *envelopeDecoder) take(n int) []byte {
+	if d.err != nil || !d.fits(n, 1, 0) {
+		return nil
+	}
+	off := len(d.data) - d.r.Len()
+	if _, err := d.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		d.fail(err)
+		return nil
+	}
+	return d.data[off : off+n : off+n]
+}
+
+// mapLen reads the header of a map (nil is not a map) and returns the
+// number of its pairs.
+func (d *envelopeDecoder) mapLen() int {
+	c := d.peek()
+	if d.err != nil {
+		return 0
+	}
+	if !msgpcode.IsFixedMap(c) && c != msgpcode.Map16 && c != msgpcode.Map32 {
+		d.fail(fmt.Errorf("want a map, got 0x%02x", c))
+		return 0
+	}
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	if !d.fits(n, 2, 0) {
+		return 0
+	}
+	return n
 }
 
 // bytes reads a str, a bin or nil (reported as nil, true).
-func (d *decoder) bytes() ([]byte, bool) {
-	var n uint64
-	switch c := d.code(); {
-	case d.err != nil:
-		return nil, false
-	case c == 0xc0:
-		return nil, true
-	case c&0xe0 == 0xa0:
-		n = uint64(c & 0x1f)
-	case c == 0xd9, c == 0xc4:
-		n = d.uint(1)
-	case c == 0xda, c == 0xc5:
-		n = d.uint(2)
-	case c == 0xdb, c == 0xc6:
-		n = d.uint(4)
-	default:
-		d.off--
+func (d *envelopeDecoder) bytes() ([]byte, bool) {
+	c := d.peek()
+	if d.err != nil {
 		return nil, false
 	}
-	p := d.next(n)
+	if c == msgpcode.Nil {
+		if err := d.dec.DecodeNil(); err != nil {
+			d.fail(err)
+			return nil, false
+		}
+		return nil, true
+	}
+	if !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
+		return nil, false
+	}
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		d.fail(err)
+		return nil, false
+	}
+	p := d.take(n)
 	return p, d.err == nil
+}
+
+// key reads a map key, which must be a string.
+func (d *envelopeDecoder) key() []byte {
+	p, ok := d.bytes()
+	if !ok {
+		d.fail(errors.New("map key is not a string"))
+	}
+	return p
 }
 
 // raw reads a raw JSON member: bin, str or nil. An empty value is nil, as
 // if the key were absent.
-func (d *decoder) raw() []byte {
+func (d *envelopeDecoder) raw() []byte {
 	p, ok := d.bytes()
 	if !ok {
-		d.fail("want bin or str")
+		d.fail(errors.New("want bin or str"))
 		return nil
 	}
 	if len(p) == 0 {
 		return nil
 	}
-	// Cap the slice so that appending to it can never write into the next
-	// member.
-	return p[:len(p):len(p)]
+	return p
 }
 
 // str reads a text member: str, bin or nil (the empty string).
-func (d *decoder) str() string {
+func (d *envelopeDecoder) str() string {
 	p, ok := d.bytes()
 	if !ok {
-		d.fail("want str")
+		d.fail(errors.New("want str"))
 	}
 	return string(p)
 }
 
-// int reads an integer of any msgpack width that fits an int.
-func (d *decoder) int() int {
-	var n int64
-	switch c := d.code(); {
-	case d.err != nil:
-		return 0
-	case c <= 0x7f:
-		n = int64(c)
-	case c >= 0xe0:
-		n = int64(int8(c))
-	case c == 0xcc:
-		n = int64(d.uint(1))
-	case c == 0xcd:
-		n = int64(d.uint(2))
-	case c == 0xce:
-		n = int64(d.uint(4))
-	case c == 0xcf:
-		u := d.uint(8)
-		if u > math.MaxInt64 {
-			d.fail("integer overflows")
-		}
-		n = int64(u)
-	case c == 0xd0:
-		n = int64(int8(d.uint(1)))
-	case c == 0xd1:
-		n = int64(int16(d.uint(2)))
-	case c == 0xd2:
-		n = int64(int32(d.uint(4)))
-	case c == 0xd3:
-		n = int64(d.uint(8))
-	default:
-		d.fail("want an integer, got 0x%02x", c)
+// int reads an integer of any msgpack width that fits an int. The library
+// would read nil as 0 and a uint64 past MaxInt64 as a negative number;
+// both are refused here.
+func (d *envelopeDecoder) int() int {
+	c := d.peek()
+	if d.err != nil {
 		return 0
 	}
+	var n int64
+	switch c {
+	case msgpcode.Nil:
+		d.fail(errors.New("want an integer, got nil"))
+		return 0
+	case msgpcode.Uint64:
+		u, err := d.dec.DecodeUint64()
+		if err != nil {
+			d.fail(err)
+			return 0
+		}
+		if u > math.MaxInt64 {
+			d.fail(errors.New("integer overflows"))
+			return 0
+		}
+		n = int64(u)
+	default:
+		var err error
+		if n, err = d.dec.DecodeInt64(); err != nil {
+			d.fail(err)
+			return 0
+		}
+	}
 	if int64(int(n)) != n {
-		d.fail("integer overflows")
+		d.fail(errors.New("integer overflows"))
 		return 0
 	}
 	return int(n)
 }
 
 // envelopeError reads the error member of a reply: a map or nil.
-func (d *decoder) envelopeError() *EnvelopeError {
-	if d.err == nil && d.off < len(d.b) && d.b[d.off] == 0xc0 {
-		d.off++
+func (d *envelopeDecoder) envelopeError() *EnvelopeError {
+	if d.peek() == msgpcode.Nil {
+		if err := d.dec.DecodeNil(); err != nil {
+			d.fail(err)
+		}
 		return nil
 	}
 	var e EnvelopeError
-	d.mapOf(func(key []byte) {
-		switch string(key) {
+	for n := d.mapLen(); n > 0 && d.err == nil; n-- {
+		switch string(d.key()) {
 		case "code":
 			e.Code = d.int()
 		case "message":
@@ -273,63 +310,48 @@ func (d *decoder) envelopeError() *EnvelopeError {
 		default:
 			d.skip()
 		}
-	})
+	}
 	return &e
 }
 
 // skip passes over one value of any type. It counts the values still to
-// skip instead of recursing, so deep nesting costs no stack.
-func (d *decoder) skip() {
+// skip instead of recursing, so deep nesting costs no stack, and checks
+// every length against the bytes that remain before it skips by it. The
+// library's Skip passes over the values that hold no length, all of a
+// fixed size of at most nine bytes, and refuses the never-used code.
+func (d *envelopeDecoder) skip() {
 	for pending := uint64(1); pending > 0 && d.err == nil; pending-- {
-		if pending > uint64(len(d.b)-d.off) {
-			d.fail("truncated")
+		c := d.peek()
+		if d.err != nil {
 			return
 		}
-		c := d.code()
+		var err error
 		switch {
-		case c <= 0x7f, c >= 0xe0, c == 0xc0, c == 0xc2, c == 0xc3:
-		case c&0xf0 == 0x80:
-			pending += 2 * uint64(c&0x0f)
-		case c&0xf0 == 0x90:
-			pending += uint64(c & 0x0f)
-		case c&0xe0 == 0xa0:
-			d.next(uint64(c & 0x1f))
-		case c == 0xc4, c == 0xd9:
-			d.next(d.uint(1))
-		case c == 0xc5, c == 0xda:
-			d.next(d.uint(2))
-		case c == 0xc6, c == 0xdb:
-			d.next(d.uint(4))
-		case c == 0xc7:
-			d.next(d.uint(1) + 1)
-		case c == 0xc8:
-			d.next(d.uint(2) + 1)
-		case c == 0xc9:
-			d.next(d.uint(4) + 1)
-		case c == 0xca:
-			d.next(4)
-		case c == 0xcb:
-			d.next(8)
-		case c == 0xcc, c == 0xd0:
-			d.next(1)
-		case c == 0xcd, c == 0xd1:
-			d.next(2)
-		case c == 0xce, c == 0xd2:
-			d.next(4)
-		case c == 0xcf, c == 0xd3:
-			d.next(8)
-		case c >= 0xd4 && c <= 0xd8: // fixext 1, 2, 4, 8, 16 and a type byte
-			d.next(1 + 1<<(c-0xd4))
-		case c == 0xdc:
-			pending += d.uint(2)
-		case c == 0xdd:
-			pending += d.uint(4)
-		case c == 0xde:
-			pending += 2 * d.uint(2)
-		case c == 0xdf:
-			pending += 2 * d.uint(4)
-		default: // 0xc1 is never used
-			d.fail("invalid code 0x%02x", c)
+		case msgpcode.IsFixedMap(c), c == msgpcode.Map16, c == msgpcode.Map32:
+			var n int
+			if n, err = d.dec.DecodeMapLen(); err == nil && d.fits(n, 2, pending-1) {
+				pending += 2 * uint64(n)
+			}
+		case msgpcode.IsFixedArray(c), c == msgpcode.Array16, c == msgpcode.Array32:
+			var n int
+			if n, err = d.dec.DecodeArrayLen(); err == nil && d.fits(n, 1, pending-1) {
+				pending += uint64(n)
+			}
+		case msgpcode.IsString(c), msgpcode.IsBin(c):
+			var n int
+			if n, err = d.dec.DecodeBytesLen(); err == nil {
+				d.take(n)
+			}
+		case msgpcode.IsExt(c):
+			var n int
+			if _, n, err = d.dec.DecodeExtHeader(); err == nil {
+				d.take(n)
+			}
+		default:
+			err = d.dec.Skip()
+		}
+		if err != nil {
+			d.fail(err)
 		}
 	}
 }
