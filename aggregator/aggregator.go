@@ -207,20 +207,32 @@ func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	batchSlots := make(chan struct{}, a.batchCap)
+	run := func(i int) {
+		r := a.call(ctx, &calls[i], start, batchSlots)
+		mu.Lock()
+		emit(i, r)
+		mu.Unlock()
+	}
+	// The last call runs on this goroutine: a single call, the most common
+	// message, then costs no goroutine switch.
+	last := -1
 	for i := range calls {
 		c := &calls[i]
 		if c.IsNotification() {
 			a.notify(c, start)
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := a.call(ctx, c, start, batchSlots)
-			mu.Lock()
-			emit(i, r)
-			mu.Unlock()
-		}()
+		if last >= 0 {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				run(i)
+			}(last)
+		}
+		last = i
+	}
+	if last >= 0 {
+		run(last)
 	}
 	wg.Wait()
 }
