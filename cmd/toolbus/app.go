@@ -105,6 +105,25 @@ func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
 	)
 }
 
+// embeddedTCPModule runs an embedded NATS server on a free loopback port and
+// connects to it over TCP, as separate processes would; the benchmark uses
+// it to weigh the in-process connection.
+func embeddedTCPModule() fx.Option {
+	return fx.Options(
+		fx.Provide(func(lc fx.Lifecycle) (*bus.Embedded, error) {
+			e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
+			if err != nil {
+				return nil, err
+			}
+			lc.Append(fx.StopHook(e.Shutdown))
+			return e, nil
+		}),
+		fx.Provide(func(e *bus.Embedded) connector {
+			return func(name string) (*nats.Conn, error) { return bus.Connect(e.ClientURL(), bus.WithName(name)) }
+		}),
+	)
+}
+
 // remoteModule connects to NATS servers over the network.
 func remoteModule(url string) fx.Option {
 	return fx.Provide(func() connector {

@@ -1,7 +1,137 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/fx"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/bench"
+)
+
+type benchFlags struct {
+	duration      time.Duration
+	rounds        int
+	concurrency   []int
+	repeats       int
+	busTransport  string
+	skipCompare   bool
+	skipScenarios bool
+	cpuProfile    string
+}
 
 func newBenchCmd() *cobra.Command {
-	return &cobra.Command{Use: "bench", Short: "Measure toolbus against a plain net/http handler, side by side"}
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure toolbus against a plain net/http handler, side by side",
+		Long: `bench starts, in this process, a plain net/http JSON-RPC echo handler and the
+one-process toolbus cluster (ingress -> NATS -> worker -> ingress), both on
+loopback ports, and loads them in alternating rounds so that both see the same
+machine. It prints throughput, latency percentiles and the ratio toolbus/plain
+at each concurrency, then a fan-out scenario (one batch of 100 sleep calls of
+100ms) and a slow-backend scenario (a batch whose one slow call outlives its
+300ms deadline), each against its target.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return runBench(ctx, cmd.OutOrStdout(), f)
+		},
+	}
+	cmd.Flags().DurationVar(&f.duration, "duration", 2*time.Second, "length of each measured round")
+	cmd.Flags().IntVar(&f.rounds, "rounds", 3, "alternating rounds per target and concurrency")
+	cmd.Flags().IntSliceVar(&f.concurrency, "concurrency", []int{1, 64}, "concurrent clients of the echo comparison")
+	cmd.Flags().IntVar(&f.repeats, "repeats", 5, "batches sent by the fan-out and slow-backend scenarios")
+	cmd.Flags().StringVar(&f.busTransport, "bus", "in-process", "how the cluster's parts reach the embedded NATS: in-process or tcp")
+	cmd.Flags().BoolVar(&f.skipCompare, "skip-compare", false, "skip the echo comparison")
+	cmd.Flags().BoolVar(&f.skipScenarios, "skip-scenarios", false, "skip the fan-out and slow-backend scenarios")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator included) to this file")
+	return cmd
+}
+
+func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
+	var natsModule fx.Option
+	switch f.busTransport {
+	case "in-process":
+		natsModule = embeddedModule(bus.EmbeddedConfig{})
+	case "tcp":
+		natsModule = embeddedTCPModule()
+	default:
+		return fmt.Errorf("--bus %q: want in-process or tcp", f.busTransport)
+	}
+
+	plainL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	plain := &http.Server{Handler: bench.PlainEcho(), ReadHeaderTimeout: 10 * time.Second}
+	go plain.Serve(plainL)
+	defer plain.Close()
+
+	ic := ingressConfig{listen: "127.0.0.1:0", prefix: bus.DefaultPrefix, defaultTimeout: 30 * time.Second,
+		maxTimeout: 5 * time.Minute, batchConcurrency: 256, maxInFlight: 100000, shutdownTimeout: 10 * time.Second}
+	wc := workerConfig{prefix: bus.DefaultPrefix, tools: []string{"demo"}, concurrency: 4096, shutdownTimeout: 10 * time.Second}
+	var addr ingressAddr
+	app := newApp(
+		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
+		natsModule,
+		workerModule(wc),
+		ingressModule(ic),
+		fx.Populate(&addr),
+	)
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	defer app.Stop(context.WithoutCancel(ctx))
+	toolbusURL := "http://" + addr.String() + "/rpc"
+
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	fmt.Fprintf(out, "toolbus bench: GOMAXPROCS=%d, %s/%s, %s; bus %s\n\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), f.busTransport)
+	var errs []error
+	if !f.skipCompare {
+		cs, err := bench.Compare(ctx,
+			bench.Target{Name: "plain net/http", URL: "http://" + plainL.Addr().String() + "/"},
+			bench.Target{Name: "toolbus", URL: toolbusURL},
+			bench.CompareConfig{Concurrency: f.concurrency, Rounds: f.rounds, Duration: f.duration})
+		if cs != nil {
+			bench.ReportCompare(out, cs)
+		}
+		errs = append(errs, err)
+	}
+	if !f.skipScenarios {
+		fo, err := bench.FanOut(ctx, bench.FanOutConfig{URL: toolbusURL, Repeats: f.repeats})
+		fmt.Fprintln(out)
+		bench.ReportFanOut(out, fo)
+		errs = append(errs, err)
+		sl, err := bench.SlowBackend(ctx, bench.SlowConfig{URL: toolbusURL, Repeats: f.repeats})
+		fmt.Fprintln(out)
+		bench.ReportSlow(out, sl)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

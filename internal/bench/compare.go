@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+)
+
+// Target is one side of a [Compare]: a name for the reports and the URL that
+// [Load] sends to.
+type Target struct {
+	Name string
+	URL  string
+}
+
+// CompareConfig says how [Compare] runs its rounds. Every round of each
+// target is one [Load] with the same settings.
+type CompareConfig struct {
+	// Concurrency lists the concurrencies to compare at, in order.
+	// Default 1 and 64.
+	Concurrency []int
+	// Rounds is how many times each target runs at each concurrency,
+	// alternating. Default 3.
+	Rounds int
+	// Duration is the measured length of one round of one target.
+	// Default 2s.
+	Duration time.Duration
+	// Warmup precedes every round of every target. Default 250ms; a
+	// negative value means none.
+	Warmup time.Duration
+	// Body is the request sent to both targets. Default [EchoRequest].
+	Body []byte
+	// Header is sent to both targets. Optional.
+	Header http.Header
+	// Client sends the requests. Default: a client per round, as [Load]
+	// makes.
+	Client *http.Client
+}
+
+// Side is what one target measured at one concurrency.
+type Side struct {
+	Target Target
+	// Result merges the rounds: Requests, Errors and Elapsed are their sums,
+	// Throughput is the median of the rounds' throughputs, and latencies
+	// come from all the rounds' answers together.
+	Result Result
+	// Rounds holds the throughput of each round in the order they ran, to
+	// show how noisy the machine was.
+	Rounds []float64
+}
+
+// Comparison is the outcome of [Compare] at one concurrency.
+type Comparison struct {
+	Concurrency       int
+	Baseline, Subject Side
+	// Ratio is the subject's throughput over the baseline's; 0 when the
+	// baseline answered nothing.
+	Ratio float64
+	// AddedMean is the subject's mean latency minus the baseline's.
+	AddedMean time.Duration
+}
+
+// Compare measures baseline and subject on the same machine at each of
+// cfg.Concurrency: it runs [Load] against them in turn, baseline then
+// subject, for cfg.Rounds rounds, so that a burst of noise from elsewhere
+// hits one round rather than one target. It returns one [Comparison] per
+// concurrency; when a round fails (ctx ended, a bad config) it returns the
+// comparisons finished so far and the error.
+func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) ([]Comparison, error) {
+	if len(cfg.Concurrency) == 0 {
+		cfg.Concurrency = []int{1, 64}
+	}
+	if slices.ContainsFunc(cfg.Concurrency, func(c int) bool { return c <= 0 }) {
+		return nil, errors.New("bench: compare concurrencies must be positive")
+	}
+	if cfg.Rounds < 0 {
+		return nil, errors.New("bench: compare rounds must not be negative")
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = 2 * time.Second
+	}
+	switch {
+	case cfg.Warmup == 0:
+		cfg.Warmup = 250 * time.Millisecond
+	case cfg.Warmup < 0:
+		cfg.Warmup = 0
+	}
+	if cfg.Body == nil {
+		cfg.Body = []byte(EchoRequest)
+	}
+
+	var out []Comparison
+	for _, c := range cfg.Concurrency {
+		sides := []Target{baseline, subject}
+		rounds := make([][]Result, len(sides))
+		for range cfg.Rounds {
+			for i, t := range sides {
+				res, err := Load(ctx, LoadConfig{
+					URL:         t.URL,
+					Body:        cfg.Body,
+					Header:      cfg.Header,
+					Concurrency: c,
+					Duration:    cfg.Duration,
+					Warmup:      cfg.Warmup,
+					Client:      cfg.Client,
+				})
+				if err != nil {
+					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)
+				}
+				rounds[i] = append(rounds[i], res)
+			}
+		}
+		a, b := mergeRounds(baseline, rounds[0]), mergeRounds(subject, rounds[1])
+		cmp := Comparison{
+			Concurrency: c,
+			Baseline:    a,
+			Subject:     b,
+			AddedMean:   b.Result.Mean - a.Result.Mean,
+		}
+		if a.Result.Throughput > 0 {
+			cmp.Ratio = b.Result.Throughput / a.Result.Throughput
+		}
+		out = append(out, cmp)
+	}
+	return out, nil
+}
+
+func mergeRounds(t Target, rs []Result) Side {
+	s := Side{Target: t, Result: Result{hist: new(histogram)}}
+	for _, r := range rs {
+		s.Rounds = append(s.Rounds, r.Throughput)
+		s.Result.Concurrency = r.Concurrency
+		s.Result.Requests += r.Requests
+		s.Result.Errors += r.Errors
+		s.Result.Elapsed += r.Elapsed
+		if s.Result.FirstError == nil {
+			s.Result.FirstError = r.FirstError
+		}
+		s.Result.hist.merge(r.hist)
+	}
+	s.Result.Throughput = median(s.Rounds)
+	s.Result.setLatencies()
+	return s
+}
+
+// median returns the middle of xs (the mean of the two middles when their
+// number is even), 0 when xs is empty. It does not modify xs.
+func median[T ~int64 | ~float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

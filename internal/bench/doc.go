@@ -1,0 +1,20 @@
+// Package bench measures toolbus over HTTP: it is the engine of the
+// `toolbus bench` command.
+//
+// [Load] is a closed-loop load generator: a fixed number of workers each
+// POST one JSON-RPC request after another to a URL for a while, check every
+// answer, and record latencies in a bounded histogram. [Compare] runs [Load]
+// against two [Target]s (a plain net/http handler, [PlainEcho], as the
+// baseline, and the toolbus ingress as the subject) in alternating rounds on
+// the same machine, so that noise from other work falls on both alike.
+//
+// [FanOut] and [SlowBackend] send batches rather than load: a batch of slow
+// calls that should run side by side, and a batch where one call outlives its
+// Toolbus-Timeout deadline while the others must still answer. Each checks
+// every id of every answer and reports the wall time of each batch.
+//
+// The Report functions print the measurements as tables, with a [Verdict]
+// per goal of the bench command (see the Goal constants).
+//
+// Nothing here starts a toolbus cluster: the caller hands over the URLs.
+package bench

@@ -1,0 +1,254 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// The goals of the bench command, on a 2-core machine.
+const (
+	// GoalRatio is the least throughput, as a fraction of the baseline's,
+	// the subject must reach at concurrency GoalRatioConcurrency.
+	GoalRatio = 0.5
+	// GoalRatioConcurrency is the concurrency [GoalRatio] is judged at.
+	GoalRatioConcurrency = 64
+	// GoalAddedMean is the most mean latency the subject may add to the
+	// baseline's at concurrency GoalAddedMeanConcurrency.
+	GoalAddedMean = 60 * time.Microsecond
+	// GoalAddedMeanConcurrency is the concurrency [GoalAddedMean] is judged
+	// at.
+	GoalAddedMeanConcurrency = 1
+	// GoalFanOutSlack is how much longer than its ideal (one sleep) a
+	// fan-out batch may take: 100 calls of 100ms in 130ms.
+	GoalFanOutSlack = 30 * time.Millisecond
+	// GoalSlowSlack is how much longer than its deadline a batch with one
+	// slow call may take, every other call answered.
+	GoalSlowSlack = 50 * time.Millisecond
+)
+
+// Verdict says whether a measurement met one goal, and by how much.
+type Verdict struct {
+	// Goal states the goal, such as "toolbus echo throughput at concurrency
+	// 64 ≥ 0.50× plain".
+	Goal string
+	// Got is what was measured.
+	Got string
+	// Pass reports whether the goal was met.
+	Pass bool
+	// Margin says how far the measurement is from the goal: to spare when
+	// it passed, missed by when it did not, or why it could not be judged.
+	Margin string
+}
+
+// String formats v as one line of a report, starting with PASS or MISS.
+func (v Verdict) String() string {
+	word := "MISS"
+	if v.Pass {
+		word = "PASS"
+	}
+	return fmt.Sprintf("%s  %s: got %s (%s)", word, v.Goal, v.Got, v.Margin)
+}
+
+// CompareVerdicts judges the goals that apply to comparisons: the throughput
+// ratio at [GoalRatioConcurrency] and the added mean latency at
+// [GoalAddedMeanConcurrency]. A concurrency that was not measured yields no
+// verdict. A side with errors misses its goal whatever its numbers, as its
+// numbers do not measure working calls.
+func CompareVerdicts(cs []Comparison) []Verdict {
+	var vs []Verdict
+	for _, c := range cs {
+		a, b := c.Baseline, c.Subject
+		errs := errorsNote(c)
+		if c.Concurrency == GoalRatioConcurrency {
+			v := Verdict{
+				Goal: fmt.Sprintf("%s echo throughput at concurrency %d ≥ %.2f× %s", b.Target.Name, c.Concurrency, GoalRatio, a.Target.Name),
+				Got:  fmt.Sprintf("%.2f×", c.Ratio),
+				Pass: c.Ratio >= GoalRatio && errs == "",
+			}
+			switch {
+			case errs != "":
+				v.Margin = errs
+			case v.Pass:
+				v.Margin = fmt.Sprintf("%.2f× to spare", c.Ratio-GoalRatio)
+			default:
+				v.Margin = fmt.Sprintf("missed by %.2f×, %.0f%% short", GoalRatio-c.Ratio, 100*(GoalRatio-c.Ratio)/GoalRatio)
+			}
+			vs = append(vs, v)
+		}
+		if c.Concurrency == GoalAddedMeanConcurrency {
+			v := Verdict{
+				Goal: fmt.Sprintf("%s added mean latency at concurrency %d ≤ %s", b.Target.Name, c.Concurrency, GoalAddedMean),
+				Got:  signed(c.AddedMean),
+				Pass: c.AddedMean <= GoalAddedMean && errs == "",
+			}
+			switch {
+			case errs != "":
+				v.Margin = errs
+			case v.Pass:
+				v.Margin = formatDuration(GoalAddedMean-c.AddedMean) + " to spare"
+			default:
+				v.Margin = "missed by " + formatDuration(c.AddedMean-GoalAddedMean)
+			}
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func errorsNote(c Comparison) string {
+	var notes []string
+	for _, s := range []Side{c.Baseline, c.Subject} {
+		if s.Result.Errors > 0 {
+			notes = append(notes, fmt.Sprintf("%s had %d errors, first: %v", s.Target.Name, s.Result.Errors, s.Result.FirstError))
+		}
+	}
+	return strings.Join(notes, "; ")
+}
+
+// Verdict judges the fan-out goal: the median batch answered within
+// [GoalFanOutSlack] of the ideal, every batch answered correctly.
+func (r FanOutResult) Verdict() Verdict {
+	goal := r.Ideal + GoalFanOutSlack
+	return r.Batches.verdict(
+		fmt.Sprintf("fan-out of %d×%s answered in ≤ %s (median of %d)", r.Calls, formatDuration(r.Ideal), formatDuration(goal), len(r.Walls)),
+		goal)
+}
+
+// Verdict judges the slow-backend goal: the median batch answered within
+// [GoalSlowSlack] of its deadline, every other call answered with its
+// result.
+func (r SlowResult) Verdict() Verdict {
+	goal := r.Timeout + GoalSlowSlack
+	return r.Batches.verdict(
+		fmt.Sprintf("slow-backend batch answered within %s deadline + %s with every other result present (median of %d)",
+			formatDuration(r.Timeout), formatDuration(GoalSlowSlack), len(r.Walls)),
+		goal)
+}
+
+func (b Batches) verdict(goalText string, goal time.Duration) Verdict {
+	v := Verdict{Goal: goalText, Got: formatDuration(b.Median)}
+	switch {
+	case len(b.Walls) == 0:
+		v.Got = "no answer"
+		v.Margin = "no batch was answered"
+		if len(b.Failures) > 0 {
+			v.Margin += ": " + b.Failures[0].Error()
+		}
+	case len(b.Failures) > 0:
+		v.Margin = fmt.Sprintf("%d of %d batches answered wrongly, first: %v", len(b.Failures), len(b.Walls), b.Failures[0])
+	case b.Median <= goal:
+		v.Pass = true
+		v.Margin = formatDuration(goal-b.Median) + " to spare"
+	default:
+		v.Margin = "missed by " + formatDuration(b.Median-goal)
+	}
+	return v
+}
+
+// ReportCompare writes a table of cs to w: per concurrency, each target's
+// throughput, latencies, errors and per-round throughput, then the ratio b/a
+// and the added mean latency, and last the verdicts of [CompareVerdicts].
+func ReportCompare(w io.Writer, cs []Comparison) error {
+	if len(cs) == 0 {
+		_, err := fmt.Fprintln(w, "no comparisons")
+		return err
+	}
+	a, b := cs[0].Baseline.Target.Name, cs[0].Subject.Target.Name
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "echo: %s (a) vs %s (b), %d alternating rounds each, req/s the median round\n",
+		a, b, len(cs[0].Baseline.Rounds))
+	fmt.Fprintln(tw, "concurrency\ttarget\treq/s\tp50\tp90\tp99\tmean\tmax\tok\terrors\trounds req/s")
+	for _, c := range cs {
+		for _, s := range []Side{c.Baseline, c.Subject} {
+			r := s.Result
+			rounds := make([]string, len(s.Rounds))
+			for i, x := range s.Rounds {
+				rounds[i] = strconv.FormatFloat(x, 'f', 0, 64)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
+				c.Concurrency, s.Target.Name, r.Throughput,
+				formatDuration(r.P50), formatDuration(r.P90), formatDuration(r.P99),
+				formatDuration(r.Mean), formatDuration(r.Max), r.Requests, r.Errors, strings.Join(rounds, " "))
+		}
+		fmt.Fprintf(tw, "%d\tb/a\t%.2f×\t\t\t\t%s\n", c.Concurrency, c.Ratio, signed(c.AddedMean))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeVerdicts(w, CompareVerdicts(cs)...)
+}
+
+// ReportFanOut writes the wall times of r's batches and its [FanOutResult.Verdict] to w.
+func ReportFanOut(w io.Writer, r FanOutResult) error {
+	title := fmt.Sprintf("fan-out: %d sleep calls of %s in one batch, ideal %s", r.Calls, formatDuration(r.Ideal), formatDuration(r.Ideal))
+	return writeBatches(w, title, r.Batches, r.Verdict())
+}
+
+// ReportSlow writes the wall times of r's batches and its [SlowResult.Verdict] to w.
+func ReportSlow(w io.Writer, r SlowResult) error {
+	title := fmt.Sprintf("slow backend: one sleep call of %s and %d echo calls, Toolbus-Timeout %s",
+		formatDuration(r.Sleep), r.Echoes, formatDuration(r.Timeout))
+	return writeBatches(w, title, r.Batches, r.Verdict())
+}
+
+func writeBatches(w io.Writer, title string, b Batches, v Verdict) error {
+	walls := make([]string, len(b.Walls))
+	for i, d := range b.Walls {
+		walls[i] = formatDuration(d)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, title)
+	fmt.Fprintln(tw, "batches\tmin\tmedian\tmax\tfailed\teach")
+	fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", len(b.Walls), formatDuration(b.Min), formatDuration(b.Median),
+		formatDuration(b.Max), len(b.Failures), strings.Join(walls, " "))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeVerdicts(w, v)
+}
+
+func writeVerdicts(w io.Writer, vs ...Verdict) error {
+	for _, v := range vs {
+		if _, err := fmt.Fprintln(w, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// formatDuration rounds d to three or four significant digits: a report
+// needs 52.3µs, not 52.345678µs.
+func formatDuration(d time.Duration) string {
+	a := max(d, -d)
+	var unit time.Duration
+	switch {
+	case a >= 10*time.Second:
+		unit = 10 * time.Millisecond
+	case a >= time.Second:
+		unit = time.Millisecond
+	case a >= 100*time.Millisecond:
+		unit = 100 * time.Microsecond
+	case a >= 10*time.Millisecond:
+		unit = 10 * time.Microsecond
+	case a >= time.Millisecond:
+		unit = time.Microsecond
+	case a >= 100*time.Microsecond:
+		unit = 100 * time.Nanosecond
+	case a >= 10*time.Microsecond:
+		unit = 10 * time.Nanosecond
+	default:
+		unit = time.Nanosecond
+	}
+	return d.Round(unit).String()
+}
+
+func signed(d time.Duration) string {
+	if d >= 0 {
+		return "+" + formatDuration(d)
+	}
+	return formatDuration(d)
+}
