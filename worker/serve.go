@@ -48,7 +48,7 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():
 		cancel()
-		rt.reply(msg, req, nil, rt.errorFor(ctx.Err()))
+		rt.reply(msg, req, nil, rt.errorFor(req, ctx.Err()))
 		return
 	}
 	rt.inflight.Add(1)
@@ -83,7 +83,7 @@ func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result jso
 	}()
 	v, err := h.ServeCall(ctx, req)
 	if err != nil {
-		return nil, rt.errorFor(err)
+		return nil, rt.errorFor(req, err)
 	}
 	b, err := encodeResult(v)
 	if err != nil {
@@ -117,7 +117,7 @@ func encodeResult(v any) (json.RawMessage, error) {
 // tool error, not an internal one, and that a cancellation caused by the
 // runtime stopping is reported as retryable unavailability: the tool did not
 // fail, its worker went away.
-func (rt *Runtime) errorFor(err error) *schema.Error {
+func (rt *Runtime) errorFor(req *Request, err error) *schema.Error {
 	var e *schema.Error
 	if errors.As(err, &e) {
 		if e == nil {
@@ -128,7 +128,10 @@ func (rt *Runtime) errorFor(err error) *schema.Error {
 	switch {
 	case errors.Is(err, context.Canceled) && rt.ctx.Err() != nil:
 		return unavailable()
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, context.DeadlineExceeded):
+		return schema.NewError(schema.CodeTimeout, "timed out: "+req.Method+" ran past its deadline",
+			map[string]any{"retryable": true, "method": req.Method, "reason": "deadline_in_worker"})
+	case errors.Is(err, context.Canceled):
 		return schema.ErrorFrom(err)
 	}
 	return schema.NewError(schema.CodeToolError, "tool error: "+err.Error(), nil)
