@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
@@ -277,8 +278,13 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 	if err != nil {
 		return nil, schema.Errorf(schema.CodeInternal, "internal error: encode call: %v", err)
 	}
+	callID := nuid.Next()
+	msg.Header.Set(schema.HeaderCallID, callID)
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			a.cancelCall(c, callID)
+		}
 		return nil, a.requestError(ctx, c, timeout, err)
 	}
 	env, err := bus.ReadReply(reply)
@@ -298,6 +304,15 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 func noResponders(method string) *schema.Error {
 	return schema.NewError(schema.CodeMethodNotFound, "method not found: no worker serves "+method,
 		map[string]any{"reason": "no_responders", "method": method})
+}
+
+// cancelCall tells the workers that the client gave up on a call, so the one
+// running it cancels its handler. A call past its deadline needs no message:
+// the worker holds the same deadline.
+func (a *Aggregator) cancelCall(c *schema.Call, callID string) {
+	if err := a.nc.Publish(a.subjects.Cancel(), []byte(callID)); err != nil {
+		a.log.Debug("cancel not published", "method", c.Method, "err", err)
+	}
 }
 
 // requestError maps a failed NATS request to the error of the call.
@@ -361,7 +376,7 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 	a.log.LogAttrs(ctx, slog.LevelInfo, "call",
 		slog.String("id", string(c.ID)),
 		slog.String("method", c.Method),
-		slog.Duration("duration", d),
+		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 		slog.String("outcome", outcome),
 		slog.Int("code", code))
 }

@@ -117,7 +117,7 @@ func TestDispatchAnswersEveryCallInOrder(t *testing.T) {
 		call(`4`, "bad..name", `{}`),
 		call(`5`, "rpc.internal", `{}`),
 		call(`6`, "empty", `{}`),
-		call(`"101"`, "echo", `"dup id"`[0:0]+`{"dup":true}`),
+		call(`"101"`, "echo", `{"dup":true}`),
 	}
 	got := a.Dispatch(context.Background(), calls)
 	if len(got) != len(calls) {
@@ -376,5 +376,61 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := aggregator.New(nil); err == nil {
 		t.Fatal("New(nil) succeeded, want error")
+	}
+}
+
+func TestCancelIsAnnouncedToWorkers(t *testing.T) {
+	ac, wc := setup(t)
+	callIDs := make(chan string, 1)
+	sub, err := wc.QueueSubscribe("toolbus.call.hang", "toolbus-workers", func(m *nats.Msg) {
+		callIDs <- m.Header.Get(schema.HeaderCallID)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	cancels, err := wc.SubscribeSync("toolbus.cancel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancels.Unsubscribe()
+	wc.Flush()
+	a := newAgg(t, ac)
+	ctx, cancel := context.WithCancel(context.Background())
+	var callID string
+	go func() {
+		callID = <-callIDs
+		cancel()
+	}()
+	got := a.Dispatch(ctx, []schema.Call{call(`1`, "hang", "")})
+	if !errors.Is(got[0].Error, schema.ErrCanceled) {
+		t.Fatalf("call = %v, want canceled", got[0].Error)
+	}
+	m, err := cancels.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no cancel message: %v", err)
+	}
+	if callID == "" || string(m.Data) != callID {
+		t.Fatalf("cancel names %q, want the call's id %q", m.Data, callID)
+	}
+}
+
+func TestTimeoutIsNotAnnouncedAsCancel(t *testing.T) {
+	ac, wc := setup(t)
+	serve(t, wc, "hang", func(*schema.CallEnvelope, time.Time) *schema.ReplyEnvelope { return nil })
+	cancels, err := wc.SubscribeSync("toolbus.cancel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancels.Unsubscribe()
+	wc.Flush()
+	a := newAgg(t, ac)
+	c := call(`1`, "hang", "")
+	c.Timeout = 50 * time.Millisecond
+	if got := a.Dispatch(context.Background(), []schema.Call{c}); !errors.Is(got[0].Error, schema.ErrTimeout) {
+		t.Fatalf("call = %v, want timeout", got[0].Error)
+	}
+	if m, err := cancels.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("a timed-out call sent cancel %q; the worker has the deadline already", m.Data)
 	}
 }

@@ -12,7 +12,8 @@ import (
 // CallMsg returns the NATS message of a call: the encoded envelope, with the
 // deadline in [schema.HeaderDeadline] (none when deadline is zero) and the
 // trace context in [schema.HeaderTraceparent] when traceparent is not empty.
-// The caller sets Reply, or leaves it empty for a notification.
+// The caller sets Reply, or leaves it empty for a notification, and sets
+// [schema.HeaderCallID] when it may cancel the call.
 func CallMsg(subject string, env *schema.CallEnvelope, deadline time.Time, traceparent string) (*nats.Msg, error) {
 	data, err := schema.MarshalCall(env)
 	if err != nil {

@@ -78,6 +78,12 @@ func (s Subjects) Method(subject string) (string, bool) {
 	return subject[len(p):], true
 }
 
+// Cancel returns the subject on which the aggregator announces that a call
+// it is still waiting for was canceled by its client; the body is the call's
+// [schema.HeaderCallID]. Every worker subscribes to it (no queue group) and
+// cancels the handler's context of that call, if it holds it.
+func (s Subjects) Cancel() string { return s.prefix + ".cancel" }
+
 // QueueGroup returns the queue group every worker of a method joins, so that
 // each call reaches one worker.
 func (s Subjects) QueueGroup() string { return s.prefix + "-workers" }

@@ -19,6 +19,10 @@ const (
 	HeaderDeadline = "Toolbus-Deadline"
 	// HeaderTraceparent carries the W3C trace context of the call.
 	HeaderTraceparent = "traceparent"
+	// HeaderCallID carries a unique id of one call on the bus (not the
+	// JSON-RPC id, which clients may repeat). A cancel message names the
+	// call by it.
+	HeaderCallID = "Toolbus-Call-Id"
 )
 
 // CallEnvelope is the body of a call message on <prefix>.call.<method>: a
