@@ -90,6 +90,21 @@ var toolsets = map[string]func(*worker.Runtime) error{
 
 // embeddedModule runs an embedded NATS server and connects to it in-process.
 func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
+	return embedded(cfg, func(e *bus.Embedded, name string) (*nats.Conn, error) {
+		return e.Connect(bus.WithName(name))
+	})
+}
+
+// embeddedTCPModule runs an embedded NATS server on a free loopback port and
+// connects to it over TCP, as separate processes would; the benchmark uses
+// it to weigh the in-process connection.
+func embeddedTCPModule() fx.Option {
+	return embedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"}, func(e *bus.Embedded, name string) (*nats.Conn, error) {
+		return bus.Connect(e.ClientURL(), bus.WithName(name))
+	})
+}
+
+func embedded(cfg bus.EmbeddedConfig, connect func(e *bus.Embedded, name string) (*nats.Conn, error)) fx.Option {
 	return fx.Options(
 		fx.Provide(func(lc fx.Lifecycle) (*bus.Embedded, error) {
 			e, err := bus.StartEmbedded(cfg)
@@ -100,26 +115,7 @@ func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
 			return e, nil
 		}),
 		fx.Provide(func(e *bus.Embedded) connector {
-			return func(name string) (*nats.Conn, error) { return e.Connect(bus.WithName(name)) }
-		}),
-	)
-}
-
-// embeddedTCPModule runs an embedded NATS server on a free loopback port and
-// connects to it over TCP, as separate processes would; the benchmark uses
-// it to weigh the in-process connection.
-func embeddedTCPModule() fx.Option {
-	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle) (*bus.Embedded, error) {
-			e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
-			if err != nil {
-				return nil, err
-			}
-			lc.Append(fx.StopHook(e.Shutdown))
-			return e, nil
-		}),
-		fx.Provide(func(e *bus.Embedded) connector {
-			return func(name string) (*nats.Conn, error) { return bus.Connect(e.ClientURL(), bus.WithName(name)) }
+			return func(name string) (*nats.Conn, error) { return connect(e, name) }
 		}),
 	)
 }
