@@ -3,6 +3,7 @@ module github.com/toolbus/toolbus
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nuid v1.0.1

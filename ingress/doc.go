@@ -1,21 +1,65 @@
-// Package ingress is the HTTP front door of toolbus: it takes JSON-RPC 2.0
-// messages from agents, applies the operator's limits, and hands the calls to
-// a [Dispatcher] (the aggregator) in one piece.
+// Package ingress is the HTTP front door of toolbus: it takes JSON-RPC
+// messages from agents over several transports, applies the operator's
+// limits, and hands the calls to a [Dispatcher] (the aggregator).
 //
-// A [Server] serves three routes. POST /rpc parses a body with [schema.Parse],
-// answers the elements that are invalid or name a method that can never be
-// routed (a name outside the bus grammar, or one of the reserved rpc.* names)
-// itself, and passes every other element, notifications included, to
-// [Dispatcher.Dispatch] as one slice of [schema.Call], each carrying the
-// deadline the client asked for in the [TimeoutHeader] header. The answer
-// keeps request order: one object for a single request, an array for a batch,
-// 204 No Content when there is nothing to answer. Every JSON-RPC answer is 200
-// application/json; a request refused before parsing (wrong HTTP method, wrong
-// content type, body over the limit, malformed header) gets the matching HTTP
-// status with a JSON-RPC error body. GET /healthz answers while the process
-// serves; GET /readyz tells a load balancer whether to send traffic, and turns
-// unavailable as soon as [Server.Shutdown] starts.
+// Every transport turns what it receives into []schema.Call and goes
+// through the same core: [schema.Parse] under the [Limits], the same method
+// checks (a name outside the bus grammar, or one of the reserved rpc.*
+// names, is answered -32601 and never dispatched), the deadline the client
+// asked for in the [TimeoutHeader] header, and the one Dispatcher. No
+// transport has a dispatch path of its own. The routes of [Server.Handler]:
 //
-// The ingress keeps no state between requests, so any number of replicas can
-// run side by side.
+//   - POST /rpc with a JSON body: JSON-RPC 2.0 singles, batches and
+//     notifications, handed to [Dispatcher.Dispatch] in one piece. The
+//     answer keeps request order: one object for a single request, an
+//     array for a batch, 204 No Content when there is nothing to answer.
+//     Every JSON-RPC answer is 200 application/json; a request refused
+//     before parsing (wrong HTTP method, wrong content type, body over the
+//     limit, malformed header) gets the matching HTTP status with a
+//     JSON-RPC error body.
+//
+//   - POST /rpc with "Accept: text/event-stream" ([EventStream]): the same
+//     message, answered as server-sent events through
+//     [Dispatcher.Stream]. Each answer is one unnamed event whose data is
+//     the JSON-RPC response, sent and flushed the moment it exists:
+//     first the answers the ingress has at once (invalid elements, methods
+//     that are never routed), then each call's in completion order. A
+//     final "done" event, data {"answers": N}, ends the stream. Comment
+//     lines (": ping") keep it alive while calls run ([WithSSEHeartbeat]).
+//     A message that cannot be answered element by element (a parse
+//     error, an empty batch, a limit of the parser) is one event then done;
+//     requests refused before parsing get the same plain JSON answers and
+//     HTTP statuses as without events, and a message of notifications only
+//     is 204.
+//
+//   - GET /rpc with a WebSocket upgrade: JSON-RPC messages in text frames,
+//     on a connection that stays open. Calls of one connection run
+//     concurrently; a single request's answer is sent the moment it exists,
+//     a batch's answers go out together as one array. A connection has at
+//     most [WithWebSocketMaxInFlight] calls in flight (more are answered
+//     -32002 with retry_after_ms), messages are bounded by the body limit
+//     (a larger one is answered -32006 and the connection closed with
+//     1009), the server pings the peer and closes it when pongs stop
+//     ([WithWebSocketPing]), and browsers from other origins are refused
+//     unless allowed ([WithWebSocketOrigins]). The [CancelMethod]
+//     rpc.cancel cancels one call in flight; closing the connection
+//     cancels all of them. A canceled call is answered -32004.
+//
+//   - POST /v1/tools/{method}/invoke: a plain REST call for services that do
+//     not speak JSON-RPC. The body is the params (a JSON object or array;
+//     empty for none); the answer is {"success": true, "data": ...,
+//     "request_id": ...} or {"success": false, "error": {"code", "message",
+//     "data"}, "request_id": ...} with the HTTP status [StatusOf] gives the
+//     error. The request id comes from the [RequestIDHeader] header when it
+//     is sane, is made up otherwise, and is the call's JSON-RPC id.
+//
+//   - GET /healthz answers while the process serves; GET /readyz tells a
+//     load balancer whether to send traffic, and turns unavailable as soon
+//     as [Server.Shutdown] starts.
+//
+// With [WithJSONRPC1], requests without a "jsonrpc" member are read as
+// JSON-RPC 1.0 on every JSON-RPC transport and answered in 1.0 form.
+//
+// The ingress keeps no state between requests, so any number of replicas
+// can run side by side.
 package ingress

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -32,6 +33,9 @@ func TestMain(m *testing.M) {
 //	fail                          a tool's own error, code 2001 with data
 //	block                         signals entered, then waits for release
 //	                              or for its context to end
+//	sleep {"ms"}                  answers {"slept_ms"} after ms, or the
+//	                              context's error when it ends first
+//	error {"code", "data"}        an error with that code and data
 //	bad.empty                     neither result nor error
 //	bad.both                      both a result and an error
 //	bad.short                     one response too few for the whole batch
@@ -50,9 +54,9 @@ var _ Dispatcher = (*fakeDispatcher)(nil)
 
 func newFake() *fakeDispatcher {
 	return &fakeDispatcher{
-		entered: make(chan struct{}, 16),
+		entered: make(chan struct{}, 1024),
 		release: make(chan struct{}),
-		ctxErrs: make(chan error, 16),
+		ctxErrs: make(chan error, 1024),
 	}
 }
 
@@ -77,6 +81,36 @@ func (f *fakeDispatcher) Dispatch(ctx context.Context, calls []schema.Call) []sc
 		out[i].ID = c.ID
 	}
 	return out
+}
+
+// Stream runs every call on a goroutine of its own and emits its answer
+// when it has it, as the aggregator does.
+func (f *fakeDispatcher) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	f.mu.Lock()
+	f.batches = append(f.batches, slices.Clone(calls))
+	f.mu.Unlock()
+	for _, c := range calls {
+		if c.Method == "bad.panic" {
+			panic("fake dispatcher panic")
+		}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		if c.IsNotification() || c.Method == "bad.short" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := f.answer(ctx, c)
+			r.ID = c.ID
+			mu.Lock()
+			defer mu.Unlock()
+			emit(i, r)
+		}()
+	}
+	wg.Wait()
 }
 
 func (f *fakeDispatcher) answer(ctx context.Context, c schema.Call) schema.Response {
@@ -131,6 +165,27 @@ func (f *fakeDispatcher) answer(ctx context.Context, c schema.Call) schema.Respo
 		case <-f.release:
 			return result("released")
 		}
+	case "sleep":
+		var p struct{ MS int }
+		if json.Unmarshal(c.Params, &p) != nil {
+			return invalid()
+		}
+		select {
+		case <-time.After(time.Duration(p.MS) * time.Millisecond):
+			return result(map[string]int{"slept_ms": p.MS})
+		case <-ctx.Done():
+			f.ctxErrs <- ctx.Err()
+			return schema.Response{Error: schema.ErrorFrom(ctx.Err())}
+		}
+	case "error":
+		var p struct {
+			Code int
+			Data json.RawMessage
+		}
+		if json.Unmarshal(c.Params, &p) != nil {
+			return invalid()
+		}
+		return schema.Response{Error: schema.NewError(p.Code, "error asked for", p.Data)}
 	case "bad.empty":
 		return schema.Response{}
 	case "bad.both":

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"time"
 )
 
@@ -14,6 +15,18 @@ const (
 	DefaultMaxBatchItems       = 1000
 	DefaultMaxDepth            = 64
 	DefaultMaxTimeout          = 5 * time.Minute
+
+	// DefaultWebSocketMaxInFlight is the most calls one WebSocket
+	// connection has in flight at once.
+	DefaultWebSocketMaxInFlight = 256
+	// DefaultPingInterval and DefaultPingMisses: the server pings every
+	// WebSocket connection at this interval and closes one that misses
+	// this many pongs in a row.
+	DefaultPingInterval = 20 * time.Second
+	DefaultPingMisses   = 3
+	// DefaultSSEHeartbeat is the interval of the comment lines that keep
+	// an idle event stream open.
+	DefaultSSEHeartbeat = 15 * time.Second
 )
 
 // Limits bounds what POST /rpc accepts. A request over a limit is answered
@@ -35,6 +48,13 @@ type config struct {
 	logger     *slog.Logger
 	ready      func(context.Context) error
 	maxTimeout time.Duration
+
+	wsMaxInFlight int
+	pingInterval  time.Duration
+	pingMisses    int
+	origins       []string
+	heartbeat     time.Duration
+	jsonrpc1      bool
 }
 
 func defaultConfig() config {
@@ -44,8 +64,12 @@ func defaultConfig() config {
 			MaxBatchItems: DefaultMaxBatchItems,
 			MaxDepth:      DefaultMaxDepth,
 		},
-		logger:     slog.Default(),
-		maxTimeout: DefaultMaxTimeout,
+		logger:        slog.Default(),
+		maxTimeout:    DefaultMaxTimeout,
+		wsMaxInFlight: DefaultWebSocketMaxInFlight,
+		pingInterval:  DefaultPingInterval,
+		pingMisses:    DefaultPingMisses,
+		heartbeat:     DefaultSSEHeartbeat,
 	}
 }
 
@@ -109,6 +133,81 @@ func WithMaxTimeout(d time.Duration) Option {
 			return fmt.Errorf("ingress: max timeout must be positive, got %v", d)
 		}
 		c.maxTimeout = d
+		return nil
+	}
+}
+
+// WithWebSocketMaxInFlight caps the calls one WebSocket connection has in
+// flight at once (default [DefaultWebSocketMaxInFlight]). A call over the cap
+// is answered -32002 at once, with retry_after_ms and the limit
+// ws_max_in_flight in its data; a notification over it is dropped.
+func WithWebSocketMaxInFlight(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("ingress: websocket max in-flight must be positive, got %d", n)
+		}
+		c.wsMaxInFlight = n
+		return nil
+	}
+}
+
+// WithWebSocketPing sets how the server tells a live WebSocket peer from a
+// dead one: it pings every interval, waits up to interval for the pong, and
+// closes the connection, canceling its calls, after misses pings in a row
+// went unanswered (defaults [DefaultPingInterval], [DefaultPingMisses]).
+// interval × misses also bounds how long writing one message may take.
+func WithWebSocketPing(interval time.Duration, misses int) Option {
+	return func(c *config) error {
+		if interval <= 0 || misses <= 0 {
+			return fmt.Errorf("ingress: websocket ping interval and misses must be positive, got %v and %d", interval, misses)
+		}
+		c.pingInterval, c.pingMisses = interval, misses
+		return nil
+	}
+}
+
+// WithWebSocketOrigins lets browser pages from other origins open
+// WebSocket connections. Each pattern is matched, ignoring case, with
+// [path.Match] against the host of the Origin header, or against
+// scheme://host when the pattern has a scheme. By default only the same
+// origin is accepted (a request without an Origin header, such as one from
+// a program rather than a browser, always is). Allowing an origin lets its
+// pages call tools with the credentials of their visitors: list only hosts
+// you trust.
+func WithWebSocketOrigins(patterns ...string) Option {
+	return func(c *config) error {
+		for _, p := range patterns {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				return fmt.Errorf("ingress: bad origin pattern %q", p)
+			}
+		}
+		c.origins = append([]string(nil), patterns...)
+		return nil
+	}
+}
+
+// WithSSEHeartbeat sets the interval of the comment lines (": ping") an
+// event stream gets while its calls run, so that proxies keep it open
+// (default [DefaultSSEHeartbeat]).
+func WithSSEHeartbeat(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("ingress: sse heartbeat must be positive, got %v", d)
+		}
+		c.heartbeat = d
+		return nil
+	}
+}
+
+// WithJSONRPC1 turns JSON-RPC 1.0 compatibility on or off (default off).
+// When on, a request without a "jsonrpc" member is read as JSON-RPC 1.0 and
+// answered in 1.0 form, with "result" and "error" both present and the one
+// that does not apply null; an id of null makes it a notification. When
+// off, such a request is -32600, as JSON-RPC 2.0 says. Each element of a
+// batch is answered in its own form.
+func WithJSONRPC1(on bool) Option {
+	return func(c *config) error {
+		c.jsonrpc1 = on
 		return nil
 	}
 }

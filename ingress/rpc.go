@@ -3,12 +3,10 @@ package ingress
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,10 +30,19 @@ type outcome struct {
 	reason string // why the request was refused or went wrong, if it was
 }
 
-// serveRPC handles /rpc and logs one line for the request.
+// serveRPC handles /rpc and logs one line for the request: a GET that asks
+// for an upgrade becomes a WebSocket connection, which logs its own line.
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+	if isUpgrade(r) {
+		s.serveWebSocket(w, r)
+		return
+	}
 	start := time.Now()
-	o := s.rpc(w, r)
+	s.logRequest(r, "rpc", start, s.rpc(w, r))
+}
+
+// logRequest writes the request line of one HTTP request.
+func (s *Server) logRequest(r *http.Request, msg string, start time.Time, o outcome) {
 	level := slog.LevelInfo
 	if o.status >= 500 {
 		level = slog.LevelError
@@ -57,7 +64,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	if o.reason != "" {
 		attrs = append(attrs, slog.String("reason", o.reason))
 	}
-	s.log.LogAttrs(r.Context(), level, "rpc", attrs...)
+	s.log.LogAttrs(r.Context(), level, msg, attrs...)
 }
 
 // rpc answers one POST /rpc. The checks that need no body come first, so a
@@ -97,124 +104,28 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 		return o
 	}
 
-	items, batch, perr := schema.Parse(body, s.limit)
+	sse := wantsEvents(r.Header)
+	elems, batch, perr := s.parse(body)
 	if perr != nil {
-		o := s.write(r.Context(), w, []schema.Response{{Error: perr}}, false)
+		var o outcome
+		if sse {
+			o = s.writeEvents(r.Context(), w, &plan{out: []reply{{Response: schema.Response{Error: perr}}}})
+		} else {
+			o = s.write(r.Context(), w, []reply{{Response: schema.Response{Error: perr}}}, false)
+		}
 		o.reason = perr.Message
 		return o
 	}
-	resps, calls := s.answer(r.Context(), items, timeout)
-	o := s.write(r.Context(), w, resps, batch)
-	o.items, o.calls = len(items), calls
+	p := s.plan(elems, timeout, nil)
+	var o outcome
+	if sse {
+		o = s.writeEvents(r.Context(), w, &p)
+	} else {
+		s.dispatch(r.Context(), &p)
+		o = s.write(r.Context(), w, p.out, batch)
+	}
+	o.items, o.calls = len(elems), len(p.calls)
 	return o
-}
-
-// answer turns parsed items into the responses to write, in request order:
-// elements the ingress answers itself get their error there, the others are
-// dispatched together and their responses put in their places. It returns
-// the number of calls dispatched.
-func (s *Server) answer(ctx context.Context, items []schema.Item, timeout time.Duration) ([]schema.Response, int) {
-	out := make([]schema.Response, 0, len(items))
-	var calls []schema.Call
-	var slots []int // per call, its index in out, or -1 for a notification
-	for _, it := range items {
-		if it.Err != nil {
-			// An element whose id could not be read is answered with a
-			// null id, as the specification asks.
-			out = append(out, schema.Response{ID: it.Request.ID, Error: it.Err})
-			continue
-		}
-		req := it.Request
-		if e := checkMethod(req.Method); e != nil {
-			if !req.IsNotification() {
-				out = append(out, schema.Response{ID: req.ID, Error: e})
-			}
-			continue
-		}
-		slot := -1
-		if !req.IsNotification() {
-			slot = len(out)
-			out = append(out, schema.Response{ID: req.ID})
-		}
-		if calls == nil {
-			calls = make([]schema.Call, 0, len(items))
-			slots = make([]int, 0, len(items))
-		}
-		calls = append(calls, schema.Call{Request: req, Timeout: timeout})
-		slots = append(slots, slot)
-	}
-	if len(calls) == 0 {
-		return out, 0
-	}
-
-	got, err := s.dispatch(ctx, calls)
-	if err == nil && len(got) != len(calls) {
-		err = fmt.Errorf("dispatcher returned %d responses for %d calls", len(got), len(calls))
-	}
-	if err != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))
-		for _, slot := range slots {
-			if slot >= 0 {
-				out[slot].Error = internalError()
-			}
-		}
-		return out, len(calls)
-	}
-	for i, slot := range slots {
-		if slot < 0 {
-			continue
-		}
-		r := got[i]
-		switch {
-		case r.Error != nil:
-			// An error is never swallowed, even next to a result.
-			out[slot].Error = r.Error
-		case len(r.Result) > 0:
-			out[slot].Result = r.Result
-		default:
-			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher returned neither result nor error",
-				slog.String("id", string(calls[i].ID)), slog.String("method", calls[i].Method))
-			out[slot].Error = internalError()
-		}
-	}
-	return out, len(calls)
-}
-
-// dispatch calls the dispatcher, turning a panic into an error so that every
-// call of the request is still answered.
-func (s *Server) dispatch(ctx context.Context, calls []schema.Call) (resps []schema.Response, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher panicked",
-				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
-			err = fmt.Errorf("dispatcher panicked: %v", v)
-		}
-	}()
-	return s.d.Dispatch(ctx, calls), nil
-}
-
-// internalError is the answer for a call that got no usable answer. The
-// detail goes to the log; the client learns only that toolbus failed.
-func internalError() *schema.Error {
-	return schema.NewError(schema.CodeInternal, "internal error: the call got no answer",
-		map[string]any{"reason": "no_answer"})
-}
-
-// checkMethod returns the error for a method the ingress never dispatches:
-// a name outside the bus grammar, or a reserved rpc.* name. The ingress
-// serves no rpc.* method yet.
-func checkMethod(method string) *schema.Error {
-	if err := schema.ValidateMethod(method); err != nil {
-		return schema.ErrorFrom(err)
-	}
-	if schema.IsReserved(method) {
-		return schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved",
-			map[string]any{"reason": "reserved", "method": method})
-	}
-	return nil
 }
 
 // isJSON reports whether a Content-Type names JSON: application/json in any
@@ -279,7 +190,7 @@ const maxPooledBuf = 1 << 20
 
 // write writes the answer: nothing to answer is 204, one request gets one
 // object, a batch an array.
-func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []schema.Response, batch bool) outcome {
+func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []reply, batch bool) outcome {
 	o := outcome{status: http.StatusOK}
 	if len(resps) == 0 {
 		o.status = http.StatusNoContent
@@ -299,11 +210,7 @@ func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []schem
 	}()
 	var b []byte
 	var err error
-	if batch {
-		b, err = schema.AppendBatch((*bp)[:0], resps)
-	} else {
-		b, err = resps[0].AppendJSON((*bp)[:0])
-	}
+	b, err = appendReplies((*bp)[:0], resps, batch)
 	if err != nil {
 		// Only an error message that cannot be marshalled gets here.
 		s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))

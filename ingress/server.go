@@ -7,19 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
-
-// Dispatcher runs calls. The aggregator implements it.
-type Dispatcher interface {
-	// Dispatch runs every call concurrently, each under its own deadline, and returns
-	// one response per call in the same order; entries for notifications are ignored.
-	// It returns when every non-notification call has a result or an error.
-	Dispatch(ctx context.Context, calls []schema.Call) []schema.Response
-}
 
 // Timeouts of the HTTP server started by [Server.Serve]. The write timeout
 // runs from the end of the request headers to the end of the response, so it
@@ -45,6 +38,11 @@ type Server struct {
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
 	closing atomic.Bool
+
+	// ws holds the WebSocket connections, which the HTTP server forgets
+	// once they are hijacked, for Shutdown to drain.
+	wsMu sync.Mutex
+	ws   map[*wsConn]struct{}
 }
 
 // New returns a server that hands calls to d. It fails when d is nil or an
@@ -64,9 +62,11 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		cfg:   cfg,
 		log:   cfg.logger.With("component", "ingress"),
 		limit: schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
+		ws:    map[*wsConn]struct{}{},
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)
+	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
 	s.srv = &http.Server{
@@ -80,8 +80,9 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the routes of the ingress: POST /rpc, GET /healthz and
-// GET /readyz. Use it to mount the ingress in a server of one's own; [Serve]
+// Handler returns the routes of the ingress: POST /rpc (JSON or
+// server-sent events), GET /rpc (WebSocket), POST /v1/tools/{method}/invoke,
+// GET /healthz and GET /readyz. Use it to mount the ingress in a server of one's own; [Serve]
 // uses it too.
 func (s *Server) Handler() http.Handler { return s.mux }
 
@@ -99,16 +100,27 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // Shutdown stops the server gracefully: /readyz answers 503 at once, the
-// listeners close, and requests in flight are answered before Shutdown
-// returns. When ctx ends first, Shutdown closes the remaining connections,
-// which cancels the contexts of their calls, and returns ctx's error.
+// listeners close, requests in flight are answered, and WebSocket
+// connections answer the calls they have in flight, refuse new ones -32003
+// and close with status 1001 (going away), all before Shutdown returns.
+// When ctx ends first, Shutdown closes the remaining connections, which
+// cancels their calls, and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.wsMu.Lock()
 	s.closing.Store(true)
-	if err := s.srv.Shutdown(ctx); err != nil {
+	s.wsMu.Unlock()
+	wsDone := make(chan error, 1)
+	go func() { wsDone <- s.drainWebSockets(ctx) }()
+	err := s.srv.Shutdown(ctx)
+	wsErr := <-wsDone
+	if err != nil {
 		// Close cannot fail in a way that matters more than the deadline
 		// the caller set; report that.
 		_ = s.srv.Close()
 		return fmt.Errorf("ingress: shutdown: %w", err)
+	}
+	if wsErr != nil {
+		return fmt.Errorf("ingress: shutdown: %w", wsErr)
 	}
 	return nil
 }

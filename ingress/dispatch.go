@@ -1,0 +1,295 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Dispatcher runs calls. The aggregator implements it. Every transport of
+// the ingress hands its calls to the one Dispatcher of its [Server].
+type Dispatcher interface {
+	// Dispatch runs every call concurrently, each under its own deadline, and returns
+	// one response per call in the same order; entries for notifications are ignored.
+	// It returns when every non-notification call has a result or an error.
+	Dispatch(ctx context.Context, calls []schema.Call) []schema.Response
+	// Stream runs calls as Dispatch does but hands each answer to emit as soon
+	// as it exists, in completion order, with the index of its call;
+	// notifications get none. emit is called from one goroutine at a time and
+	// never after Stream returns. When ctx ends, the calls still open are
+	// answered [schema.CodeCanceled].
+	Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response))
+}
+
+// element is one element of a message as the ingress sees it: a request to
+// run, or the error it is answered with, and the form of its answer.
+type element struct {
+	req schema.Request
+	err *schema.Error // the answer, when the element is not a valid request
+	v1  bool          // answered in JSON-RPC 1.0 form
+}
+
+// reply is one answer to write, in the form its request asked for.
+type reply struct {
+	schema.Response
+	v1 bool
+}
+
+// parse parses a JSON-RPC message under the server's limits. A non-nil
+// error is the whole message's answer, sent alone with a null id in 2.0
+// form. With [WithJSONRPC1], elements without a "jsonrpc" member are read
+// as JSON-RPC 1.0 requests.
+func (s *Server) parse(body []byte) (elems []element, batch bool, err *schema.Error) {
+	items, batch, err := schema.Parse(body, s.limit)
+	if err != nil {
+		return nil, batch, err
+	}
+	elems = make([]element, len(items))
+	for i, it := range items {
+		elems[i] = element{req: it.Request, err: it.Err}
+	}
+	if s.cfg.jsonrpc1 {
+		readV1(body, batch, elems)
+	}
+	return elems, batch, nil
+}
+
+// localMethod is a method a transport answers itself instead of handing it
+// to the dispatcher, such as rpc.cancel on a WebSocket connection.
+type localMethod func(req schema.Request) (json.RawMessage, *schema.Error)
+
+// plan is what the ingress does with one message: the answers it has
+// already, and the calls it hands to the dispatcher.
+type plan struct {
+	// out holds the answers in request order; the slot of a dispatched
+	// call is filled when the call is answered.
+	out   []reply
+	calls []schema.Call
+	// slots holds, per call, its index in out, or -1 for a notification.
+	slots []int
+}
+
+// plan sorts the elements of a message: invalid elements and methods that
+// can never be routed are answered at once, methods in local are run at
+// once, and every other element, notifications included, becomes a call
+// carrying the deadline the client asked for. This is the one place where
+// every transport's requests are checked.
+func (s *Server) plan(elems []element, timeout time.Duration, local map[string]localMethod) plan {
+	p := plan{out: make([]reply, 0, len(elems))}
+	for _, el := range elems {
+		if el.err != nil {
+			// An element whose id could not be read is answered with a
+			// null id, as the specification asks.
+			p.out = append(p.out, reply{schema.Response{ID: el.req.ID, Error: el.err}, el.v1})
+			continue
+		}
+		req := el.req
+		if run, ok := local[req.Method]; ok {
+			result, err := run(req)
+			if !req.IsNotification() {
+				p.out = append(p.out, reply{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
+			}
+			continue
+		}
+		if e := checkMethod(req.Method); e != nil {
+			if !req.IsNotification() {
+				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
+			}
+			continue
+		}
+		slot := -1
+		if !req.IsNotification() {
+			slot = len(p.out)
+			p.out = append(p.out, reply{schema.Response{ID: req.ID}, el.v1})
+		}
+		if p.calls == nil {
+			p.calls = make([]schema.Call, 0, len(elems))
+			p.slots = make([]int, 0, len(elems))
+		}
+		p.calls = append(p.calls, schema.Call{Request: req, Timeout: timeout})
+		p.slots = append(p.slots, slot)
+	}
+	return p
+}
+
+// answers counts the calls of p that are not notifications.
+func (p *plan) answers() int {
+	n := 0
+	for _, slot := range p.slots {
+		if slot >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// settle returns the answer to send for call c, given what the dispatcher
+// returned: the call's own id, an error in preference to a result (an error
+// is never swallowed, even next to a result), and an internal error when
+// there is neither.
+func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response) schema.Response {
+	out := schema.Response{ID: c.ID}
+	switch {
+	case r.Error != nil:
+		out.Error = r.Error
+	case len(r.Result) > 0:
+		out.Result = r.Result
+	default:
+		s.log.LogAttrs(ctx, slog.LevelError, "dispatcher returned neither result nor error",
+			slog.String("id", string(c.ID)), slog.String("method", c.Method))
+		out.Error = internalError()
+	}
+	return out
+}
+
+// dispatch calls [Dispatcher.Dispatch] and settles the answers into the
+// slots of p. Every call gets an answer: a dispatcher that panics or
+// returns too few responses is logged and its calls answered -32603.
+func (s *Server) dispatch(ctx context.Context, p *plan) {
+	if len(p.calls) == 0 {
+		return
+	}
+	got, err := s.dispatchSafely(ctx, p.calls)
+	if err == nil && len(got) != len(p.calls) {
+		err = fmt.Errorf("dispatcher returned %d responses for %d calls", len(got), len(p.calls))
+	}
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))
+		for _, slot := range p.slots {
+			if slot >= 0 {
+				p.out[slot].Error = internalError()
+			}
+		}
+		return
+	}
+	for i, slot := range p.slots {
+		if slot >= 0 {
+			p.out[slot].Response = s.settle(ctx, &p.calls[i], got[i])
+		}
+	}
+}
+
+// dispatchSafely calls the dispatcher, turning a panic into an error so that
+// every call of the request is still answered.
+func (s *Server) dispatchSafely(ctx context.Context, calls []schema.Call) (resps []schema.Response, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = s.recovered(ctx, v)
+		}
+	}()
+	return s.d.Dispatch(ctx, calls), nil
+}
+
+// stream calls [Dispatcher.Stream] and hands emit the settled answer of
+// every call that is not a notification, exactly once each, in completion
+// order. Whatever the dispatcher does wrong (panicking, skipping a call,
+// answering one twice, emitting late) stays inside: a call it never
+// answered gets -32603 when Stream returns, and emit is never called after
+// stream returns. emit is called from one goroutine at a time and must not
+// block for long.
+func (s *Server) stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	if len(calls) == 0 {
+		return
+	}
+	var mu sync.Mutex
+	answered := make([]bool, len(calls))
+	closed := false
+	once := func(i int, r schema.Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed || i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
+			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher emitted an unexpected answer", slog.Int("index", i))
+			return
+		}
+		answered[i] = true
+		emit(i, s.settle(ctx, &calls[i], r))
+	}
+	if err := s.streamSafely(ctx, calls, once); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	closed = true
+	for i := range calls {
+		if !answered[i] && !calls[i].IsNotification() {
+			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher left a call unanswered",
+				slog.String("id", string(calls[i].ID)), slog.String("method", calls[i].Method))
+			emit(i, schema.Response{ID: calls[i].ID, Error: internalError()})
+		}
+	}
+}
+
+func (s *Server) streamSafely(ctx context.Context, calls []schema.Call, emit func(int, schema.Response)) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = s.recovered(ctx, v)
+		}
+	}()
+	s.d.Stream(ctx, calls, emit)
+	return nil
+}
+
+// recovered logs a dispatcher panic and returns it as an error; the
+// sentinel with which net/http aborts a handler keeps unwinding.
+func (s *Server) recovered(ctx context.Context, v any) error {
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.log.LogAttrs(ctx, slog.LevelError, "dispatcher panicked",
+		slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+	return fmt.Errorf("dispatcher panicked: %v", v)
+}
+
+// internalError is the answer for a call that got no usable answer. The
+// detail goes to the log; the client learns only that toolbus failed.
+func internalError() *schema.Error {
+	return schema.NewError(schema.CodeInternal, "internal error: the call got no answer",
+		map[string]any{"reason": "no_answer"})
+}
+
+// checkMethod returns the error for a method the ingress never dispatches:
+// a name outside the bus grammar, or a reserved rpc.* name that the
+// transport does not serve itself.
+func checkMethod(method string) *schema.Error {
+	if err := schema.ValidateMethod(method); err != nil {
+		return schema.ErrorFrom(err)
+	}
+	if schema.IsReserved(method) {
+		return schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved",
+			map[string]any{"reason": "reserved", "method": method})
+	}
+	return nil
+}
+
+// appendReply appends the JSON form of r to b.
+func appendReply(b []byte, r reply) ([]byte, error) {
+	if r.v1 {
+		return appendV1(b, r.Response)
+	}
+	return r.AppendJSON(b)
+}
+
+// appendReplies appends one answer, or the array of a batch's answers.
+func appendReplies(b []byte, rs []reply, batch bool) ([]byte, error) {
+	if !batch {
+		return appendReply(b, rs[0])
+	}
+	b = append(b, '[')
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendReply(b, r); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}

@@ -1,0 +1,474 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// CancelMethod is the method with which a WebSocket client cancels one of
+// its calls in flight: params {"id": <the call's id>}, matched byte for byte
+// with the id the call was sent with. The call is answered -32004; the
+// rpc.cancel request itself is answered {"canceled": true} when a call of
+// the connection with that id was in flight, {"canceled": false} when none
+// was.
+const CancelMethod = "rpc.cancel"
+
+// Causes with which the context of a WebSocket call ends. The dispatcher
+// answers every one of them -32004.
+var (
+	errCanceledByClient = errors.New("ingress: canceled by " + CancelMethod)
+	errConnClosed       = errors.New("ingress: websocket connection closed")
+	errDeadPeer         = errors.New("ingress: websocket peer missed its pongs")
+	errShutdown         = errors.New("ingress: server shut down")
+)
+
+// wsOverloadRetryAfter is the wait a connection over its in-flight cap
+// suggests: about the time a short call takes.
+const wsOverloadRetryAfter = 100 * time.Millisecond
+
+// isUpgrade reports whether r asks to become a WebSocket connection.
+func isUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && headerHasToken(r.Header, "Connection", "upgrade") &&
+		headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wsConn is one WebSocket connection. Its reading goroutine is the
+// handler's; every call runs on a goroutine of its own, and the handler
+// returns only when all of them and the pinger have.
+type wsConn struct {
+	s       *Server
+	c       *websocket.Conn
+	timeout time.Duration // from Toolbus-Timeout at the upgrade
+	// stop closes the connection: it ends the context that reading,
+	// writing and pinging run under. Calls do not run under that context;
+	// closeCalls cancels them one by one.
+	stop context.CancelCauseFunc
+	done chan struct{} // closed when the handler returns
+	wg   sync.WaitGroup
+
+	writeMu sync.Mutex // one message written at a time
+
+	mu       sync.Mutex
+	flights  map[string][]*flight // calls in flight by id, for rpc.cancel
+	inFlight int                  // calls in flight, notifications included
+	closed   bool                 // no call is admitted any more
+	draining bool                 // shutting down: new calls are refused
+	goAway   sync.Once
+
+	messages, calls int // for the log line; read and written by the reading goroutine only
+}
+
+// flight is one call of a connection in flight.
+type flight struct {
+	id     json.RawMessage
+	cancel context.CancelCauseFunc
+}
+
+// stopCall ends the call's context with cause, which makes the dispatcher
+// answer it -32004. Every cancellation of a WebSocket call, by rpc.cancel or
+// by its connection closing, starts here and only here; a bus-level cancel
+// to the worker belongs here too.
+func (f *flight) stopCall(cause error) { f.cancel(cause) }
+
+// serveWebSocket upgrades GET /rpc and serves the connection until it
+// closes. The Toolbus-Timeout header of the upgrade applies to every call of
+// the connection.
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	timeout, terr := parseTimeout(r.Header)
+	if terr != nil {
+		s.logRequest(r, "websocket", start, s.refuse(w, http.StatusBadRequest, terr))
+		return
+	}
+	if s.closing.Load() {
+		s.logRequest(r, "websocket", start, s.refuse(w, http.StatusServiceUnavailable, shuttingDown()))
+		return
+	}
+	// A hijacked connection keeps the deadlines of the HTTP server; a
+	// WebSocket lives as long as its pongs come back. A recorder in tests
+	// cannot set them, which does not matter there.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.origins})
+	if err != nil {
+		// Accept has answered the request (403 for a foreign origin).
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "websocket refused",
+			slog.String("remote", r.RemoteAddr), slog.String("reason", err.Error()))
+		return
+	}
+	// One byte over the limit is read, to tell a message at the limit
+	// from one over it.
+	c.SetReadLimit(s.cfg.limits.MaxBodyBytes + 1)
+
+	// The connection, not the upgrade request, bounds the calls: it
+	// keeps the request's values but ends when the connection does.
+	ctx, stop := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	cn := &wsConn{s: s, c: c, timeout: timeout, stop: stop, done: make(chan struct{}),
+		flights: map[string][]*flight{}}
+	if !s.track(cn) {
+		c.Close(websocket.StatusGoingAway, "server shutting down")
+		stop(errShutdown)
+		return
+	}
+	defer s.untrack(cn)
+	defer close(cn.done)
+
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		cn.ping(ctx)
+	}()
+	reason := cn.read(ctx)
+	cn.stop(reason)
+	cn.closeCalls(reason)
+	cn.wg.Wait()
+	c.CloseNow()
+
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "websocket",
+		slog.Int("messages", cn.messages), slog.Int("calls", cn.calls),
+		slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr),
+		slog.String("reason", reason.Error()))
+}
+
+// read reads and handles messages until the connection ends, and returns
+// why it did.
+func (cn *wsConn) read(ctx context.Context) error {
+	max := cn.s.cfg.limits.MaxBodyBytes
+	for {
+		typ, rd, err := cn.c.Reader(ctx)
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return cause
+			}
+			if websocket.CloseStatus(err) != -1 {
+				return errConnClosed
+			}
+			return fmt.Errorf("read: %w", err)
+		}
+		body, err := io.ReadAll(io.LimitReader(rd, max+1))
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		cn.messages++
+		if int64(len(body)) > max {
+			cn.write(ctx, []reply{{Response: schema.Response{Error: schema.LimitError("max_body_bytes", max, -1)}}}, false)
+			cn.c.Close(websocket.StatusMessageTooBig, "max_body_bytes")
+			return errors.New("message over max_body_bytes")
+		}
+		if typ != websocket.MessageText {
+			cn.write(ctx, []reply{{Response: schema.Response{Error: schema.NewError(schema.CodeInvalidRequest,
+				"invalid request: JSON-RPC messages go in text frames", nil)}}}, false)
+			continue
+		}
+		cn.message(ctx, body)
+	}
+}
+
+// message handles one message: the answers the ingress has at once are
+// sent, or kept for the batch's array, and every call starts on its own
+// goroutine under a context of its own, handed to the dispatcher alone, so
+// that rpc.cancel can end it alone. The connection's in-flight cap bounds
+// them, in place of the aggregator's cap on the calls of one batch.
+func (cn *wsConn) message(ctx context.Context, body []byte) {
+	elems, batch, perr := cn.s.parse(body)
+	if perr != nil {
+		cn.write(ctx, []reply{{Response: schema.Response{Error: perr}}}, false)
+		return
+	}
+	p := cn.s.plan(elems, cn.timeout, map[string]localMethod{CancelMethod: cn.cancelCall})
+	cn.calls += len(p.calls)
+	if len(p.calls) == 0 {
+		if len(p.out) > 0 {
+			cn.write(ctx, p.out, batch)
+		}
+		return
+	}
+	// A single request's answer goes out alone; a batch's answers wait
+	// for each other and go out as one array.
+	var mu sync.Mutex
+	waiting := p.answers()
+	if waiting == 0 && len(p.out) > 0 {
+		cn.write(ctx, p.out, batch) // the batch's calls are all notifications
+	}
+	deliver := func(slot int, r schema.Response) {
+		if slot < 0 {
+			return
+		}
+		mu.Lock()
+		p.out[slot].Response = r
+		waiting--
+		last := waiting == 0
+		mu.Unlock()
+		switch {
+		case !batch:
+			cn.write(ctx, p.out[slot:slot+1], false)
+		case last:
+			cn.write(ctx, p.out, true)
+		}
+	}
+	for i := range p.calls {
+		c, slot := p.calls[i], p.slots[i]
+		callCtx, f, refusal := cn.admit(ctx, &c)
+		if refusal != nil {
+			if c.IsNotification() {
+				cn.s.log.LogAttrs(ctx, slog.LevelWarn, "websocket notification dropped",
+					slog.String("method", c.Method), slog.String("reason", refusal.Message))
+			}
+			deliver(slot, schema.Response{ID: c.ID, Error: refusal})
+			continue
+		}
+		cn.wg.Add(1)
+		go func() {
+			defer cn.wg.Done()
+			var answer schema.Response
+			cn.s.stream(callCtx, []schema.Call{c}, func(_ int, r schema.Response) { answer = r })
+			cn.land(f)
+			deliver(slot, answer)
+			cn.release()
+		}()
+	}
+}
+
+// admit registers a call as in flight and returns the context it runs
+// under, or the error it is answered with when the connection is at its
+// in-flight cap or shutting down.
+func (cn *wsConn) admit(ctx context.Context, c *schema.Call) (context.Context, *flight, *schema.Error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	switch {
+	case cn.closed || cn.draining:
+		return nil, nil, shuttingDown()
+	case cn.inFlight >= cn.s.cfg.wsMaxInFlight:
+		return nil, nil, schema.NewError(schema.CodeOverloaded,
+			fmt.Sprintf("overloaded: %d calls in flight on this connection (ws_max_in_flight)", cn.s.cfg.wsMaxInFlight),
+			map[string]any{"retryable": true, "retry_after_ms": wsOverloadRetryAfter.Milliseconds(), "limit": "ws_max_in_flight"})
+	}
+	cn.inFlight++
+	// A call's context keeps the connection's values but ends only
+	// through its flight's stopCall, the one place cancellation starts.
+	callCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	f := &flight{id: c.ID, cancel: cancel}
+	key := string(c.ID) // a notification's is "", which no rpc.cancel names
+	cn.flights[key] = append(cn.flights[key], f)
+	return callCtx, f, nil
+}
+
+// land takes a call that has its answer off the cancelable list: rpc.cancel
+// from now on finds nothing to cancel. Its context is released.
+func (cn *wsConn) land(f *flight) {
+	cn.mu.Lock()
+	key := string(f.id)
+	fs := cn.flights[key]
+	for i, g := range fs {
+		if g == f {
+			fs = append(fs[:i], fs[i+1:]...)
+			break
+		}
+	}
+	if len(fs) == 0 {
+		delete(cn.flights, key)
+	} else {
+		cn.flights[key] = fs
+	}
+	cn.mu.Unlock()
+	f.cancel(nil) // the call is over; this frees its context
+}
+
+// release frees a call's in-flight slot once its answer is written, so
+// that a peer that does not read its answers soon has no slot left. The
+// last call of a draining connection closes it.
+func (cn *wsConn) release() {
+	cn.mu.Lock()
+	cn.inFlight--
+	idle := cn.draining && cn.inFlight == 0
+	cn.mu.Unlock()
+	if idle {
+		cn.closeGoingAway()
+	}
+}
+
+// cancelCall serves rpc.cancel.
+func (cn *wsConn) cancelCall(req schema.Request) (json.RawMessage, *schema.Error) {
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if len(req.Params) == 0 || req.Params[0] != '{' || json.Unmarshal(req.Params, &p) != nil || len(p.ID) == 0 {
+		return nil, schema.NewError(schema.CodeInvalidParams,
+			`invalid params: `+CancelMethod+` takes {"id": <the id of a call in flight>}`,
+			map[string]any{"field": "id"})
+	}
+	cn.mu.Lock()
+	fs := cn.flights[string(p.ID)]
+	for _, f := range fs {
+		f.stopCall(errCanceledByClient)
+	}
+	cn.mu.Unlock()
+	if len(fs) > 0 {
+		return json.RawMessage(`{"canceled":true}`), nil
+	}
+	return json.RawMessage(`{"canceled":false}`), nil
+}
+
+// closeCalls cancels every call in flight and admits no more.
+func (cn *wsConn) closeCalls(cause error) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	cn.closed = true
+	for _, fs := range cn.flights {
+		for _, f := range fs {
+			f.stopCall(cause)
+		}
+	}
+}
+
+// write sends one message: an answer, or a batch's array. A message that
+// cannot be written within the dead-peer window closes the connection.
+func (cn *wsConn) write(ctx context.Context, rs []reply, batch bool) {
+	b, err := appendReplies(nil, rs, batch)
+	if err != nil {
+		cn.s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))
+		b, _ = schema.Response{Error: internalError()}.AppendJSON(nil)
+	}
+	cn.writeMu.Lock()
+	defer cn.writeMu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, cn.s.cfg.pingInterval*time.Duration(cn.s.cfg.pingMisses))
+	defer cancel()
+	if err := cn.c.Write(wctx, websocket.MessageText, b); err != nil {
+		cn.stop(fmt.Errorf("write: %w", err))
+	}
+}
+
+// ping pings the peer every interval and closes the connection after the
+// configured number of pongs in a row did not come back within an interval.
+func (cn *wsConn) ping(ctx context.Context) {
+	interval, misses := cn.s.cfg.pingInterval, cn.s.cfg.pingMisses
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	missed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		err := cn.c.Ping(pctx)
+		cancel()
+		switch {
+		case err == nil:
+			missed = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			missed++
+			if missed >= misses {
+				cn.stop(errDeadPeer)
+				return
+			}
+		}
+	}
+}
+
+// closeGoingAway closes a drained connection with the close handshake.
+func (cn *wsConn) closeGoingAway() {
+	cn.goAway.Do(func() {
+		cn.c.Close(websocket.StatusGoingAway, "server shutting down")
+	})
+}
+
+// drain refuses the connection's new calls and closes it once the calls in
+// flight are answered.
+func (cn *wsConn) drain() {
+	cn.mu.Lock()
+	cn.draining = true
+	idle := cn.inFlight == 0
+	cn.mu.Unlock()
+	if idle {
+		cn.closeGoingAway()
+	}
+}
+
+// shuttingDown is the answer to a call that arrives while the server shuts
+// down: retryable, on another replica.
+func shuttingDown() *schema.Error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: the server is shutting down",
+		map[string]any{"retryable": true, "reason": "shutting_down"})
+}
+
+// track adds a connection to those Shutdown drains; it fails once Shutdown
+// has started.
+func (s *Server) track(cn *wsConn) bool {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.ws[cn] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(cn *wsConn) {
+	s.wsMu.Lock()
+	delete(s.ws, cn)
+	s.wsMu.Unlock()
+}
+
+// drainWebSockets drains every WebSocket connection and waits until all are
+// closed or ctx ends; then it closes those left, canceling their calls.
+// The HTTP server does not know hijacked connections, so Shutdown calls
+// this beside it.
+func (s *Server) drainWebSockets(ctx context.Context) error {
+	s.wsMu.Lock()
+	conns := make([]*wsConn, 0, len(s.ws))
+	for cn := range s.ws {
+		conns = append(conns, cn)
+	}
+	s.wsMu.Unlock()
+	var wg sync.WaitGroup
+	var forced atomic.Bool
+	for _, cn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Close waits for the peer's close frame, at most a few
+			// seconds; stop ends the wait when ctx ends first.
+			stop := context.AfterFunc(ctx, func() {
+				forced.Store(true)
+				cn.stop(errShutdown)
+			})
+			defer stop()
+			cn.drain()
+			<-cn.done
+		}()
+	}
+	wg.Wait()
+	if forced.Load() {
+		return ctx.Err()
+	}
+	return nil
+}
