@@ -24,6 +24,7 @@ const (
 	CodeCanceled      = -32004 // the call was canceled
 	CodeForbidden     = -32005 // the caller may not call this method
 	CodeLimitExceeded = -32006 // a configured limit was exceeded; data.limit names it
+	CodeJobNotFound   = -32007 // rpc.jobs.*: no job has this id for this caller (never existed, or expired); data.id
 )
 
 // Error is a JSON-RPC 2.0 error object. It implements error, so any layer can
@@ -55,6 +56,7 @@ var (
 	ErrCanceled       = &Error{Code: CodeCanceled, Message: "canceled"}
 	ErrForbidden      = &Error{Code: CodeForbidden, Message: "forbidden"}
 	ErrLimitExceeded  = &Error{Code: CodeLimitExceeded, Message: "limit exceeded"}
+	ErrJobNotFound    = &Error{Code: CodeJobNotFound, Message: "job not found"}
 )
 
 // Error returns the code and message, for logs.

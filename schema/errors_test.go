@@ -113,7 +113,7 @@ func TestSentinelCodes(t *testing.T) {
 		{ErrParse, -32700}, {ErrInvalidRequest, -32600}, {ErrMethodNotFound, -32601},
 		{ErrInvalidParams, -32602}, {ErrInternal, -32603}, {ErrTool, -32000},
 		{ErrTimeout, -32001}, {ErrOverloaded, -32002}, {ErrUnavailable, -32003},
-		{ErrCanceled, -32004}, {ErrForbidden, -32005}, {ErrLimitExceeded, -32006},
+		{ErrCanceled, -32004}, {ErrForbidden, -32005}, {ErrLimitExceeded, -32006}, {ErrJobNotFound, -32007},
 	}
 	for _, tt := range tests {
 		t.Run(tt.err.Message, func(t *testing.T) {

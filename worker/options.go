@@ -80,6 +80,7 @@ func WithMaxResultBytes(n int64) Option {
 
 type handleConfig struct {
 	concurrency int
+	retryable   bool
 }
 
 // HandleOption configures one method registered with [Runtime.Handle].
@@ -94,6 +95,18 @@ func Concurrency(n int) HandleOption {
 			return fmt.Errorf("worker: concurrency must be at least 1, got %d", n)
 		}
 		c.concurrency = n
+		return nil
+	}
+}
+
+// Retryable marks a method as safe to run again when a job running it was
+// interrupted (its worker died or lost its connection mid-call): running it
+// twice has the same effect as running it once. By default a method is not
+// safe to retry, and an interrupted job of it fails rather than running a
+// second time. See [Runtime.Retryable].
+func Retryable() HandleOption {
+	return func(c *handleConfig) error {
+		c.retryable = true
 		return nil
 	}
 }

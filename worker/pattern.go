@@ -19,3 +19,17 @@ func overlaps(a, b string) bool {
 	}
 	return len(at) == len(bt)
 }
+
+// matches reports whether method, a concrete name, is served by pattern.
+func matches(pattern, method string) bool {
+	pt, mt := strings.Split(pattern, "."), strings.Split(method, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return i == len(pt)-1 && len(mt) > i
+		}
+		if i >= len(mt) || (p != "*" && p != mt[i]) {
+			return false
+		}
+	}
+	return len(pt) == len(mt)
+}

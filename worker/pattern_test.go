@@ -26,3 +26,26 @@ func TestOverlaps(t *testing.T) {
 		}
 	}
 }
+
+func TestMatches(t *testing.T) {
+	for _, tc := range []struct {
+		name, pattern, method string
+		want                  bool
+	}{
+		{"exact", "math.add", "math.add", true},
+		{"other name", "math.add", "math.sub", false},
+		{"star", "math.*", "math.add", true},
+		{"star too short", "math.*", "math", false},
+		{"star too long", "math.*", "math.add.int", false},
+		{"tail", "math.>", "math.add.int", true},
+		{"tail needs a token", "math.>", "math", false},
+		{"leading star", "*.add", "math.add", true},
+		{"prefix only", "echo", "echo.more", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := matches(tc.pattern, tc.method); got != tc.want {
+				t.Errorf("matches(%q, %q) = %v, want %v", tc.pattern, tc.method, got, tc.want)
+			}
+		})
+	}
+}

@@ -59,6 +59,9 @@ type route struct {
 	subject string
 	handler Handler
 	sem     chan struct{} // one token per running call
+	// retryable is set by [Retryable]: the method may run again after an
+	// interrupted job.
+	retryable bool
 
 	// sub and done are set under Runtime.mu when the route subscribes; done
 	// is closed when the subscription has delivered its last message.
@@ -115,7 +118,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 	if err != nil {
 		return fmt.Errorf("worker: handle %q: %w", pattern, err)
 	}
-	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency)}
+	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retryable: hc.retryable}
 
 	rt.mu.Lock()
 	defer rt.mu.Unlock()

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// MaxProgressMessageBytes is the longest progress message [Progress] passes
+// on; a longer one is cut at a UTF-8 boundary.
+const MaxProgressMessageBytes = 1024
+
+// ProgressFunc receives a running job's progress: percent in [0, 100] and a
+// short message. It is called from the handler's goroutine and must not
+// block for long.
+type ProgressFunc func(percent float64, message string)
+
+type progressKey struct{}
+
+// Progress reports the progress of the call that ctx belongs to when it runs
+// as a durable job ([Runtime.Invoke] with a progress function); for a call
+// over the bus it does nothing. percent is clamped to [0, 100] (NaN counts
+// as 0) and message is cut to [MaxProgressMessageBytes]. Progress is safe to
+// call often: the job runner decides how often it is written down.
+func Progress(ctx context.Context, percent float64, message string) {
+	fn, ok := ctx.Value(progressKey{}).(ProgressFunc)
+	if !ok || fn == nil {
+		return
+	}
+	switch {
+	case math.IsNaN(percent) || percent < 0:
+		percent = 0
+	case percent > 100:
+		percent = 100
+	}
+	fn(percent, truncateUTF8(message, MaxProgressMessageBytes))
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Step back over continuation bytes so the cut never splits a rune.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// Invoke runs the handler registered for call.Method once, outside the bus,
+// as the job runner does: the same panic recovery, error mapping, result
+// encoding and result limit as a call over the bus, and the handler sees a
+// [Request] made from call (the ID, method, params and caller; the deadline
+// is ctx's). progress, when not nil, receives what the handler reports with
+// [Progress].
+//
+// Invoke does not take one of the method's concurrency slots: the job runner
+// bounds how many jobs run at once itself. A method no registered pattern
+// serves answers -32601, and a runtime that has been shut down -32003. The
+// handler's context is ctx, so cancelling ctx cancels the handler. Invoke
+// returns either a result of valid JSON or an error, never both.
+func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error) {
+	r := rt.routeFor(call.Method)
+	if r == nil {
+		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: no handler for "+call.Method,
+			map[string]any{"method": call.Method})
+	}
+	if rt.ctx.Err() != nil {
+		return nil, unavailable()
+	}
+	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
+	if dl, ok := ctx.Deadline(); ok {
+		req.Deadline = dl
+	}
+	if progress != nil {
+		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(progress))
+	}
+	start := time.Now()
+	result, rpcErr := rt.run(ctx, r.handler, req)
+	if rt.log.Enabled(ctx, slog.LevelDebug) {
+		code := 0
+		if rpcErr != nil {
+			code = rpcErr.Code
+		}
+		rt.log.Debug("invoke", "method", req.Method, "id", string(req.ID), "duration", time.Since(start), "code", code)
+	}
+	return result, rpcErr
+}
+
+// Retryable reports whether method is served by a handler registered with
+// [Retryable], that is, safe to run again after an interrupted job. An
+// unknown method is not.
+func (rt *Runtime) Retryable(method string) bool {
+	r := rt.routeFor(method)
+	return r != nil && r.retryable
+}
+
+// routeFor returns the route whose pattern serves method, or nil. Patterns
+// never overlap, so there is at most one.
+func (rt *Runtime) routeFor(method string) *route {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, r := range rt.routes {
+		if matches(r.pattern, method) {
+			return r
+		}
+	}
+	return nil
+}
