@@ -1,0 +1,68 @@
+// Package jobs runs toolbus tool calls as durable asynchronous jobs on
+// JetStream: an agent submits a call, gets a job id at once, and polls the
+// job's record from any ingress replica until the result is there.
+//
+// Two JetStream objects, named after the subject prefix P ("toolbus" by
+// default), hold everything:
+//
+//   - the work-queue stream P_JOBS (upper-cased, characters outside
+//     A-Z a-z 0-9 _ - become '_') of subjects "P.jobs.run.<method>", one
+//     message per queued job, and "P.jobs.notify", one message per
+//     completion callback due;
+//   - the KV bucket "P_jobs" of records: "job.<id>" is a job's [Record],
+//     "idem.<sha256>" maps a caller's idempotency key to a job id.
+//
+// A [Service] (one per ingress) creates or updates both at start with its
+// limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,
+// rpc.jobs.cancel and rpc.jobs.list through [Service.ServeRPC]; once
+// started it also delivers completion callbacks. A [Runner] (one per
+// worker) serves the tools of an [Invoker], such as a worker.Runtime: for
+// each served pattern it pulls from the durable consumer "run_<pattern>_<hash>"
+// with explicit acks, marks the record running, runs the tool while renewing
+// its lease with in-progress acks, writes the outcome and acks.
+//
+// # States and concurrency
+//
+// A job is queued, then running, then succeeded, failed or canceled, and a
+// final state never changes. Every write of a record is a compare-and-set
+// on its KV revision, so a cancel and a completion cannot overwrite each
+// other: the later writer sees the earlier one's state and yields. A run is
+// fenced by the stream sequence of its queue message and its attempt
+// number, so a runner that lost its lease cannot overwrite the run that
+// took over.
+//
+// A runner that dies mid-job stops renewing its lease; JetStream redelivers
+// the job after the lease (the consumer's AckWait) to another runner, which
+// finds the record still running: a tool marked safe to retry runs again
+// (attempts 2), any other fails with data.reason "interrupted_not_retryable"
+// rather than running twice, and a job interrupted on each of its
+// max_attempts fails with "attempts_exhausted". A tool's own error fails
+// the job and is not retried.
+//
+// Cancel moves a queued or running job to canceled. A queued job's message
+// stays in the queue until a runner fetches it, sees the record and drops
+// it, so the job never runs. For a running job the service also publishes
+// on the core subject "P.jobs.cancel.<id>", and the runner holding it
+// cancels the tool's context at once; the runner also sees the canceled
+// record at its next lease renewal, should that message be missed.
+//
+// # Retention
+//
+// Finished records expire after a TTL (default 24h) through JetStream's
+// per-message TTLs (nats-server 2.11 and later): the bucket allows message
+// TTLs and keeps a marker for a minute after an expiry (its LimitMarkerTTL),
+// and only writes of a record in a final state carry the TTL, so queued and
+// running jobs never expire. The bucket keeps one revision per key, so the
+// expiry of the last revision removes the record. The idempotency entry of
+// a job gets the same TTL when the job ends.
+//
+// # Completion callbacks
+//
+// A job submitted with a notify_url (http or https) gets its final record
+// POSTed there when it ends, signed with HMAC-SHA256 of the body under the
+// configured secret in the [SignatureHeader] header ("sha256=<hex>"). A
+// failed attempt is recorded on the job and retried with exponential
+// backoff, up to a bounded number of attempts; the result stays in the
+// record whatever happens to the callback. Callbacks are delivered at least
+// once: a receiver should key them on the job id ([JobIDHeader]).
+package jobs

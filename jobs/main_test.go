@@ -1,0 +1,203 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var _ jobs.Invoker = (*worker.Runtime)(nil)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startServer starts an embedded server on dir (a fresh one when empty)
+// and stops it when the test ends.
+func startServer(t *testing.T, dir string) *bus.Embedded {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir})
+	if err != nil {
+		t.Fatalf("StartEmbedded: %v", err)
+	}
+	t.Cleanup(e.Shutdown)
+	return e
+}
+
+// connect opens an in-process connection and its JetStream handle.
+func connect(t *testing.T, e *bus.Embedded) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := e.Connect(bus.WithLogger(quiet))
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	return nc, js
+}
+
+func newService(t *testing.T, js jetstream.JetStream, opts ...jobs.Option) *jobs.Service {
+	t.Helper()
+	s, err := jobs.New(js, append([]jobs.Option{jobs.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatalf("jobs.New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Service.Shutdown: %v", err)
+		}
+	})
+	return s
+}
+
+// newRuntime returns a worker runtime on nc holding tools; it is never
+// started on the bus, as only the runner calls it.
+func newRuntime(t *testing.T, nc *nats.Conn, register func(rt *worker.Runtime) error) *worker.Runtime {
+	t.Helper()
+	rt, err := worker.New(nc, worker.WithLogger(quiet))
+	if err != nil {
+		t.Fatalf("worker.New: %v", err)
+	}
+	if err := register(rt); err != nil {
+		t.Fatalf("register tools: %v", err)
+	}
+	return rt
+}
+
+// startRunner starts a runner of inv on js and shuts it down when the test
+// ends (tests may shut it down earlier; a second Shutdown is harmless).
+func startRunner(t *testing.T, js jetstream.JetStream, inv jobs.Invoker, opts ...jobs.RunnerOption) *jobs.Runner {
+	t.Helper()
+	base := []jobs.RunnerOption{jobs.WithRunnerLogger(quiet), jobs.WithProgressInterval(20 * time.Millisecond), jobs.WithFetchWait(time.Second)}
+	r, err := jobs.NewRunner(js, inv, append(base, opts...)...)
+	if err != nil {
+		t.Fatalf("NewRunner: %v", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatalf("Runner.Start: %v", err)
+	}
+	t.Cleanup(func() { shutdownRunner(t, r) })
+	return r
+}
+
+func shutdownRunner(t *testing.T, r *jobs.Runner) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Errorf("Runner.Shutdown: %v", err)
+	}
+}
+
+// rpc calls an rpc.jobs.* method as caller.
+func rpc(t *testing.T, s *jobs.Service, caller, method, params string) (json.RawMessage, *schema.Error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	call := schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: method}, Caller: caller}
+	if params != "" {
+		call.Params = json.RawMessage(params)
+	}
+	return s.ServeRPC(ctx, call)
+}
+
+// submit submits a job of method with params and returns its id.
+func submit(t *testing.T, s *jobs.Service, method, params string) string {
+	t.Helper()
+	p, _ := json.Marshal(map[string]any{"method": method, "params": json.RawMessage(params)})
+	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, string(p))
+	if rpcErr != nil {
+		t.Fatalf("submit %s: %d %s %s", method, rpcErr.Code, rpcErr.Message, rpcErr.Data)
+	}
+	var r jobs.SubmitResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		t.Fatalf("submit result %s: %v", res, err)
+	}
+	return r.ID
+}
+
+// get reads a job's record as the anonymous caller.
+func get(t *testing.T, s *jobs.Service, id string) (*jobs.Record, *schema.Error) {
+	t.Helper()
+	res, rpcErr := rpc(t, s, "", jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, id))
+	if rpcErr != nil {
+		return nil, rpcErr
+	}
+	var r jobs.Record
+	if err := json.Unmarshal(res, &r); err != nil {
+		t.Fatalf("get result %s: %v", res, err)
+	}
+	return &r, nil
+}
+
+// waitFor polls job id until ok holds for its record, for at most 20s.
+func waitFor(t *testing.T, s *jobs.Service, id string, what string, ok func(*jobs.Record) bool) *jobs.Record {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, rpcErr := get(t, s, id)
+		if rpcErr != nil {
+			t.Fatalf("get %s: %d %s", id, rpcErr.Code, rpcErr.Message)
+		}
+		if ok(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: still %s (%+v), want %s", id, r.State, r, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitState(t *testing.T, s *jobs.Service, id string, want jobs.State) *jobs.Record {
+	t.Helper()
+	return waitFor(t, s, id, string(want), func(r *jobs.Record) bool { return r.State == want })
+}
+
+// errorData decodes an error's data object.
+func errorData(t *testing.T, e *schema.Error) map[string]any {
+	t.Helper()
+	var d map[string]any
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		t.Fatalf("error data %s: %v", e.Data, err)
+	}
+	return d
+}
+
+func isErr(e *schema.Error, target error) bool { return e != nil && errors.Is(e, target) }
+
+// startOnce starts a server on dir that the test stops itself.
+func startOnce(dir string) (*bus.Embedded, error) {
+	return bus.StartEmbedded(bus.EmbeddedConfig{DataDir: dir})
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}

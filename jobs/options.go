@@ -1,0 +1,229 @@
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Defaults of a [Service].
+const (
+	// DefaultMaxAttempts is how many times a job may start running: the
+	// first run and the reruns of a tool safe to retry after its worker was
+	// interrupted.
+	DefaultMaxAttempts = 3
+	// DefaultMaxParamsBytes bounds a job's params.
+	DefaultMaxParamsBytes = 1 << 20
+	// DefaultListLimit is the page size of rpc.jobs.list when the caller
+	// asks for none; DefaultMaxListLimit the largest it may ask for.
+	DefaultListLimit    = 20
+	DefaultMaxListLimit = 200
+	// DefaultMaxListScan bounds how many records one rpc.jobs.list call
+	// reads while filtering; past it the page ends early with a cursor.
+	DefaultMaxListScan = 2000
+	// DefaultCallbackAttempts is how many times a callback is tried.
+	DefaultCallbackAttempts = 5
+	// DefaultCallbackMinBackoff and DefaultCallbackMaxBackoff bound the
+	// wait between callback attempts, which doubles from the first to the
+	// second.
+	DefaultCallbackMinBackoff = time.Second
+	DefaultCallbackMaxBackoff = time.Minute
+	// DefaultCallbackTimeout bounds one callback request of the default
+	// HTTP client.
+	DefaultCallbackTimeout = 10 * time.Second
+)
+
+// Fixed bounds of submitted fields, named in their errors.
+const (
+	MaxIdempotencyKeyBytes = 256
+	MaxNotifyURLBytes      = 2048
+)
+
+type config struct {
+	prefix         string
+	logger         *slog.Logger
+	store          storeConfig
+	ttl            time.Duration
+	maxAttempts    int
+	maxParamsBytes int
+	listLimit      int
+	maxListLimit   int
+	maxListScan    int
+
+	callbackSecret   []byte
+	callbackClient   *http.Client
+	callbackAttempts int
+	callbackMin      time.Duration
+	callbackMax      time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		prefix:           bus.DefaultPrefix,
+		logger:           slog.Default(),
+		store:            storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued},
+		ttl:              DefaultTTL,
+		maxAttempts:      DefaultMaxAttempts,
+		maxParamsBytes:   DefaultMaxParamsBytes,
+		listLimit:        DefaultListLimit,
+		maxListLimit:     DefaultMaxListLimit,
+		maxListScan:      DefaultMaxListScan,
+		callbackAttempts: DefaultCallbackAttempts,
+		callbackMin:      DefaultCallbackMinBackoff,
+		callbackMax:      DefaultCallbackMaxBackoff,
+	}
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// WithPrefix sets the cluster's subject prefix (default [bus.DefaultPrefix]);
+// the stream, bucket and subjects are named after it.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if _, err := newNames(prefix); err != nil {
+			return err
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("jobs: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithReplicas sets the replica count of the stream and bucket (default
+// [DefaultReplicas]); 3 on a three-node cluster keeps every acknowledged
+// write on a majority of the nodes.
+func WithReplicas(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("jobs: replicas must be 1 to 5, got %d", n)
+		}
+		c.store.replicas = n
+		return nil
+	}
+}
+
+// WithTTL sets how long a finished job's record is kept (default
+// [DefaultTTL]). Queued and running jobs never expire. JetStream counts
+// TTLs in whole seconds, so it must be at least a second.
+func WithTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < time.Second {
+			return fmt.Errorf("jobs: ttl must be at least 1s, got %v", d)
+		}
+		c.ttl = d.Truncate(time.Second)
+		return nil
+	}
+}
+
+// WithMaxAttempts sets how many times a job may start running (default
+// [DefaultMaxAttempts]); it is stored with each job when it is submitted.
+func WithMaxAttempts(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("jobs: max attempts must be at least 1, got %d", n)
+		}
+		c.maxAttempts = n
+		return nil
+	}
+}
+
+// WithMaxQueued bounds the jobs waiting in the queue (default
+// [DefaultMaxQueued]); a submit past it is refused with -32006 naming
+// "max_queued_jobs".
+func WithMaxQueued(n int64) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("jobs: max queued jobs must be at least 1, got %d", n)
+		}
+		c.store.maxQueued = n
+		return nil
+	}
+}
+
+// WithMaxParamsBytes bounds a job's params (default
+// [DefaultMaxParamsBytes]); larger ones are refused with -32006 naming
+// "max_params_bytes".
+func WithMaxParamsBytes(n int) Option {
+	return func(c *config) error {
+		if n < 2 {
+			return fmt.Errorf("jobs: max params bytes must be at least 2, got %d", n)
+		}
+		c.maxParamsBytes = n
+		return nil
+	}
+}
+
+// WithListLimits sets the page size of rpc.jobs.list when none is asked for
+// and the largest one a caller may ask for (defaults [DefaultListLimit] and
+// [DefaultMaxListLimit]).
+func WithListLimits(def, max int) Option {
+	return func(c *config) error {
+		if def < 1 || max < def {
+			return fmt.Errorf("jobs: list limits must satisfy 1 <= default <= max, got %d and %d", def, max)
+		}
+		c.listLimit, c.maxListLimit = def, max
+		if c.maxListScan < max {
+			c.maxListScan = max
+		}
+		return nil
+	}
+}
+
+// WithCallbackSecret enables completion callbacks: a job submitted with a
+// notify_url gets its final record POSTed there, the body signed with
+// HMAC-SHA256 under secret in the [SignatureHeader] header. Without a secret
+// a notify_url is refused.
+func WithCallbackSecret(secret []byte) Option {
+	return func(c *config) error {
+		if len(secret) < 16 {
+			return fmt.Errorf("jobs: callback secret must be at least 16 bytes, got %d", len(secret))
+		}
+		c.callbackSecret = append([]byte(nil), secret...)
+		return nil
+	}
+}
+
+// WithCallbackClient sets the HTTP client callbacks are sent with (default:
+// a client with a [DefaultCallbackTimeout] timeout that follows no
+// redirects).
+func WithCallbackClient(hc *http.Client) Option {
+	return func(c *config) error {
+		if hc == nil {
+			return errors.New("jobs: nil callback client")
+		}
+		c.callbackClient = hc
+		return nil
+	}
+}
+
+// WithCallbackRetry sets how many times a callback is tried and the bounds
+// of the exponential backoff between tries (defaults
+// [DefaultCallbackAttempts], [DefaultCallbackMinBackoff],
+// [DefaultCallbackMaxBackoff]).
+func WithCallbackRetry(attempts int, min, max time.Duration) Option {
+	return func(c *config) error {
+		if attempts < 1 || attempts > 50 {
+			return fmt.Errorf("jobs: callback attempts must be 1 to 50, got %d", attempts)
+		}
+		if min <= 0 || max < min {
+			return fmt.Errorf("jobs: callback backoff must satisfy 0 < min <= max, got %v and %v", min, max)
+		}
+		c.callbackAttempts, c.callbackMin, c.callbackMax = attempts, min, max
+		return nil
+	}
+}

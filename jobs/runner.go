@@ -1,0 +1,660 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Invoker runs tools for a [Runner]; *worker.Runtime is one. It is declared
+// here, with schema and standard types only, so that jobs and worker need
+// not import each other.
+type Invoker interface {
+	// Invoke runs the tool of call.Method once with call.Params; ctx ends
+	// when the job is canceled, its runner stops, or it runs too long.
+	// progress receives what the tool reports. It returns a result of
+	// valid JSON or an error, never both.
+	Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error)
+	// Methods returns the method names and patterns ("math.*") served.
+	Methods() []string
+	// Retryable reports whether method is safe to run again after an
+	// interrupted run.
+	Retryable(method string) bool
+}
+
+// Defaults of a [Runner].
+const (
+	DefaultLease            = 30 * time.Second
+	DefaultRunConcurrency   = 16
+	DefaultMaxDeliver       = 10
+	DefaultProgressInterval = time.Second
+	DefaultMaxRunTime       = time.Hour
+	DefaultFetchWait        = 5 * time.Second
+)
+
+type runnerConfig struct {
+	prefix           string
+	logger           *slog.Logger
+	store            storeConfig
+	lease            time.Duration
+	concurrency      int
+	maxDeliver       int
+	progressInterval time.Duration
+	maxRunTime       time.Duration
+	fetchWait        time.Duration
+}
+
+// RunnerOption configures [NewRunner].
+type RunnerOption func(*runnerConfig) error
+
+// WithRunnerPrefix sets the cluster's subject prefix (default
+// [bus.DefaultPrefix]); it must match the services'.
+func WithRunnerPrefix(prefix string) RunnerOption {
+	return func(c *runnerConfig) error {
+		if _, err := newNames(prefix); err != nil {
+			return err
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithRunnerLogger sets the logger (default slog.Default()).
+func WithRunnerLogger(l *slog.Logger) RunnerOption {
+	return func(c *runnerConfig) error {
+		if l == nil {
+			return errors.New("jobs: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithRunnerReplicas sets the replica count the runner creates the stream
+// and bucket with when no service has created them yet (default
+// [DefaultReplicas]); it never changes existing ones.
+func WithRunnerReplicas(n int) RunnerOption {
+	return func(c *runnerConfig) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("jobs: replicas must be 1 to 5, got %d", n)
+		}
+		c.store.replicas = n
+		return nil
+	}
+}
+
+// WithLease sets how long a runner holds a job without renewing its claim
+// (the consumer's AckWait; default [DefaultLease]). The runner renews it at
+// a third of the lease while the tool runs; a runner that dies mid-job
+// loses the job to another after at most one lease.
+func WithLease(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if d < 100*time.Millisecond {
+			return fmt.Errorf("jobs: lease must be at least 100ms, got %v", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithRunConcurrency sets how many jobs of one served pattern run at once
+// in this runner (default [DefaultRunConcurrency]).
+func WithRunConcurrency(n int) RunnerOption {
+	return func(c *runnerConfig) error {
+		if n < 1 {
+			return fmt.Errorf("jobs: run concurrency must be at least 1, got %d", n)
+		}
+		c.concurrency = n
+		return nil
+	}
+}
+
+// WithMaxDeliver sets how often JetStream delivers one queued job at most
+// (default [DefaultMaxDeliver]). Runs are bounded by each job's
+// max_attempts; this bounds deliveries that end without a run too (a
+// runner stopping, the bucket unreachable), so that no job circulates for
+// ever. It must be above the services' max attempts.
+func WithMaxDeliver(n int) RunnerOption {
+	return func(c *runnerConfig) error {
+		if n < 2 {
+			return fmt.Errorf("jobs: max deliver must be at least 2, got %d", n)
+		}
+		c.maxDeliver = n
+		return nil
+	}
+}
+
+// WithProgressInterval sets how often at most a job's progress is written
+// to its record (default [DefaultProgressInterval]).
+func WithProgressInterval(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("jobs: progress interval must be at least 10ms, got %v", d)
+		}
+		c.progressInterval = d
+		return nil
+	}
+}
+
+// WithMaxRunTime bounds one run of a job (default [DefaultMaxRunTime]); a
+// run past it is canceled and the job fails with -32001.
+func WithMaxRunTime(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("jobs: max run time must be positive, got %v", d)
+		}
+		c.maxRunTime = d
+		return nil
+	}
+}
+
+// WithFetchWait sets how long one fetch waits for jobs (default
+// [DefaultFetchWait]).
+func WithFetchWait(d time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if d < 100*time.Millisecond {
+			return fmt.Errorf("jobs: fetch wait must be at least 100ms, got %v", d)
+		}
+		c.fetchWait = d
+		return nil
+	}
+}
+
+// Causes of a run's context ending other than the tool's own deadline.
+var (
+	errJobCanceled = errors.New("jobs: the job was canceled")
+	errLeaseLost   = errors.New("jobs: the runner lost the job's lease")
+	errShutdown    = errors.New("jobs: the runner is shutting down")
+)
+
+// Runner runs queued jobs with the tools of an [Invoker]. Make one with
+// [NewRunner], then [Runner.Start] and, when done, [Runner.Shutdown]. Every
+// runner serving a pattern shares one durable consumer of it, so a job runs
+// on one of them.
+//
+// Patterns served as jobs must not overlap across the cluster (one runner
+// serving "math.*" and another "math.add"): JetStream refuses overlapping
+// consumers on a work-queue stream, and Start reports it.
+type Runner struct {
+	js  jetstream.JetStream
+	inv Invoker
+	cfg runnerConfig
+	log *slog.Logger
+
+	// ctx is the parent of every run's context, canceled only when
+	// Shutdown runs out of time; it spans the runner's life, not a job.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	st        *store
+	started   bool
+	closed    bool
+	running   map[string]context.CancelCauseFunc
+	cancelSub *nats.Subscription
+
+	stop  chan struct{}
+	loops sync.WaitGroup // fetch loops
+	jobs  sync.WaitGroup // runs
+}
+
+// NewRunner returns a runner of inv's tools on js. The caller owns js and
+// its connection.
+func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runner, error) {
+	if js == nil || inv == nil {
+		return nil, errors.New("jobs: NewRunner needs a JetStream and an Invoker")
+	}
+	cfg := runnerConfig{
+		prefix:           bus.DefaultPrefix,
+		logger:           slog.Default(),
+		store:            storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued},
+		lease:            DefaultLease,
+		concurrency:      DefaultRunConcurrency,
+		maxDeliver:       DefaultMaxDeliver,
+		progressInterval: DefaultProgressInterval,
+		maxRunTime:       DefaultMaxRunTime,
+		fetchWait:        DefaultFetchWait,
+	}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Runner{
+		js: js, inv: inv, cfg: cfg, log: cfg.logger.With("component", "jobs-runner"),
+		ctx: ctx, cancel: cancel,
+		running: map[string]context.CancelCauseFunc{},
+		stop:    make(chan struct{}),
+	}, nil
+}
+
+// consumerName is the durable consumer of pattern: readable, and unique
+// because of the hash, as consumer names cannot hold '.', '*' or '>'.
+func consumerName(pattern string) string {
+	sum := sha256.Sum256([]byte(pattern))
+	readable := strings.Map(func(r rune) rune {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, pattern)
+	if len(readable) > 48 {
+		readable = readable[:48]
+	}
+	return "run_" + readable + "_" + hex.EncodeToString(sum[:4])
+}
+
+// Start creates (or updates) a durable consumer for every method the
+// invoker serves and begins fetching jobs. ctx bounds the setup only.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("jobs: runner is shut down")
+	}
+	if r.started {
+		return errors.New("jobs: runner already started")
+	}
+	n, err := newNames(r.cfg.prefix)
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, r.js, n, r.cfg.store, false)
+	if err != nil {
+		return err
+	}
+	r.st = st
+	var consumers []jetstream.Consumer
+	for _, pattern := range r.inv.Methods() {
+		filter, err := n.runFilter(pattern)
+		if err != nil {
+			return fmt.Errorf("jobs: serve %q: %w", pattern, err)
+		}
+		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, jetstream.ConsumerConfig{
+			Durable:       consumerName(pattern),
+			Description:   "toolbus jobs of " + pattern,
+			FilterSubject: filter,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       r.cfg.lease,
+			MaxDeliver:    r.cfg.maxDeliver,
+			MaxAckPending: 10_000,
+		})
+		if err != nil {
+			return fmt.Errorf("jobs: consumer for %q: %w", pattern, err)
+		}
+		consumers = append(consumers, cons)
+	}
+	sub, err := r.js.Conn().Subscribe(n.cancelWildcard(), func(m *nats.Msg) {
+		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		r.mu.Lock()
+		cancel := r.running[id]
+		r.mu.Unlock()
+		if cancel != nil {
+			cancel(errJobCanceled)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("jobs: subscribe to cancels: %w", err)
+	}
+	r.cancelSub = sub
+	for _, cons := range consumers {
+		r.loops.Add(1)
+		go func() {
+			defer r.loops.Done()
+			sem := make(chan struct{}, r.cfg.concurrency)
+			fetchLoop(r.ctx, r.stop, cons, sem, r.cfg.fetchWait, r.log, func(msg jetstream.Msg) {
+				r.jobs.Add(1)
+				go func() {
+					defer r.jobs.Done()
+					defer func() { <-sem }()
+					r.handle(msg)
+				}()
+			})
+		}()
+	}
+	r.started = true
+	return nil
+}
+
+// Shutdown stops the runner: it fetches no more jobs and waits for the
+// running ones to finish. When ctx ends first it cancels them and returns
+// an error wrapping ctx.Err(); their jobs are given back to the queue and
+// run again (or fail, when not safe to retry) on another runner. It does
+// not close the connection.
+func (r *Runner) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.stop)
+		if r.cancelSub != nil {
+			// Cancels still reach running jobs through the lease renewal,
+			// which reads the record.
+			_ = r.cancelSub.Unsubscribe()
+		}
+	}
+	r.mu.Unlock()
+	r.loops.Wait()
+	done := make(chan struct{})
+	go func() { r.jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+		r.cancel(errShutdown)
+		return nil
+	case <-ctx.Done():
+		r.cancel(errShutdown)
+		return fmt.Errorf("jobs: runner shutdown: jobs still running: %w", ctx.Err())
+	}
+}
+
+// handle decides what one delivery of a queued job means and acts on it.
+func (r *Runner) handle(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		r.log.Error("job message without metadata", "err", err)
+		_ = msg.Term()
+		return
+	}
+	var job stored
+	if err := json.Unmarshal(msg.Data(), &job); err != nil || !validID(job.ID) {
+		r.log.Error("undecodable job message", "seq", meta.Sequence.Stream, "err", err)
+		_ = msg.TermWithReason("undecodable job")
+		return
+	}
+	ctx := r.ctx
+	seq := meta.Sequence.Stream
+	rec, _, err := r.st.get(ctx, job.ID)
+	if errors.Is(err, errNotFound) {
+		// The submitter queued the job but stopped before writing the
+		// record: the message has all of it.
+		job.State = StateQueued
+		if _, err = r.st.create(ctx, &job); err == nil || errors.Is(err, jetstream.ErrKeyExists) {
+			rec, _, err = r.st.get(ctx, job.ID)
+		}
+	}
+	if err != nil {
+		r.log.Warn("read a job", "id", job.ID, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	switch {
+	case rec.State.Final():
+		// Done already (its acknowledgement was lost) or canceled while
+		// queued: finish what may be left, and drop the message.
+		r.st.finished(ctx, rec, r.log)
+		_ = msg.Ack()
+		return
+	case rec.State == StateRunning && rec.RunSeq != seq:
+		r.log.Info("dropped a duplicate job message", "id", rec.ID, "seq", seq)
+		_ = msg.Ack()
+		return
+	case rec.State == StateRunning && !r.inv.Retryable(rec.Method):
+		r.fail(ctx, msg, rec, seq, "interrupted_not_retryable",
+			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
+		return
+	case rec.State == StateRunning && rec.Attempts >= rec.MaxAttempts:
+		r.fail(ctx, msg, rec, seq, "attempts_exhausted",
+			fmt.Sprintf("the job was interrupted on each of its %d attempts", rec.Attempts))
+		return
+	}
+	r.run(ctx, msg, rec.ID, seq)
+}
+
+// fail ends an interrupted job without running it again.
+func (r *Runner) fail(ctx context.Context, msg jetstream.Msg, rec *stored, seq uint64, reason, detail string) {
+	attempts := rec.Attempts
+	rpcErr := schema.NewError(schema.CodeToolError, "tool error: "+detail,
+		map[string]any{"reason": reason, "attempts": attempts, "retryable": false})
+	r.log.Warn("job failed without running again", "id", rec.ID, "method", rec.Method, "reason", reason)
+	r.finish(ctx, msg, rec.ID, seq, attempts, nil, rpcErr)
+}
+
+// run runs the job once and writes its outcome.
+func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint64) {
+	rec, err := r.st.update(ctx, id, func(j *stored) error {
+		if j.State.Final() || (j.State == StateRunning && j.RunSeq != seq) {
+			return errSkip
+		}
+		now := time.Now().UTC()
+		j.State, j.RunSeq, j.StartedAt = StateRunning, seq, &now
+		j.Attempts++
+		return nil
+	})
+	if errors.Is(err, errSkip) {
+		_ = msg.Ack()
+		return
+	}
+	if err != nil {
+		r.log.Warn("set a job running", "id", id, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	attempt := rec.Attempts
+
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	tctx, tcancel := context.WithTimeout(jctx, r.cfg.maxRunTime)
+	defer tcancel()
+	r.mu.Lock()
+	r.running[id] = cancel
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.running, id)
+		r.mu.Unlock()
+	}()
+
+	sup := &supervisor{r: r, msg: msg, id: id, seq: seq, attempt: attempt, cancel: cancel,
+		dirty: make(chan struct{}, 1), done: make(chan struct{})}
+	supDone := make(chan struct{})
+	go func() { defer close(supDone); sup.loop(tctx) }()
+
+	call := schema.Call{
+		Request: schema.Request{ID: json.RawMessage(strconv.Quote(id)), Method: rec.Method, Params: rec.Params},
+		Caller:  rec.Caller,
+	}
+	result, rpcErr := r.inv.Invoke(tctx, call, sup.report)
+	close(sup.done)
+	<-supDone
+
+	switch cause := context.Cause(jctx); {
+	case errors.Is(cause, errShutdown), errors.Is(cause, errLeaseLost):
+		// Another runner gets the job; it decides from the record whether
+		// to run it again.
+		r.log.Info("job interrupted", "id", id, "cause", cause)
+		_ = msg.Nak()
+		return
+	case errors.Is(cause, errJobCanceled):
+		rpcErr, result = canceledError(), nil
+	case tctx.Err() != nil && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
+		rpcErr = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job ran longer than %v", r.cfg.maxRunTime),
+			map[string]any{"reason": "max_run_time", "retryable": false})
+	}
+	r.finish(ctx, msg, id, seq, attempt, result, rpcErr, sup.last())
+}
+
+// finishWrites bounds the attempts at writing a job's outcome.
+const finishWrites = 5
+
+// finish writes a run's outcome to the record, unless the record says the
+// job was canceled meanwhile or another delivery has taken it over, then
+// acknowledges the message. A write that keeps failing leaves the message
+// unacknowledged, so it comes back after the lease.
+func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq uint64, attempt int,
+	result json.RawMessage, rpcErr *schema.Error, progress ...*Progress) {
+	var rec *stored
+	var err error
+	fenced := false
+	for i := range finishWrites {
+		if i > 0 {
+			_ = msg.InProgress()
+			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+		}
+		rec, err = r.st.update(ctx, id, func(j *stored) error {
+			if j.State == StateCanceled {
+				return errSkip
+			}
+			if j.State != StateRunning || j.RunSeq != seq || j.Attempts != attempt {
+				fenced = true
+				return errSkip
+			}
+			if len(progress) > 0 && progress[0] != nil {
+				j.Progress = progress[0]
+			}
+			if rpcErr != nil {
+				j.finish(StateFailed, nil, rpcErr, time.Now().UTC())
+			} else {
+				j.finish(StateSucceeded, result, nil, time.Now().UTC())
+			}
+			if limit := r.maxRecordBytes(); rpcErr == nil {
+				if b, _ := json.Marshal(j); int64(len(b)) > limit {
+					room := limit - int64(len(b)-len(result))
+					j.finish(StateFailed, nil, schema.LimitError("max_result_bytes", max(room, 0), int64(len(result))), *j.FinishedAt)
+				}
+			}
+			return nil
+		})
+		if err == nil || errors.Is(err, errSkip) || errors.Is(err, errNotFound) {
+			break
+		}
+		r.log.Warn("write a job's outcome", "id", id, "try", i+1, "err", err)
+	}
+	switch {
+	case fenced:
+		// Another delivery of this message owns the job now; its runner
+		// acknowledges it.
+		r.log.Info("job taken over by another run", "id", id)
+	case errors.Is(err, errSkip), errors.Is(err, errNotFound):
+		_ = msg.Ack()
+	case err != nil:
+		r.log.Error("lost a job's outcome", "id", id, "err", err)
+	default:
+		r.st.finished(ctx, rec, r.log)
+		_ = msg.Ack()
+	}
+}
+
+// maxRecordBytes is the largest record the bucket can take on this
+// connection's server.
+func (r *Runner) maxRecordBytes() int64 {
+	mp := r.js.Conn().MaxPayload()
+	if mp <= 0 {
+		mp = 1 << 20
+	}
+	return mp - 4<<10
+}
+
+// supervisor keeps a running job's lease, notices a cancel written to its
+// record, and writes its progress at most once per interval.
+type supervisor struct {
+	r       *Runner
+	msg     jetstream.Msg
+	id      string
+	seq     uint64
+	attempt int
+	cancel  context.CancelCauseFunc
+
+	mu       sync.Mutex
+	progress *Progress
+	written  *Progress
+	dirty    chan struct{}
+	done     chan struct{}
+}
+
+// report is the progress callback handed to the tool.
+func (s *supervisor) report(percent float64, message string) {
+	s.mu.Lock()
+	s.progress = &Progress{Percent: percent, Message: message}
+	s.mu.Unlock()
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func (s *supervisor) last() *Progress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progress
+}
+
+func (s *supervisor) loop(ctx context.Context) {
+	renew := time.NewTicker(s.r.cfg.lease / 3)
+	defer renew.Stop()
+	var throttle <-chan time.Time
+	pending := false
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-renew.C:
+			s.renew(ctx)
+		case <-s.dirty:
+			if throttle == nil {
+				s.writeProgress(ctx)
+				throttle = time.After(s.r.cfg.progressInterval)
+			} else {
+				pending = true
+			}
+		case <-throttle:
+			throttle = nil
+			if pending {
+				pending = false
+				s.writeProgress(ctx)
+				throttle = time.After(s.r.cfg.progressInterval)
+			}
+		}
+	}
+}
+
+// renew extends the lease and reads the record: a cancel or a takeover
+// ends the run even when the cancel message was missed.
+func (s *supervisor) renew(ctx context.Context) {
+	if err := s.msg.InProgress(); errors.Is(err, nats.ErrConnectionClosed) {
+		s.cancel(errLeaseLost)
+		return
+	}
+	rec, _, err := s.r.st.get(ctx, s.id)
+	switch {
+	case err != nil:
+		return // keep running: the bucket may be back at the next renewal
+	case rec.State == StateCanceled:
+		s.cancel(errJobCanceled)
+	case rec.State != StateRunning || rec.RunSeq != s.seq || rec.Attempts != s.attempt:
+		s.cancel(errLeaseLost)
+	}
+}
+
+func (s *supervisor) writeProgress(ctx context.Context) {
+	p := s.last()
+	if p == nil || p == s.written {
+		return
+	}
+	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
+		if j.State != StateRunning || j.RunSeq != s.seq || j.Attempts != s.attempt {
+			return errSkip
+		}
+		j.Progress = p
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		s.r.log.Warn("write a job's progress", "id", s.id, "err", err)
+		return
+	}
+	s.written = p
+}

@@ -1,0 +1,393 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// The JSON-RPC methods a [Service] answers.
+const (
+	MethodSubmit = "rpc.jobs.submit"
+	MethodGet    = "rpc.jobs.get"
+	MethodCancel = "rpc.jobs.cancel"
+	MethodList   = "rpc.jobs.list"
+	// MethodPrefix starts every method of the service; the ingress passes
+	// every call whose name starts with it to [Service.ServeRPC].
+	MethodPrefix = "rpc.jobs."
+)
+
+// Service answers the rpc.jobs.* methods on top of JetStream and, once
+// started, delivers completion callbacks. It keeps no state of its own, so
+// any number of services (one per ingress replica) can share a cluster's
+// jobs. Its methods are safe for concurrent use.
+type Service struct {
+	st  *store
+	cfg config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	notifier *notifier
+	closed   bool
+}
+
+// New returns a service on js. It creates the cluster's queue stream and
+// record bucket, or brings existing ones to the configured limits, so the
+// first service to start sets them up. The caller owns js and its
+// connection.
+func New(js jetstream.JetStream, opts ...Option) (*Service, error) {
+	if js == nil {
+		return nil, errors.New("jobs: nil JetStream")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	n, err := newNames(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
+	// Setting up is not tied to any request; bound it on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	st, err := openStore(ctx, js, n, cfg.store, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs")}, nil
+}
+
+// setupTimeout bounds creating the stream, bucket and consumers.
+const setupTimeout = 30 * time.Second
+
+// ServeRPC answers one rpc.jobs.* call: call.Method names the method,
+// call.Params its params and call.Caller who asks (empty when
+// unauthenticated; a caller sees only its own jobs). It returns the result
+// as JSON or an error: -32601 for an rpc.jobs.* name it does not know,
+// -32602 naming the member for invalid params, [schema.ErrJobNotFound] for
+// an id with no job, -32006 naming the limit, -32003 when JetStream cannot
+// be reached. ctx bounds the JetStream requests; without a deadline
+// JetStream's default timeout applies.
+func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error) {
+	var v any
+	var rpcErr *schema.Error
+	switch call.Method {
+	case MethodSubmit:
+		v, rpcErr = s.submit(ctx, call)
+	case MethodGet:
+		v, rpcErr = s.get(ctx, call)
+	case MethodCancel:
+		v, rpcErr = s.cancel(ctx, call)
+	case MethodList:
+		v, rpcErr = s.list(ctx, call)
+	default:
+		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
+			map[string]any{"method": call.Method})
+	}
+	if rpcErr != nil {
+		return nil, rpcErr
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, schema.NewError(schema.CodeInternal, "internal error: encode result: "+err.Error(), nil)
+	}
+	return b, nil
+}
+
+// SubmitResult is the result of rpc.jobs.submit.
+type SubmitResult struct {
+	ID    string `json:"id"`
+	State State  `json:"state"`
+}
+
+type submitParams struct {
+	Method         *string         `json:"method"`
+	Params         json.RawMessage `json:"params"`
+	IdempotencyKey *string         `json:"idempotency_key"`
+	NotifyURL      *string         `json:"notify_url"`
+}
+
+func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, *schema.Error) {
+	var p submitParams
+	if e := decodeParams(call.Params, &p); e != nil {
+		return nil, e
+	}
+	if p.Method == nil {
+		return nil, invalidParams("method", "required")
+	}
+	method := *p.Method
+	if err := schema.ValidateMethod(method); err != nil {
+		return nil, invalidParams("method", schema.ErrorFrom(err).Message)
+	}
+	if schema.IsReserved(method) {
+		return nil, invalidParams("method", "rpc.* methods cannot run as jobs")
+	}
+	params := p.Params
+	if t := strings.TrimSpace(string(params)); t == "null" || t == "" {
+		params = nil
+	} else if t[0] != '{' && t[0] != '[' {
+		return nil, invalidParams("params", "must be an object or an array")
+	}
+	if len(params) > s.cfg.maxParamsBytes {
+		return nil, schema.LimitError("max_params_bytes", int64(s.cfg.maxParamsBytes), int64(len(params)))
+	}
+	now := time.Now().UTC()
+	rec := &stored{Record: Record{
+		ID:          newID(now),
+		Method:      method,
+		Params:      params,
+		State:       StateQueued,
+		MaxAttempts: s.cfg.maxAttempts,
+		Caller:      call.Caller,
+		CreatedAt:   now,
+		TTLSeconds:  int64(s.cfg.ttl / time.Second),
+	}}
+	if p.NotifyURL != nil {
+		if e := s.checkNotifyURL(*p.NotifyURL); e != nil {
+			return nil, e
+		}
+		rec.NotifyURL = *p.NotifyURL
+	}
+	if p.IdempotencyKey != nil {
+		key := *p.IdempotencyKey
+		switch {
+		case key == "":
+			return nil, invalidParams("idempotency_key", "must not be empty")
+		case len(key) > MaxIdempotencyKeyBytes:
+			return nil, schema.LimitError("max_idempotency_key_bytes", MaxIdempotencyKeyBytes, int64(len(key)))
+		}
+		rec.IdempotencyKey = key
+		rec.IdemKey = idemKey(call.Caller, key)
+		existing, e := s.claimKey(ctx, rec)
+		if e != nil || existing != nil {
+			return existing, e
+		}
+	}
+	if err := s.enqueue(ctx, rec); err != nil {
+		return nil, err
+	}
+	if _, err := s.st.create(ctx, rec); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, unavailable("store the job", err)
+		}
+		// A runner took the job before this write, or another replica
+		// submitted it under the same idempotency key.
+		cur, _, err := s.st.get(ctx, rec.ID)
+		if err != nil {
+			return nil, storeError(rec.ID, err)
+		}
+		return &SubmitResult{ID: cur.ID, State: cur.State}, nil
+	}
+	return &SubmitResult{ID: rec.ID, State: rec.State}, nil
+}
+
+func (s *Service) checkNotifyURL(raw string) *schema.Error {
+	if len(raw) > MaxNotifyURLBytes {
+		return schema.LimitError("max_notify_url_bytes", MaxNotifyURLBytes, int64(len(raw)))
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return invalidParams("notify_url", "must be an absolute http or https URL")
+	}
+	if u.User != nil {
+		return invalidParams("notify_url", "must not carry credentials")
+	}
+	if s.cfg.callbackSecret == nil {
+		return invalidParams("notify_url", "completion callbacks are not enabled on this server")
+	}
+	return nil
+}
+
+// idemKey is the bucket key of the idempotency entry of caller's key. The
+// caller's length goes first so that no two (caller, key) pairs hash the
+// same input.
+func idemKey(caller, key string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(caller)))])
+	h.Write([]byte(caller))
+	h.Write([]byte(key))
+	return "idem." + hex.EncodeToString(h.Sum(nil))
+}
+
+type idemEntry struct {
+	ID string `json:"id"`
+}
+
+// claimKey creates rec's idempotency entry, pointing at rec.ID. When the
+// entry already exists it returns the job it points at; when that job's
+// record is missing (its submitter stopped between the entry and the
+// record) it adopts that id into rec, so the submit completes the same job.
+// Create makes two replicas racing with the same key agree on one id.
+func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *schema.Error) {
+	entry, _ := json.Marshal(idemEntry{ID: rec.ID})
+	for range 3 {
+		_, err := s.st.kv.Create(ctx, rec.IdemKey, entry)
+		if err == nil {
+			return nil, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, unavailable("store the idempotency key", err)
+		}
+		e, err := s.st.kv.Get(ctx, rec.IdemKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // expired in between: claim it again
+		}
+		if err != nil {
+			return nil, unavailable("read the idempotency key", err)
+		}
+		var prev idemEntry
+		if err := json.Unmarshal(e.Value(), &prev); err != nil || !validID(prev.ID) {
+			return nil, schema.NewError(schema.CodeInternal, "internal error: unreadable idempotency entry", nil)
+		}
+		cur, _, err := s.st.get(ctx, prev.ID)
+		switch {
+		case err == nil:
+			return &SubmitResult{ID: cur.ID, State: cur.State}, nil
+		case errors.Is(err, errNotFound):
+			rec.ID = prev.ID
+			return nil, nil
+		default:
+			return nil, storeError(prev.ID, err)
+		}
+	}
+	return nil, unavailable("claim the idempotency key", errors.New("it keeps changing"))
+}
+
+// enqueue publishes rec to the queue. The message carries the whole record,
+// so a runner can write the record itself if the submitter stopped before
+// it did; its id is the message id, so a resubmit within [DuplicateWindow]
+// queues the job once.
+func (s *Service) enqueue(ctx context.Context, rec *stored) *schema.Error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return schema.NewError(schema.CodeInternal, "internal error: encode job: "+err.Error(), nil)
+	}
+	msg := &nats.Msg{Subject: s.st.names.runSubject(rec.Method), Data: b}
+	_, err = s.st.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.ID), jetstream.WithExpectStream(s.st.names.stream))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages") {
+		return schema.LimitError("max_queued_jobs", s.cfg.store.maxQueued, -1)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return schema.LimitError("max_payload", s.st.js.Conn().MaxPayload(), int64(len(b)))
+	}
+	if err != nil {
+		return unavailable("queue the job", err)
+	}
+	return nil
+}
+
+type idParams struct {
+	ID *string `json:"id"`
+}
+
+// jobID reads and checks the id member of get and cancel.
+func jobID(call schema.Call) (string, *schema.Error) {
+	var p idParams
+	if e := decodeParams(call.Params, &p); e != nil {
+		return "", e
+	}
+	if p.ID == nil {
+		return "", invalidParams("id", "required")
+	}
+	if !validID(*p.ID) {
+		return "", invalidParams("id", "not a job id")
+	}
+	return *p.ID, nil
+}
+
+func (s *Service) get(ctx context.Context, call schema.Call) (*Record, *schema.Error) {
+	id, e := jobID(call)
+	if e != nil {
+		return nil, e
+	}
+	rec, _, err := s.st.get(ctx, id)
+	if err != nil {
+		return nil, storeError(id, err)
+	}
+	if rec.Caller != call.Caller {
+		return nil, notFound(id)
+	}
+	return rec.public(), nil
+}
+
+// errFinished is what a mutation returns for a job that has already ended.
+var errFinished = errors.New("jobs: job already finished")
+
+func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schema.Error) {
+	id, e := jobID(call)
+	if e != nil {
+		return nil, e
+	}
+	var wasRunning bool
+	rec, err := s.st.update(ctx, id, func(r *stored) error {
+		if r.Caller != call.Caller {
+			return errNotFound
+		}
+		switch r.State {
+		case StateCanceled:
+			return errSkip // canceling twice is canceling once
+		case StateSucceeded, StateFailed:
+			return errFinished
+		}
+		wasRunning = r.State == StateRunning
+		r.finish(StateCanceled, nil, canceledError(), time.Now().UTC())
+		return nil
+	})
+	switch {
+	case errors.Is(err, errSkip):
+		return rec.public(), nil
+	case errors.Is(err, errFinished):
+		return nil, schema.NewError(schema.CodeInvalidParams,
+			fmt.Sprintf("invalid params: id: job %s already %s; only queued or running jobs can be canceled", id, rec.State),
+			map[string]any{"field": "id", "reason": "job_finished", "state": rec.State})
+	case err != nil:
+		return nil, storeError(id, err)
+	}
+	if wasRunning {
+		// The runner also notices the canceled record on its next lease
+		// renewal; this message only makes it stop at once.
+		if err := s.st.js.Conn().Publish(s.st.names.cancelSubject(id), nil); err != nil {
+			s.log.Warn("announce a cancel", "id", id, "err", err)
+		}
+	}
+	s.st.finished(ctx, rec, s.log)
+	return rec.public(), nil
+}
+
+func canceledError() *schema.Error {
+	return schema.NewError(schema.CodeCanceled, "canceled: the job was canceled", map[string]any{"reason": "canceled_by_caller"})
+}
+
+func notFound(id string) *schema.Error {
+	return schema.NewError(schema.CodeJobNotFound, "job not found: "+id, map[string]any{"id": id})
+}
+
+// storeError maps an error of reading or writing job id to its answer.
+func storeError(id string, err error) *schema.Error {
+	if errors.Is(err, errNotFound) {
+		return notFound(id)
+	}
+	return unavailable("job "+id, err)
+}
+
+func unavailable(what string, err error) *schema.Error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: "+what+": "+err.Error(), map[string]any{"retryable": true})
+}

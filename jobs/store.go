@@ -1,0 +1,294 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Defaults of the stream and bucket.
+const (
+	// DefaultTTL is how long a finished job's record is kept.
+	DefaultTTL = 24 * time.Hour
+	// DefaultReplicas is the replica count of the stream and bucket: one,
+	// as a single server (the embedded one) can hold. Use 3 on a cluster.
+	DefaultReplicas = 1
+	// DefaultMaxQueued is the most jobs waiting in the queue stream.
+	DefaultMaxQueued = 1_000_000
+	// DuplicateWindow is how long the queue stream remembers a job id, so
+	// that publishing the same job twice within it queues it once.
+	DuplicateWindow = 2 * time.Minute
+	// markerTTL is how long the bucket keeps the marker of a record that
+	// expired; JetStream needs it for per-key TTLs and never accepts less
+	// than a second.
+	markerTTL = time.Minute
+)
+
+// names are the JetStream names of one cluster's jobs, all derived from the
+// subject prefix so that several clusters can share a NATS.
+type names struct {
+	prefix string
+	// stream is the work-queue stream of pending jobs and callbacks.
+	stream string
+	// bucket is the KV bucket of job records and idempotency entries.
+	bucket string
+}
+
+func newNames(prefix string) (names, error) {
+	if _, err := bus.NewSubjects(prefix); err != nil {
+		return names{}, err
+	}
+	// Stream and bucket names allow only A-Z a-z 0-9 _ -, so the other
+	// characters of the prefix grammar become '_'.
+	token := strings.Map(func(r rune) rune {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, prefix)
+	return names{prefix: prefix, stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}, nil
+}
+
+// runSubject is the subject a job of method is queued on.
+func (n names) runSubject(method string) string { return n.prefix + ".jobs.run." + method }
+
+// runFilter is the subject a runner serving pattern ("math.*") fetches from.
+func (n names) runFilter(pattern string) (string, error) {
+	s, _ := bus.NewSubjects(n.prefix)
+	call, err := s.CallPattern(pattern)
+	if err != nil {
+		return "", err
+	}
+	return n.runSubject(strings.TrimPrefix(call, n.prefix+".call.")), nil
+}
+
+// notifySubject carries one message per finished job whose callback is due.
+func (n names) notifySubject() string { return n.prefix + ".jobs.notify" }
+
+// cancelSubject is the core NATS subject a cancel of a running job is
+// announced on, so its runner can cancel the handler at once.
+func (n names) cancelSubject(id string) string { return n.prefix + ".jobs.cancel." + id }
+
+func (n names) cancelWildcard() string { return n.prefix + ".jobs.cancel.*" }
+
+func jobKey(id string) string { return "job." + id }
+
+// storeConfig is what setup creates the stream and bucket with.
+type storeConfig struct {
+	replicas  int
+	maxQueued int64
+}
+
+func (n names) streamConfig(c storeConfig) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        n.stream,
+		Description: "toolbus jobs waiting to run and callbacks waiting to be sent",
+		Subjects:    []string{n.prefix + ".jobs.run.>", n.notifySubject()},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.replicas,
+		MaxMsgs:     c.maxQueued,
+		Discard:     jetstream.DiscardNew,
+		Duplicates:  DuplicateWindow,
+	}
+}
+
+func (n names) bucketConfig(c storeConfig) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      n.bucket,
+		Description: "toolbus job records",
+		// One revision per key: compare-and-set needs no more, and a
+		// record's expiry (a TTL on its last revision) removes it whole.
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       c.replicas,
+		LimitMarkerTTL: markerTTL,
+	}
+}
+
+// store is the stream and bucket of one cluster's jobs.
+type store struct {
+	js     jetstream.JetStream
+	names  names
+	stream jetstream.Stream
+	kv     jetstream.KeyValue
+}
+
+// openStore makes sure the stream and bucket exist. With update it also
+// brings an existing stream and bucket to c (the service does, as the owner
+// of the limits); without, it creates them only when missing (a runner
+// starting before any service).
+func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConfig, update bool) (*store, error) {
+	if o := js.Options(); o.APIPrefix != "" || o.Domain != "" {
+		return nil, errors.New("jobs: JetStream domains and API prefixes are not supported")
+	}
+	s := &store{js: js, names: n}
+	var err error
+	if update {
+		s.stream, err = js.CreateOrUpdateStream(ctx, n.streamConfig(c))
+	} else if s.stream, err = js.Stream(ctx, n.stream); errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.stream, err = js.CreateStream(ctx, n.streamConfig(c))
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s.stream, err = js.Stream(ctx, n.stream)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: stream %s: %w", n.stream, err)
+	}
+	if update {
+		s.kv, err = js.CreateOrUpdateKeyValue(ctx, n.bucketConfig(c))
+	} else if s.kv, err = js.KeyValue(ctx, n.bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.kv, err = js.CreateKeyValue(ctx, n.bucketConfig(c))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			s.kv, err = js.KeyValue(ctx, n.bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: bucket %s: %w", n.bucket, err)
+	}
+	return s, nil
+}
+
+// errNotFound is returned by get for a job that does not exist or has
+// expired.
+var errNotFound = errors.New("jobs: job not found")
+
+// get reads a record and its revision.
+func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
+	e, err := s.kv.Get(ctx, jobKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, errNotFound
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
+	}
+	var r stored
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("jobs: decode job %s: %w", id, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// create writes a new record; it fails with jetstream.ErrKeyExists when the
+// job is already there.
+func (s *store) create(ctx context.Context, r *stored) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("jobs: encode job %s: %w", r.ID, err)
+	}
+	return s.kv.Create(ctx, jobKey(r.ID), b)
+}
+
+// errSkip, returned by a mutation, leaves the record as it is.
+var errSkip = errors.New("jobs: record left unchanged")
+
+// maxCASRounds bounds how often update retries after a concurrent writer.
+const maxCASRounds = 16
+
+// update applies mutate to the latest record and writes it back only if
+// nobody wrote in between, trying again on a conflict, so that a cancel
+// and a completion never overwrite each other: each sees the other's write
+// and decides anew. mutate returns errSkip to leave the record alone (then
+// update returns the record as read and errSkip). A record in a final state
+// is written with its TTL, so finished jobs expire and running ones never
+// do.
+func (s *store) update(ctx context.Context, id string, mutate func(r *stored) error) (*stored, error) {
+	for range maxCASRounds {
+		r, rev, err := s.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := mutate(r); err != nil {
+			return r, err
+		}
+		err = s.write(ctx, r, rev)
+		if isConflict(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	return nil, fmt.Errorf("jobs: update job %s: still conflicting after %d attempts", id, maxCASRounds)
+}
+
+// write stores r if the key is still at revision rev. It publishes to the
+// bucket's subject directly rather than through KeyValue.Update because
+// only a publish can carry a per-message TTL with the revision check.
+func (s *store) write(ctx context.Context, r *stored, rev uint64) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("jobs: encode job %s: %w", r.ID, err)
+	}
+	return s.putKey(ctx, jobKey(r.ID), b, rev, r.State.Final(), r.ttl())
+}
+
+// putKey writes value under key if the key is at revision rev; with final
+// the message carries the TTL, after which JetStream removes it.
+func (s *store) putKey(ctx context.Context, key string, value []byte, rev uint64, final bool, ttl time.Duration) error {
+	msg := &nats.Msg{Subject: "$KV." + s.names.bucket + "." + key, Header: nats.Header{}, Data: value}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
+	if final && ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
+	}
+	if _, err := s.js.PublishMsg(ctx, msg, opts...); err != nil {
+		return fmt.Errorf("jobs: write %s: %w", key, err)
+	}
+	return nil
+}
+
+// isConflict reports whether err is a failed revision check.
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// finished does what follows a job reaching its final state r: it queues
+// the completion callback when the job has a notify_url, and gives the
+// idempotency entry the record's TTL so that both expire together. A
+// failure is logged: the record, which holds the result, is already
+// written, and a redelivered queue message finds it and tries again.
+func (s *store) finished(ctx context.Context, r *stored, log *slog.Logger) {
+	if r.NotifyURL != "" && r.Callback != nil && r.Callback.State == CallbackPending && r.Callback.Attempts == 0 {
+		if err := s.queueCallback(ctx, r.ID); err != nil {
+			log.Error("queue a completion callback", "id", r.ID, "err", err)
+		}
+	}
+	if r.IdemKey != "" {
+		if err := s.expireKey(ctx, r.IdemKey, r.ttl()); err != nil {
+			log.Warn("set the expiry of an idempotency key", "id", r.ID, "err", err)
+		}
+	}
+}
+
+// queueCallback queues the callback of job id, once per [DuplicateWindow].
+func (s *store) queueCallback(ctx context.Context, id string) error {
+	b, _ := json.Marshal(idemEntry{ID: id})
+	msg := &nats.Msg{Subject: s.names.notifySubject(), Data: b}
+	_, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID("notify-"+id), jetstream.WithExpectStream(s.names.stream))
+	return err
+}
+
+// expireKey rewrites key unchanged with a TTL.
+func (s *store) expireKey(ctx context.Context, key string, ttl time.Duration) error {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.putKey(ctx, key, e.Value(), e.Revision(), true, ttl)
+}
