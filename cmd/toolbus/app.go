@@ -34,6 +34,12 @@ type ingressConfig struct {
 	batchConcurrency int
 	maxInFlight      int
 	shutdownTimeout  time.Duration
+	jsonrpc1         bool
+	wsMaxInFlight    int
+	wsPingInterval   time.Duration
+	wsPingMisses     int
+	wsOrigins        []string
+	sseHeartbeat     time.Duration
 }
 
 func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
@@ -48,6 +54,21 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.batchConcurrency, "batch-concurrency", aggregator.DefaultBatchConcurrency, "calls of one batch in flight at once")
 	f.IntVar(&c.maxInFlight, "max-in-flight", aggregator.DefaultMaxInFlight, "calls in flight on this ingress; more are refused with -32002")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
+	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
+	f.IntVar(&c.wsMaxInFlight, "ws-max-in-flight", ingress.DefaultWebSocketMaxInFlight, "calls in flight on one WebSocket connection")
+	f.DurationVar(&c.wsPingInterval, "ws-ping-interval", ingress.DefaultPingInterval, "how often the server pings a WebSocket client")
+	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
+	f.StringSliceVar(&c.wsOrigins, "ws-origins", nil, "origin patterns allowed to open a WebSocket besides the same origin (e.g. *.example.com)")
+	f.DurationVar(&c.sseHeartbeat, "sse-heartbeat", ingress.DefaultSSEHeartbeat, "interval of the comment lines that keep an SSE stream alive")
+}
+
+// defaultIngressConfig is the configuration the in-process commands (demo,
+// bench) run with: the flag defaults on a free loopback port.
+func defaultIngressConfig() ingressConfig {
+	var c ingressConfig
+	cmd := &cobra.Command{}
+	c.flags(cmd, "127.0.0.1:0")
+	return c
 }
 
 // workerConfig is what a worker process is configured with.
@@ -150,16 +171,25 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			return agg, nc, err
 		}),
 		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
-			srv, err := ingress.New(agg,
+			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
 				ingress.WithMaxTimeout(cfg.maxTimeout),
 				ingress.WithLogger(log),
+				ingress.WithJSONRPC1(cfg.jsonrpc1),
+				ingress.WithWebSocketMaxInFlight(cfg.wsMaxInFlight),
+				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
+				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
 				ingress.WithReadiness(func(context.Context) error {
 					if s := nc.Status(); s != nats.CONNECTED {
 						return fmt.Errorf("nats connection is %s", s)
 					}
 					return nil
-				}))
+				}),
+			}
+			if len(cfg.wsOrigins) > 0 {
+				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
+			}
+			srv, err := ingress.New(agg, opts...)
 			if err != nil {
 				return nil, ingressAddr{}, err
 			}

@@ -82,8 +82,8 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 	go plain.Serve(plainL)
 	defer plain.Close()
 
-	ic := ingressConfig{listen: "127.0.0.1:0", prefix: bus.DefaultPrefix, defaultTimeout: 30 * time.Second,
-		maxTimeout: 5 * time.Minute, batchConcurrency: 256, maxInFlight: 100000, shutdownTimeout: 10 * time.Second}
+	ic := defaultIngressConfig()
+	ic.maxInFlight = 100000
 	wc := workerConfig{prefix: bus.DefaultPrefix, tools: []string{"demo"}, concurrency: 4096, shutdownTimeout: 10 * time.Second}
 	var addr ingressAddr
 	app := newApp(

@@ -53,8 +53,7 @@ and prints a table of id, method, outcome and latency. It exits 0 when every
 call had the outcome it should.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ic := ingressConfig{listen: "127.0.0.1:0", prefix: bus.DefaultPrefix, defaultTimeout: 30 * time.Second,
-				maxTimeout: 5 * time.Minute, batchConcurrency: 256, maxInFlight: 10000, shutdownTimeout: 10 * time.Second}
+			ic := defaultIngressConfig()
 			wc := workerConfig{prefix: bus.DefaultPrefix, tools: []string{"demo"}, concurrency: 1024, shutdownTimeout: 10 * time.Second}
 			var addr ingressAddr
 			app := newApp(
