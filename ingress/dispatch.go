@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -81,7 +80,7 @@ type plan struct {
 // once, and every other element, notifications included, becomes a call
 // carrying the deadline the client asked for. This is the one place where
 // every transport's requests are checked.
-func (s *Server) plan(elems []element, timeout time.Duration, local map[string]localMethod) plan {
+func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
 	p := plan{out: make([]reply, 0, len(elems))}
 	for _, el := range elems {
 		if el.err != nil {
@@ -98,7 +97,7 @@ func (s *Server) plan(elems []element, timeout time.Duration, local map[string]l
 			}
 			continue
 		}
-		if e := checkMethod(req.Method); e != nil {
+		if e := s.checkMethod(req.Method); e != nil {
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
@@ -113,7 +112,7 @@ func (s *Server) plan(elems []element, timeout time.Duration, local map[string]l
 			p.calls = make([]schema.Call, 0, len(elems))
 			p.slots = make([]int, 0, len(elems))
 		}
-		p.calls = append(p.calls, schema.Call{Request: req, Timeout: timeout})
+		p.calls = append(p.calls, schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async})
 		p.slots = append(p.slots, slot)
 	}
 	return p
@@ -257,11 +256,11 @@ func internalError() *schema.Error {
 // checkMethod returns the error for a method the ingress never dispatches:
 // a name outside the bus grammar, or a reserved rpc.* name that the
 // transport does not serve itself.
-func checkMethod(method string) *schema.Error {
+func (s *Server) checkMethod(method string) *schema.Error {
 	if err := schema.ValidateMethod(method); err != nil {
 		return schema.ErrorFrom(err)
 	}
-	if schema.IsReserved(method) {
+	if schema.IsReserved(method) && s.router.extension(method) == nil {
 		return schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved",
 			map[string]any{"reason": "reserved", "method": method})
 	}

@@ -55,6 +55,7 @@ type config struct {
 	origins       []string
 	heartbeat     time.Duration
 	jsonrpc1      bool
+	extensions    map[string]Extension
 }
 
 func defaultConfig() config {

@@ -49,7 +49,7 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 			"invalid request: Content-Type must be application/json",
 			map[string]any{"content_type": ct}))
 	}
-	timeout, terr := parseTimeout(r.Header)
+	hdr, terr := parseCallHeaders(r.Header)
 	if terr != nil {
 		return s.restError(w, rid, 0, terr)
 	}
@@ -94,7 +94,7 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 	if perr != nil {
 		return s.restError(w, rid, 0, perr)
 	}
-	p := s.plan(elems, timeout, nil)
+	p := s.plan(elems, hdr, nil)
 	s.stream(r.Context(), p.calls, func(i int, resp schema.Response) { p.out[p.slots[i]].Response = resp })
 	o := outcome{items: 1, calls: len(p.calls)}
 	if len(p.out) != 1 {
@@ -161,7 +161,7 @@ func StatusOf(e *schema.Error) int {
 	switch e.Code {
 	case schema.CodeParseError, schema.CodeInvalidRequest, schema.CodeInvalidParams:
 		return http.StatusBadRequest
-	case schema.CodeMethodNotFound:
+	case schema.CodeMethodNotFound, schema.CodeJobNotFound:
 		return http.StatusNotFound
 	case schema.CodeForbidden:
 		return http.StatusForbidden

@@ -81,7 +81,7 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 			"invalid request: Content-Type must be application/json",
 			map[string]any{"content_type": ct}))
 	}
-	timeout, terr := parseTimeout(r.Header)
+	hdr, terr := parseCallHeaders(r.Header)
 	if terr != nil {
 		return s.refuse(w, http.StatusBadRequest, terr)
 	}
@@ -116,7 +116,7 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 		o.reason = perr.Message
 		return o
 	}
-	p := s.plan(elems, timeout, nil)
+	p := s.plan(elems, hdr, nil)
 	var o outcome
 	if sse {
 		o = s.writeEvents(r.Context(), w, &p)
@@ -160,6 +160,32 @@ func parseTimeout(h http.Header) (time.Duration, *schema.Error) {
 	return 0, schema.NewError(schema.CodeInvalidRequest,
 		"invalid request: "+TimeoutHeader+" header must be a positive duration such as 300ms",
 		map[string]any{"header": TimeoutHeader, "value": v})
+}
+
+// callHeaders is what a request's headers ask for every call it carries.
+type callHeaders struct {
+	timeout time.Duration // Toolbus-Timeout; zero when absent
+	async   bool          // Prefer: respond-async
+}
+
+// parseCallHeaders reads Toolbus-Timeout and Prefer.
+func parseCallHeaders(h http.Header) (callHeaders, *schema.Error) {
+	timeout, err := parseTimeout(h)
+	return callHeaders{timeout: timeout, async: prefersAsync(h)}, err
+}
+
+// prefersAsync reports whether a Prefer header (RFC 7240) names
+// respond-async.
+func prefersAsync(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for _, pref := range strings.Split(v, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(pref), ";")
+			if strings.EqualFold(strings.TrimSpace(name), "respond-async") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // readBody reads the whole body, never more than max bytes. A body longer

@@ -35,6 +35,9 @@ type Server struct {
 	srv   *http.Server
 	limit schema.Limits
 
+	// router routes extension methods; nil without extensions.
+	router *router
+
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
 	closing atomic.Bool
@@ -57,12 +60,18 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
+	var router *router
+	if len(cfg.extensions) > 0 {
+		router = newRouter(d, cfg.extensions)
+		d = router
+	}
 	s := &Server{
-		d:     d,
-		cfg:   cfg,
-		log:   cfg.logger.With("component", "ingress"),
-		limit: schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
-		ws:    map[*wsConn]struct{}{},
+		d:      d,
+		router: router,
+		cfg:    cfg,
+		log:    cfg.logger.With("component", "ingress"),
+		limit:  schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
+		ws:     map[*wsConn]struct{}{},
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)

@@ -60,9 +60,9 @@ func headerHasToken(h http.Header, name, token string) bool {
 // handler's; every call runs on a goroutine of its own, and the handler
 // returns only when all of them and the pinger have.
 type wsConn struct {
-	s       *Server
-	c       *websocket.Conn
-	timeout time.Duration // from Toolbus-Timeout at the upgrade
+	s   *Server
+	c   *websocket.Conn
+	hdr callHeaders // Toolbus-Timeout and Prefer at the upgrade
 	// stop closes the connection: it ends the context that reading,
 	// writing and pinging run under. Calls do not run under that context;
 	// closeCalls cancels them one by one.
@@ -99,7 +99,7 @@ func (f *flight) stopCall(cause error) { f.cancel(cause) }
 // the connection.
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	timeout, terr := parseTimeout(r.Header)
+	hdr, terr := parseCallHeaders(r.Header)
 	if terr != nil {
 		s.logRequest(r, "websocket", start, s.refuse(w, http.StatusBadRequest, terr))
 		return
@@ -128,7 +128,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// The connection, not the upgrade request, bounds the calls: it
 	// keeps the request's values but ends when the connection does.
 	ctx, stop := context.WithCancelCause(context.WithoutCancel(r.Context()))
-	cn := &wsConn{s: s, c: c, timeout: timeout, stop: stop, done: make(chan struct{}),
+	cn := &wsConn{s: s, c: c, hdr: hdr, stop: stop, done: make(chan struct{}),
 		flights: map[string][]*flight{}}
 	if !s.track(cn) {
 		c.Close(websocket.StatusGoingAway, "server shutting down")
@@ -200,7 +200,7 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		cn.write(ctx, []reply{{Response: schema.Response{Error: perr}}}, false)
 		return
 	}
-	p := cn.s.plan(elems, cn.timeout, map[string]localMethod{CancelMethod: cn.cancelCall})
+	p := cn.s.plan(elems, cn.hdr, map[string]localMethod{CancelMethod: cn.cancelCall})
 	cn.calls += len(p.calls)
 	if len(p.calls) == 0 {
 		if len(p.out) > 0 {

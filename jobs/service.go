@@ -43,6 +43,8 @@ type Service struct {
 	mu       sync.Mutex
 	notifier *notifier
 	closed   bool
+
+	served servedFilters
 }
 
 // New returns a service on js. It creates the cluster's queue stream and

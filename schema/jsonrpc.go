@@ -36,6 +36,10 @@ type Call struct {
 	Timeout time.Duration
 	// Caller identifies who sent the call; empty when unauthenticated.
 	Caller string
+	// Async reports that the client prefers (Prefer: respond-async) that a
+	// call of a job-capable tool which misses its deadline go on as a job,
+	// answered with the job's id, rather than be abandoned.
+	Async bool
 }
 
 // Item is one element of a parsed message: either a valid request, or the

@@ -1,0 +1,182 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Extension answers a family of the ingress's own rpc.* methods, such as
+// rpc.jobs.*, on every transport. The jobs service implements it.
+type Extension interface {
+	// ServeRPC answers one call of the family; call.Caller says who asks.
+	ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error)
+}
+
+// Promoter is an [Extension] that can run a tool call as a job, for clients
+// that send Prefer: respond-async.
+type Promoter interface {
+	// Promotable reports whether method can run as a job.
+	Promotable(ctx context.Context, method string) bool
+	// RunAsJob runs call as a job and waits for it at most timeout; past
+	// that, the answer is a timeout whose data names the job.
+	RunAsJob(ctx context.Context, call schema.Call, timeout time.Duration) (json.RawMessage, *schema.Error)
+}
+
+// timeouter is what the aggregator tells of a call's deadline.
+type timeouter interface {
+	Timeout(method string, requested time.Duration) time.Duration
+}
+
+// defaultExtensionTimeout bounds an extension call when the client asked
+// for no deadline and the dispatcher cannot say one.
+const defaultExtensionTimeout = 30 * time.Second
+
+// WithExtension routes every method starting with prefix (which must start
+// with "rpc." and end with ".") to ext instead of the dispatcher. When ext
+// is also a [Promoter], calls of job-capable tools sent with Prefer:
+// respond-async run through it as jobs.
+func WithExtension(prefix string, ext Extension) Option {
+	return func(c *config) error {
+		if ext == nil {
+			return fmt.Errorf("ingress: nil extension for %q", prefix)
+		}
+		if !strings.HasPrefix(prefix, schema.ReservedPrefix) || !strings.HasSuffix(prefix, ".") || len(prefix) <= len(schema.ReservedPrefix)+1 {
+			return fmt.Errorf("ingress: extension prefix %q must look like rpc.name.", prefix)
+		}
+		if err := schema.ValidateMethod(strings.TrimSuffix(prefix, ".")); err != nil {
+			return fmt.Errorf("ingress: extension prefix %q: %w", prefix, err)
+		}
+		for p := range c.extensions {
+			if strings.HasPrefix(p, prefix) || strings.HasPrefix(prefix, p) {
+				return fmt.Errorf("ingress: extension prefix %q overlaps %q", prefix, p)
+			}
+		}
+		if c.extensions == nil {
+			c.extensions = map[string]Extension{}
+		}
+		c.extensions[prefix] = ext
+		return nil
+	}
+}
+
+// router is the [Dispatcher] every transport uses: it sends extension
+// methods and promoted calls to their extension and the rest to the
+// dispatcher given to [New].
+type router struct {
+	next       Dispatcher
+	extensions map[string]Extension
+	promoter   Promoter
+}
+
+var _ Dispatcher = (*router)(nil)
+
+func newRouter(next Dispatcher, extensions map[string]Extension) *router {
+	r := &router{next: next, extensions: extensions}
+	for _, ext := range extensions {
+		if p, ok := ext.(Promoter); ok {
+			r.promoter = p
+		}
+	}
+	return r
+}
+
+// extension returns the extension serving method, or nil.
+func (r *router) extension(method string) Extension {
+	if r == nil {
+		return nil
+	}
+	for prefix, ext := range r.extensions {
+		if strings.HasPrefix(method, prefix) {
+			return ext
+		}
+	}
+	return nil
+}
+
+// timeout is the deadline of an extension or promoted call: the
+// dispatcher's rule when it has one, else the client's wish bounded by a
+// default.
+func (r *router) timeout(c *schema.Call) time.Duration {
+	if t, ok := r.next.(timeouter); ok {
+		return t.Timeout(c.Method, c.Timeout)
+	}
+	if c.Timeout > 0 && c.Timeout < defaultExtensionTimeout {
+		return c.Timeout
+	}
+	return defaultExtensionTimeout
+}
+
+// Dispatch implements [Dispatcher].
+func (r *router) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
+	out := make([]schema.Response, len(calls))
+	r.Stream(ctx, calls, func(i int, resp schema.Response) { out[i] = resp })
+	return out
+}
+
+// Stream implements [Dispatcher]: calls for the dispatcher go to it in one
+// Stream, every other call runs on a goroutine of its own, and emit is
+// called from one goroutine at a time.
+func (r *router) Stream(ctx context.Context, calls []schema.Call, emit func(i int, resp schema.Response)) {
+	var local []int
+	var rest []schema.Call
+	var restIdx []int
+	for i := range calls {
+		c := &calls[i]
+		switch {
+		case r.extension(c.Method) != nil:
+			local = append(local, i)
+		case c.Async && !c.IsNotification() && r.promoter != nil && r.promoter.Promotable(ctx, c.Method):
+			local = append(local, i)
+		default:
+			rest = append(rest, *c)
+			restIdx = append(restIdx, i)
+		}
+	}
+	if len(local) == 0 {
+		r.next.Stream(ctx, calls, emit)
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range local {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := r.serveLocal(ctx, &calls[i])
+			if calls[i].IsNotification() {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			emit(i, resp)
+		}()
+	}
+	if len(rest) > 0 {
+		r.next.Stream(ctx, rest, func(j int, resp schema.Response) {
+			mu.Lock()
+			defer mu.Unlock()
+			emit(restIdx[j], resp)
+		})
+	}
+	wg.Wait()
+}
+
+func (r *router) serveLocal(ctx context.Context, c *schema.Call) schema.Response {
+	timeout := r.timeout(c)
+	var result json.RawMessage
+	var err *schema.Error
+	if ext := r.extension(c.Method); ext != nil {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		result, err = ext.ServeRPC(ctx, *c)
+	} else {
+		result, err = r.promoter.RunAsJob(ctx, *c, timeout)
+	}
+	return schema.Response{ID: c.ID, Result: result, Error: err}
+}

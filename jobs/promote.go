@@ -1,0 +1,158 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// promoteCacheTTL is how long [Service.Promotable] trusts its list of the
+// methods that runners serve; a runner that starts is promotable after at
+// most this long.
+const promoteCacheTTL = 2 * time.Second
+
+// servedFilters caches the filter subjects of the runners' consumers.
+type servedFilters struct {
+	mu      sync.Mutex
+	filters []string
+	expires time.Time
+}
+
+// Promotable reports whether a call of method can go on as a job: some
+// worker runs a [Runner] whose consumer takes the method's jobs. The answer
+// may be up to two seconds old; when JetStream cannot be asked it is false.
+func (s *Service) Promotable(ctx context.Context, method string) bool {
+	filters, err := s.filters(ctx)
+	if err != nil {
+		s.log.Debug("cannot list job consumers", "err", err)
+		return false
+	}
+	subject := s.st.names.runSubject(method)
+	for _, f := range filters {
+		if subjectMatches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Service) filters(ctx context.Context) ([]string, error) {
+	s.served.mu.Lock()
+	defer s.served.mu.Unlock()
+	if time.Now().Before(s.served.expires) {
+		return s.served.filters, nil
+	}
+	var filters []string
+	lister := s.st.stream.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if info.Config.FilterSubject != "" {
+			filters = append(filters, info.Config.FilterSubject)
+		}
+		filters = append(filters, info.Config.FilterSubjects...)
+	}
+	if err := lister.Err(); err != nil {
+		return nil, err
+	}
+	s.served.filters, s.served.expires = filters, time.Now().Add(promoteCacheTTL)
+	return filters, nil
+}
+
+// subjectMatches reports whether subject falls under a NATS filter with
+// the wildcards * (one token) and > (the rest).
+func subjectMatches(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
+
+// RunAsJob runs a call as a job and waits for it at most timeout, for a
+// client that sent Prefer: respond-async. A job that ends in time is
+// answered as the call would have been: its result, or its error. One that
+// does not is answered [schema.CodeTimeout] whose data carries the job's id
+// under job_id: the job keeps running, and the client polls rpc.jobs.get
+// instead of calling again. The job belongs to call.Caller.
+func (s *Service) RunAsJob(ctx context.Context, call schema.Call, timeout time.Duration) (json.RawMessage, *schema.Error) {
+	params, err := json.Marshal(struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params,omitempty"`
+	}{call.Method, call.Params})
+	if err != nil {
+		return nil, schema.NewError(schema.CodeInternal, "internal error: "+err.Error(), nil)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sub, rpcErr := s.submit(ctx, schema.Call{Request: schema.Request{Method: MethodSubmit, Params: params}, Caller: call.Caller})
+	if rpcErr != nil {
+		return nil, rpcErr
+	}
+	rec, err := s.awaitFinal(ctx, sub.ID)
+	switch {
+	case rec != nil && rec.State == StateSucceeded:
+		return rec.Result, nil
+	case rec != nil && rec.Error != nil:
+		return nil, rec.Error
+	case rec != nil:
+		return nil, canceledError()
+	}
+	state := StateQueued
+	if cur, _, gerr := s.st.get(context.WithoutCancel(ctx), sub.ID); gerr == nil {
+		state = cur.State
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+		return nil, schema.NewError(schema.CodeCanceled, "canceled: the request ended; the call goes on as job "+sub.ID,
+			map[string]any{"job_id": sub.ID, "state": state})
+	}
+	msg := fmt.Sprintf("timed out: %s did not answer within %v; it goes on as job %s (poll rpc.jobs.get)", call.Method, timeout, sub.ID)
+	data := map[string]any{"retryable": false, "job_id": sub.ID, "state": state, "timeout_ms": timeout.Milliseconds(), "method": call.Method}
+	if err != nil && ctx.Err() == nil {
+		data["watch_error"] = err.Error()
+	}
+	return nil, schema.NewError(schema.CodeTimeout, msg, data)
+}
+
+// awaitFinal watches a job's record until it reaches a final state or ctx
+// ends, and returns the final record (nil when ctx ended first).
+func (s *Service) awaitFinal(ctx context.Context, id string) (*Record, error) {
+	w, err := s.st.kv.Watch(ctx, jobKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("jobs: watch of job %s ended", id)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var r stored
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				return nil, fmt.Errorf("jobs: decode job %s: %w", id, err)
+			}
+			if r.State.Final() {
+				return &r.Record, nil
+			}
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+func TestRunAsJob(t *testing.T) {
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	s := newService(t, js)
+	if s.Promotable(context.Background(), "slow") {
+		t.Fatal("Promotable(slow) before any runner = true, want false")
+	}
+	release := make(chan struct{})
+	startRunner(t, js, newRuntime(t, nc, func(rt *worker.Runtime) error {
+		if err := echoTools(rt); err != nil {
+			return err
+		}
+		return rt.HandleFunc("slow", func(ctx context.Context, req *worker.Request) (any, error) {
+			select {
+			case <-release:
+				return "done", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+	}))
+	// The promotable list is cached for two seconds.
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Promotable(context.Background(), "slow") {
+		if time.Now().After(deadline) {
+			t.Fatal("Promotable(slow) never became true after the runner started")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s.Promotable(context.Background(), "nobody.serves") {
+		t.Fatal("Promotable(nobody.serves) = true, want false")
+	}
+
+	call := func(method, params string) schema.Call {
+		return schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: method, Params: json.RawMessage(params)}, Caller: "alice"}
+	}
+	result, rpcErr := s.RunAsJob(context.Background(), call("echo", `{"n":1}`), 10*time.Second)
+	if rpcErr != nil || string(result) != `{"n":1}` {
+		t.Fatalf("RunAsJob(echo) = %s, %v; want the result as a sync call", result, rpcErr)
+	}
+
+	_, rpcErr = s.RunAsJob(context.Background(), call("slow", `{}`), 300*time.Millisecond)
+	if !errors.Is(rpcErr, schema.ErrTimeout) {
+		t.Fatalf("RunAsJob(slow) = %v, want timeout", rpcErr)
+	}
+	var data struct {
+		JobID string `json:"job_id"`
+	}
+	if err := json.Unmarshal(rpcErr.Data, &data); err != nil || data.JobID == "" {
+		t.Fatalf("timeout data = %s, want job_id", rpcErr.Data)
+	}
+	close(release)
+	// The job went on and belongs to the caller of the call.
+	raw, e2 := rpc(t, s, "alice", jobs.MethodGet, `{"id":"`+data.JobID+`"}`)
+	if e2 != nil {
+		t.Fatalf("get promoted job: %v", e2)
+	}
+	var rec jobs.Record
+	json.Unmarshal(raw, &rec)
+	if rec.Method != "slow" {
+		t.Fatalf("promoted job method = %q, want slow", rec.Method)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for rec.State != jobs.StateSucceeded {
+		if time.Now().After(deadline) {
+			t.Fatalf("promoted job state = %s, want succeeded", rec.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+		raw, _ = rpc(t, s, "alice", jobs.MethodGet, `{"id":"`+data.JobID+`"}`)
+		json.Unmarshal(raw, &rec)
+	}
+	if string(rec.Result) != `"done"` {
+		t.Fatalf("promoted job result = %s, want \"done\"", rec.Result)
+	}
+}
