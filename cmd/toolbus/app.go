@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
 )
@@ -40,6 +42,11 @@ type ingressConfig struct {
 	wsPingMisses     int
 	wsOrigins        []string
 	sseHeartbeat     time.Duration
+	jobs             bool
+	jobTTL           time.Duration
+	jobReplicas      int
+	jobMaxAttempts   int
+	callbackSecret   string
 }
 
 func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
@@ -60,6 +67,11 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
 	f.StringSliceVar(&c.wsOrigins, "ws-origins", nil, "origin patterns allowed to open a WebSocket besides the same origin (e.g. *.example.com)")
 	f.DurationVar(&c.sseHeartbeat, "sse-heartbeat", ingress.DefaultSSEHeartbeat, "interval of the comment lines that keep an SSE stream alive")
+	f.BoolVar(&c.jobs, "jobs", true, "serve the rpc.jobs.* methods on JetStream (needs JetStream)")
+	f.DurationVar(&c.jobTTL, "job-ttl", jobs.DefaultTTL, "how long a finished job's record is kept")
+	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
+	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
+	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 }
 
 // defaultIngressConfig is the configuration the in-process commands (demo,
@@ -77,16 +89,34 @@ type workerConfig struct {
 	tools           []string
 	concurrency     int
 	shutdownTimeout time.Duration
+	jobs            bool
+	jobLease        time.Duration
+	jobConcurrency  int
 }
 
-func (c *workerConfig) flags(cmd *cobra.Command, withPrefix bool) {
+// flags defines the worker's flags; standalone adds those that the dev
+// command shares with the ingress (--prefix, --jobs).
+func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f := cmd.Flags()
-	if withPrefix {
+	if standalone {
 		f.StringVar(&c.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
+		f.BoolVar(&c.jobs, "jobs", true, "also run the toolsets' tools as durable jobs from JetStream (needs JetStream)")
+	} else {
+		c.jobs = true
 	}
 	f.StringSliceVar(&c.tools, "tools", []string{"demo"}, "toolsets to serve (available: demo)")
 	f.IntVar(&c.concurrency, "concurrency", worker.DefaultConcurrency, "calls of one method a worker runs at once")
 	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
+	f.DurationVar(&c.jobLease, "job-lease", jobs.DefaultLease, "how long a job stays leased to this worker without a sign of life")
+	f.IntVar(&c.jobConcurrency, "job-concurrency", jobs.DefaultRunConcurrency, "jobs of one method a worker runs at once")
+}
+
+// defaultWorkerConfig is the configuration the in-process commands (demo,
+// bench) run their worker with: the flag defaults.
+func defaultWorkerConfig() workerConfig {
+	c := workerConfig{prefix: bus.DefaultPrefix}
+	c.flags(&cobra.Command{}, false)
+	return c
 }
 
 // validate checks the toolsets. Commands call it before anything connects
@@ -189,6 +219,13 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if len(cfg.wsOrigins) > 0 {
 				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
 			}
+			if cfg.jobs {
+				svc, err := newJobService(lc, nc, cfg, log)
+				if err != nil {
+					return nil, ingressAddr{}, err
+				}
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc))
+			}
 			srv, err := ingress.New(agg, opts...)
 			if err != nil {
 				return nil, ingressAddr{}, err
@@ -218,6 +255,33 @@ func ingressModule(cfg ingressConfig) fx.Option {
 	)
 }
 
+// newJobService starts the rpc.jobs.* service of an ingress.
+func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.Logger) (*jobs.Service, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ingress: jobs: %w", err)
+	}
+	opts := []jobs.Option{
+		jobs.WithPrefix(cfg.prefix),
+		jobs.WithTTL(cfg.jobTTL),
+		jobs.WithReplicas(cfg.jobReplicas),
+		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
+		jobs.WithLogger(log),
+	}
+	if cfg.callbackSecret != "" {
+		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)))
+	}
+	svc, err := jobs.New(js, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("ingress: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
+	}
+	lc.Append(fx.Hook{
+		OnStart: svc.Start,
+		OnStop:  svc.Shutdown,
+	})
+	return svc, nil
+}
+
 // workerModule runs a worker runtime serving the configured toolsets.
 func workerModule(cfg workerConfig) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger) error {
@@ -239,19 +303,61 @@ func workerModule(cfg workerConfig) fx.Option {
 				return fmt.Errorf("worker: toolset %s: %w", name, err)
 			}
 		}
+		var runner *jobs.Runner
+		if cfg.jobs {
+			if runner, err = newRunner(nc, rt, cfg, log); err != nil {
+				nc.Close()
+				return err
+			}
+		}
 		lc.Append(fx.Hook{
-			OnStart: func(context.Context) error { return rt.Start() },
+			// The runner's consumers are set up first, so that a worker
+			// answering on the bus is a worker fully started.
+			OnStart: func(ctx context.Context) error {
+				if runner != nil {
+					if err := runner.Start(ctx); err != nil {
+						return err
+					}
+				}
+				if err := rt.Start(); err != nil {
+					if runner != nil {
+						runner.Shutdown(ctx)
+					}
+					return err
+				}
+				return nil
+			},
 			OnStop: func(ctx context.Context) error {
 				ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
 				defer cancel()
-				err := rt.Shutdown(ctx)
+				var errs []error
+				if runner != nil {
+					errs = append(errs, runner.Shutdown(ctx))
+				}
+				errs = append(errs, rt.Shutdown(ctx))
 				drain(nc)
-				return err
+				return errors.Join(errs...)
 			},
 		})
-		log.Info("worker serving", "methods", rt.Methods())
+		log.Info("worker serving", "methods", rt.Methods(), "jobs", cfg.jobs)
 		return nil
 	})
+}
+
+func newRunner(nc *nats.Conn, rt *worker.Runtime, cfg workerConfig, log *slog.Logger) (*jobs.Runner, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jobs: %w", err)
+	}
+	r, err := jobs.NewRunner(js, rt,
+		jobs.WithRunnerPrefix(cfg.prefix),
+		jobs.WithLease(cfg.jobLease),
+		jobs.WithRunConcurrency(cfg.jobConcurrency),
+		jobs.WithRunnerLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("worker: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
+	}
+	return r, nil
 }
 
 // drain closes a connection after delivering what it holds, bounded by the

@@ -84,7 +84,8 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 
 	ic := defaultIngressConfig()
 	ic.maxInFlight = 100000
-	wc := workerConfig{prefix: bus.DefaultPrefix, tools: []string{"demo"}, concurrency: 4096, shutdownTimeout: 10 * time.Second}
+	wc := defaultWorkerConfig()
+	wc.concurrency = 4096
 	var addr ingressAddr
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),

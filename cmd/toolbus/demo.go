@@ -54,7 +54,7 @@ call had the outcome it should.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ic := defaultIngressConfig()
-			wc := workerConfig{prefix: bus.DefaultPrefix, tools: []string{"demo"}, concurrency: 1024, shutdownTimeout: 10 * time.Second}
+			wc := defaultWorkerConfig()
 			var addr ingressAddr
 			app := newApp(
 				fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),

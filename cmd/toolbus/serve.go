@@ -34,7 +34,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := wc.validate(); err != nil {
 				return err
 			}
-			wc.prefix = ic.prefix
+			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded
 			app := newApp(
