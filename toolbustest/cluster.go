@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
@@ -38,15 +40,19 @@ type Cluster struct {
 	// Worker is the cluster's first worker (nil with [WithoutWorker]).
 	Worker *Worker
 
-	client  *http.Client
-	logger  *slog.Logger
-	workerO []worker.Option
+	// Jobs is the first ingress's jobs service (nil without [WithJobs]).
+	Jobs *jobs.Service
+
+	client *http.Client
+	opts   options
 }
 
 // Worker is one worker runtime with its own NATS connection.
 type Worker struct {
 	Runtime *worker.Runtime
 	Conn    *nats.Conn
+	// Runner serves the worker's tools as jobs (nil without [WithJobs]).
+	Runner *jobs.Runner
 }
 
 // Kill closes the worker's NATS connection at once, without draining, as a
@@ -60,6 +66,9 @@ type options struct {
 	ingOpts    []ingress.Option
 	workerOpts []worker.Option
 	logger     *slog.Logger
+	jobs       bool
+	jobsOpts   []jobs.Option
+	runnerOpts []jobs.RunnerOption
 }
 
 // Option configures [Start].
@@ -89,6 +98,17 @@ func WithWorkerOptions(opts ...worker.Option) Option {
 	return func(o *options) { o.workerOpts = append(o.workerOpts, opts...) }
 }
 
+// WithJobs turns on durable jobs: every ingress serves rpc.jobs.* (with
+// opts) and every worker runs a job runner (with runnerOpts) besides its bus
+// subscriptions.
+func WithJobs(opts []jobs.Option, runnerOpts ...jobs.RunnerOption) Option {
+	return func(o *options) {
+		o.jobs = true
+		o.jobsOpts = append(o.jobsOpts, opts...)
+		o.runnerOpts = append(o.runnerOpts, runnerOpts...)
+	}
+}
+
 // WithLogger sets the logger of every part (default: one that discards).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -111,21 +131,48 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Fatalf("toolbustest: %v", err)
 	}
 	t.Cleanup(e.Shutdown)
-	c := &Cluster{NATS: e, logger: o.logger, workerO: append([]worker.Option{worker.WithLogger(o.logger)}, o.workerOpts...)}
+	o.workerOpts = append([]worker.Option{worker.WithLogger(o.logger)}, o.workerOpts...)
+	c := &Cluster{NATS: e, opts: o}
 	if !o.noWorker {
 		c.Worker = c.AddWorker(t, o.register...)
 	}
+	transport := &http.Transport{MaxIdleConnsPerHost: 64, Proxy: nil}
+	c.client = &http.Client{Transport: transport, Timeout: 5 * time.Minute}
+	t.Cleanup(transport.CloseIdleConnections)
+	ing := c.AddIngress(t)
+	c.BaseURL, c.URL = ing.BaseURL, ing.URL
+	c.Aggregator, c.Ingress, c.Jobs = ing.Aggregator, ing.Ingress, ing.Jobs
+	return c
+}
+
+// Ingress is one ingress of the cluster, with its own NATS connection.
+type Ingress struct {
+	// URL is its JSON-RPC endpoint; BaseURL its root.
+	URL, BaseURL string
+	Aggregator   *aggregator.Aggregator
+	Ingress      *ingress.Server
+	// Jobs is its jobs service (nil without [WithJobs]).
+	Jobs *jobs.Service
+}
+
+// AddIngress starts another ingress replica on a connection of its own, as
+// a second process would be; it stops when the test ends.
+func (c *Cluster) AddIngress(t testing.TB) *Ingress {
+	t.Helper()
+	o := c.opts
+	e := c.NATS
 
 	nc, err := e.Connect(bus.WithName("toolbustest-ingress"), bus.WithLogger(o.logger))
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	c.Aggregator, err = aggregator.New(nc, append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)...)
+	ing := &Ingress{}
+	ing.Aggregator, err = aggregator.New(nc, append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)...)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	c.Ingress, err = ingress.New(c.Aggregator, append([]ingress.Option{
+	ingOpts := []ingress.Option{
 		ingress.WithLogger(o.logger),
 		ingress.WithReadiness(func(context.Context) error {
 			if s := nc.Status(); s != nats.CONNECTED {
@@ -133,7 +180,12 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 			}
 			return nil
 		}),
-	}, o.ingOpts...)...)
+	}
+	if o.jobs {
+		ing.Jobs = startJobs(t, nc, o)
+		ingOpts = append(ingOpts, ingress.WithExtension(jobs.MethodPrefix, ing.Jobs))
+	}
+	ing.Ingress, err = ingress.New(ing.Aggregator, append(ingOpts, o.ingOpts...)...)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
@@ -142,21 +194,40 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Fatalf("toolbustest: %v", err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- c.Ingress.Serve(l) }()
+	go func() { served <- ing.Ingress.Serve(l) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c.Ingress.Shutdown(ctx)
+		ing.Ingress.Shutdown(ctx)
 		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("toolbustest: ingress: %v", err)
 		}
 	})
-	c.BaseURL = "http://" + l.Addr().String()
-	c.URL = c.BaseURL + "/rpc"
-	transport := &http.Transport{MaxIdleConnsPerHost: 64, Proxy: nil}
-	c.client = &http.Client{Transport: transport, Timeout: 5 * time.Minute}
-	t.Cleanup(transport.CloseIdleConnections)
-	return c
+	ing.BaseURL = "http://" + l.Addr().String()
+	ing.URL = ing.BaseURL + "/rpc"
+	return ing
+}
+
+// startJobs starts a jobs service on nc, shut down when the test ends.
+func startJobs(t testing.TB, nc *nats.Conn, o options) *jobs.Service {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("toolbustest: %v", err)
+	}
+	svc, err := jobs.New(js, append([]jobs.Option{jobs.WithLogger(o.logger)}, o.jobsOpts...)...)
+	if err != nil {
+		t.Fatalf("toolbustest: jobs: %v", err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatalf("toolbustest: jobs: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		svc.Shutdown(ctx)
+	})
+	return svc
 }
 
 // AddWorker starts another worker on a connection of its own, serving what
@@ -167,11 +238,11 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	if len(register) == 0 {
 		register = []func(*worker.Runtime) error{Demo}
 	}
-	nc, err := c.NATS.Connect(bus.WithName("toolbustest-worker"), bus.WithLogger(c.logger))
+	nc, err := c.NATS.Connect(bus.WithName("toolbustest-worker"), bus.WithLogger(c.opts.logger))
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	rt, err := worker.New(nc, c.workerO...)
+	rt, err := worker.New(nc, c.opts.workerOpts...)
 	if err != nil {
 		nc.Close()
 		t.Fatalf("toolbustest: %v", err)
@@ -180,6 +251,20 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 		if err := r(rt); err != nil {
 			nc.Close()
 			t.Fatalf("toolbustest: register tools: %v", err)
+		}
+	}
+	var runner *jobs.Runner
+	if c.opts.jobs {
+		js, err := jetstream.New(nc)
+		if err == nil {
+			runner, err = jobs.NewRunner(js, rt, append([]jobs.RunnerOption{jobs.WithRunnerLogger(c.opts.logger)}, c.opts.runnerOpts...)...)
+		}
+		if err == nil {
+			err = runner.Start(context.Background())
+		}
+		if err != nil {
+			nc.Close()
+			t.Fatalf("toolbustest: job runner: %v", err)
 		}
 	}
 	if err := rt.Start(); err != nil {
@@ -193,10 +278,13 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if runner != nil {
+			runner.Shutdown(ctx)
+		}
 		rt.Shutdown(ctx)
 		nc.Close()
 	})
-	return &Worker{Runtime: rt, Conn: nc}
+	return &Worker{Runtime: rt, Conn: nc, Runner: runner}
 }
 
 // Post sends body to the JSON-RPC endpoint with the given header pairs
@@ -204,10 +292,16 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 // is application/json unless a pair sets it.
 func (c *Cluster) Post(t testing.TB, body string, header ...string) (int, []byte) {
 	t.Helper()
+	return c.PostURL(t, c.URL, body, header...)
+}
+
+// PostURL is [Cluster.Post] to another URL, such as a second ingress's.
+func (c *Cluster) PostURL(t testing.TB, url, body string, header ...string) (int, []byte) {
+	t.Helper()
 	if len(header)%2 != 0 {
 		t.Fatalf("toolbustest: Post header pairs are odd: %q", header)
 	}
-	req, err := http.NewRequest(http.MethodPost, c.URL, bytes.NewReader([]byte(body)))
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +311,7 @@ func (c *Cluster) Post(t testing.TB, body string, header ...string) (int, []byte
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		t.Fatalf("toolbustest: POST %s: %v", c.URL, err)
+		t.Fatalf("toolbustest: POST %s: %v", url, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
