@@ -51,6 +51,11 @@ type Runtime struct {
 	draining atomic.Bool
 	idle     chan struct{}
 	idleOnce sync.Once
+
+	// calls maps the bus call id of every call being served to its
+	// cancel function, for cancel messages; cancelSub receives them.
+	calls     sync.Map
+	cancelSub *nats.Subscription
 }
 
 // route is one registered pattern and its subscription.
@@ -184,6 +189,13 @@ func (rt *Runtime) Start() error {
 			return err
 		}
 	}
+	if err := rt.subscribeCancels(); err != nil {
+		for _, r := range rt.routes {
+			r.sub.Unsubscribe()
+			r.sub, r.done = nil, nil
+		}
+		return fmt.Errorf("worker: subscribe to cancels: %w", err)
+	}
 	rt.started = true
 	rt.flush()
 	return nil
@@ -260,6 +272,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-rt.idle:
+		rt.stopCancels()
 		rt.cancel()
 		return nil
 	case <-ctx.Done():
@@ -268,6 +281,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 }
 
 func (rt *Runtime) abort(ctx context.Context) error {
+	rt.stopCancels()
 	rt.cancel()
 	return fmt.Errorf("worker: shutdown: %d calls still running: %w", rt.inflight.Load(), ctx.Err())
 }

@@ -37,25 +37,27 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 			"late", time.Since(req.Deadline))
 		return
 	}
-	var ctx context.Context
-	var cancel context.CancelFunc
-	if req.Deadline.IsZero() {
-		ctx, cancel = context.WithCancel(rt.ctx)
-	} else {
-		ctx, cancel = context.WithDeadline(rt.ctx, req.Deadline)
+	ctx, cancelCause := context.WithCancelCause(rt.ctx)
+	cancel := func() { cancelCause(nil) }
+	if !req.Deadline.IsZero() {
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
+		cancel = func() { cancelDeadline(); cancelCause(nil) }
 	}
+	untrack := rt.track(msg, cancelCause)
 	select {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():
+		untrack()
 		cancel()
 		rt.reply(msg, req, nil, rt.errorFor(req, ctx.Err()))
 		return
 	}
 	rt.inflight.Add(1)
-	go rt.serve(ctx, cancel, r, msg, req)
+	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req)
 }
 
-func (rt *Runtime) serve(ctx context.Context, cancel context.CancelFunc, r *route, msg *nats.Msg, req *Request) {
+func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request) {
 	defer rt.release()
 	defer func() { <-r.sem }()
 	defer cancel()

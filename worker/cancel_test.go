@@ -1,0 +1,80 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+func TestCancelMessageReachesTheHandler(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	started := make(chan struct{}, 2)
+	seen := make(chan error, 2)
+	if err := c.rt.HandleFunc("hang", func(ctx context.Context, _ *worker.Request) (any, error) {
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			seen <- ctx.Err()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Second):
+			seen <- nil
+			return "not canceled", nil
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+
+	for _, tc := range []struct {
+		name     string
+		cancelID string // what the cancel message names
+		want     error
+	}{
+		{"the call's id", "call-A", context.Canceled},
+		{"another call's id", "call-other", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := callMsg(t, "hang", "", time.Now().Add(time.Minute))
+			msg.Header.Set(schema.HeaderCallID, "call-A")
+			replied := make(chan *schema.ReplyEnvelope, 1)
+			go func() {
+				r, _ := c.send(msg)
+				replied <- r
+			}()
+			<-started
+			if err := c.caller.Publish("toolbus.cancel", []byte(tc.cancelID)); err != nil {
+				t.Fatal(err)
+			}
+			c.caller.Flush()
+			if tc.want == nil {
+				// Nothing must happen to the call; give the message time
+				// to arrive, then cancel it for real to end the test.
+				select {
+				case err := <-seen:
+					t.Fatalf("handler ended with %v after a cancel of another call", err)
+				case <-time.After(300 * time.Millisecond):
+				}
+				c.caller.Publish("toolbus.cancel", []byte("call-A"))
+				<-seen
+				<-replied
+				return
+			}
+			select {
+			case err := <-seen:
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("handler context ended with %v, want %v", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the cancel message never reached the handler")
+			}
+			if r := <-replied; r == nil || !errors.Is(r.Err(), schema.ErrCanceled) {
+				t.Fatalf("reply = %+v, want canceled", r)
+			}
+		})
+	}
+}
