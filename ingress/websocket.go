@@ -200,7 +200,9 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		cn.write(ctx, []reply{{Response: schema.Response{Error: perr}}}, false)
 		return
 	}
-	p := cn.s.plan(elems, cn.hdr, map[string]localMethod{CancelMethod: cn.cancelCall})
+	local := map[string]localMethod{CancelMethod: cn.cancelCall}
+	cn.subscribeMethods(ctx, local)
+	p := cn.s.plan(elems, cn.hdr, local)
 	cn.calls += len(p.calls)
 	if len(p.calls) == 0 {
 		if len(p.out) > 0 {

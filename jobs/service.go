@@ -98,6 +98,10 @@ func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessa
 		v, rpcErr = s.cancel(ctx, call)
 	case MethodList:
 		v, rpcErr = s.list(ctx, call)
+	case MethodSubscribe:
+		return nil, schema.NewError(schema.CodeMethodNotFound,
+			"method not found: "+MethodSubscribe+" needs a connection that stays open (WebSocket); poll "+MethodGet+" instead",
+			map[string]any{"method": call.Method, "reason": "needs_websocket"})
 	default:
 		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
 			map[string]any{"method": call.Method})

@@ -6,6 +6,7 @@
 //
 //	echo          the params, byte for byte
 //	sleep         {"ms": N} → {"slept_ms": N}, ending early with the call's context
+//	              and reporting progress in tenths when it runs as a job
 //	fail          {"code", "message", "data"} → exactly that error
 //	sha256        {"data", "rounds"} → {"digest", "rounds"}, hashing rounds times
 //	fetch_page    {"url"} → {"title", "content", "status_code", ...}

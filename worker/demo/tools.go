@@ -34,13 +34,24 @@ func sleep(ctx context.Context, p sleepParams) (sleepResult, error) {
 	case *p.MS > MaxSleep.Milliseconds():
 		return sleepResult{}, worker.InvalidParams("ms", fmt.Sprintf("must be at most %d", MaxSleep.Milliseconds()))
 	}
-	t := time.NewTimer(time.Duration(*p.MS) * time.Millisecond)
+	// Progress is reported in tenths when the call runs as a job.
+	total := time.Duration(*p.MS) * time.Millisecond
+	start := time.Now()
+	t := time.NewTimer(total)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return sleepResult{SleptMS: *p.MS}, nil
-	case <-ctx.Done():
-		return sleepResult{}, ctx.Err()
+	tick := time.NewTicker(max(total/10, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.C:
+			worker.Progress(ctx, 100, "slept")
+			return sleepResult{SleptMS: *p.MS}, nil
+		case <-tick.C:
+			done := time.Since(start)
+			worker.Progress(ctx, min(99, 100*float64(done)/float64(total)), fmt.Sprintf("slept %dms of %dms", done.Milliseconds(), *p.MS))
+		case <-ctx.Done():
+			return sleepResult{}, ctx.Err()
+		}
 	}
 }
 

@@ -1,0 +1,91 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Subscriber is an [Extension] whose "subscribe" method (such as
+// rpc.jobs.subscribe) streams server notifications over a WebSocket
+// connection. Other transports answer that method through ServeRPC.
+type Subscriber interface {
+	// Subscribe answers the subscribe call with result and returns stream,
+	// which the connection runs on a goroutine of its own: it calls notify
+	// for every notification and returns when the subscription is over or
+	// ctx (the connection's) ends.
+	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
+}
+
+// subscribeMethods returns the local methods of a WebSocket connection for
+// the extensions that are subscribers: "<prefix>subscribe" for each.
+func (cn *wsConn) subscribeMethods(ctx context.Context, local map[string]localMethod) {
+	if cn.s.router == nil {
+		return
+	}
+	for prefix, ext := range cn.s.router.extensions {
+		if sub, ok := ext.(Subscriber); ok {
+			local[prefix+"subscribe"] = func(req schema.Request) (json.RawMessage, *schema.Error) {
+				return cn.subscribe(ctx, sub, req)
+			}
+		}
+	}
+}
+
+// subscribe starts a subscription of the connection. Subscriptions count
+// against the connection's in-flight limit while they last.
+func (cn *wsConn) subscribe(ctx context.Context, sub Subscriber, req schema.Request) (json.RawMessage, *schema.Error) {
+	cn.mu.Lock()
+	if cn.closed || cn.draining {
+		cn.mu.Unlock()
+		return nil, shuttingDown()
+	}
+	if cn.inFlight >= cn.s.cfg.wsMaxInFlight {
+		cn.mu.Unlock()
+		return nil, schema.NewError(schema.CodeOverloaded,
+			fmt.Sprintf("overloaded: %d calls and subscriptions in flight on this connection (ws_max_in_flight)", cn.s.cfg.wsMaxInFlight),
+			map[string]any{"retryable": true, "retry_after_ms": 100, "limit": "ws_max_in_flight"})
+	}
+	cn.inFlight++
+	cn.mu.Unlock()
+	result, stream, err := sub.Subscribe(ctx, schema.Call{Request: req})
+	if err != nil {
+		cn.release()
+		return nil, err
+	}
+	cn.wg.Add(1)
+	go func() {
+		defer cn.wg.Done()
+		defer cn.release()
+		stream(ctx, func(method string, params json.RawMessage) { cn.notify(ctx, method, params) })
+	}()
+	return result, nil
+}
+
+// notify sends a server notification.
+func (cn *wsConn) notify(ctx context.Context, method string, params json.RawMessage) {
+	if !strings.HasPrefix(method, schema.ReservedPrefix) || !json.Valid(params) {
+		cn.s.log.Error("refused a malformed notification", "method", method)
+		return
+	}
+	m, _ := json.Marshal(method)
+	b := make([]byte, 0, len(params)+len(m)+40)
+	b = append(b, `{"jsonrpc":"2.0","method":`...)
+	b = append(b, m...)
+	b = append(b, `,"params":`...)
+	b = append(b, params...)
+	b = append(b, '}')
+	cn.writeMu.Lock()
+	defer cn.writeMu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, cn.s.cfg.pingInterval*time.Duration(cn.s.cfg.pingMisses))
+	defer cancel()
+	if err := cn.c.Write(wctx, websocket.MessageText, b); err != nil {
+		cn.stop(fmt.Errorf("write: %w", err))
+	}
+}
