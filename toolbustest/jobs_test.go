@@ -52,8 +52,9 @@ func TestJobSubmittedOnOneIngressPolledOnAnother(t *testing.T) {
 		ID    string `json:"id"`
 		State string `json:"state"`
 	}
-	if err := json.Unmarshal(rs[0].Result, &sub); err != nil || sub.ID == "" || sub.State != "queued" {
-		t.Fatalf("submit result = %s, want an id in state queued", rs[0].Result)
+	// A worker may take the job before submit answers.
+	if err := json.Unmarshal(rs[0].Result, &sub); err != nil || sub.ID == "" || (sub.State != "queued" && sub.State != "running") {
+		t.Fatalf("submit result = %s, want an id in state queued or running", rs[0].Result)
 	}
 	if rs[1].Error != nil || string(rs[1].Result) != `["sync, next to it"]` {
 		t.Fatalf("sync call in the same batch = %s %v", rs[1].Result, rs[1].Error)
