@@ -28,6 +28,10 @@ type benchFlags struct {
 	busTransport  string
 	skipCompare   bool
 	skipScenarios bool
+	skipJobs      bool
+	skipWS        bool
+	jobsConc      int
+	wsConc        int
 	cpuProfile    string
 }
 
@@ -42,7 +46,10 @@ loopback ports, and loads them in alternating rounds so that both see the same
 machine. It prints throughput, latency percentiles and the ratio toolbus/plain
 at each concurrency, then a fan-out scenario (one batch of 100 sleep calls of
 100ms) and a slow-backend scenario (a batch whose one slow call outlives its
-300ms deadline), each against its target.`,
+300ms deadline), each against its target. The jobs scenario measures
+rpc.jobs.get of a finished job and rpc.jobs.submit of echo jobs in a closed
+loop, against their targets; the WebSocket scenario sends echo calls from many
+callers over one WebSocket connection and the same over HTTP.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -59,6 +66,10 @@ at each concurrency, then a fan-out scenario (one batch of 100 sleep calls of
 	cmd.Flags().StringVar(&f.busTransport, "bus", "in-process", "how the cluster's parts reach the embedded NATS: in-process or tcp")
 	cmd.Flags().BoolVar(&f.skipCompare, "skip-compare", false, "skip the echo comparison")
 	cmd.Flags().BoolVar(&f.skipScenarios, "skip-scenarios", false, "skip the fan-out and slow-backend scenarios")
+	cmd.Flags().BoolVar(&f.skipJobs, "skip-jobs", false, "skip the jobs scenario")
+	cmd.Flags().BoolVar(&f.skipWS, "skip-ws", false, "skip the WebSocket scenario")
+	cmd.Flags().IntVar(&f.jobsConc, "jobs-concurrency", 16, "concurrent submitters of the jobs scenario")
+	cmd.Flags().IntVar(&f.wsConc, "ws-concurrency", 64, "concurrent callers of the WebSocket scenario")
 	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator included) to this file")
 	return cmd
 }
@@ -99,6 +110,7 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 	}
 	defer app.Stop(context.WithoutCancel(ctx))
 	toolbusURL := "http://" + addr.String() + "/rpc"
+	wsURL := "ws://" + addr.String() + "/rpc"
 
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
@@ -132,6 +144,19 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 		sl, err := bench.SlowBackend(ctx, bench.SlowConfig{URL: toolbusURL, Repeats: f.repeats})
 		fmt.Fprintln(out)
 		bench.ReportSlow(out, sl)
+		errs = append(errs, err)
+	}
+	if !f.skipJobs {
+		jr, err := bench.Jobs(ctx, bench.JobsConfig{URL: toolbusURL, Concurrency: f.jobsConc, Duration: f.duration})
+		fmt.Fprintln(out)
+		bench.ReportJobs(out, jr)
+		errs = append(errs, err)
+	}
+	if !f.skipWS {
+		wr, err := bench.WebSocket(ctx, bench.WebSocketConfig{HTTPURL: toolbusURL, WSURL: wsURL,
+			Concurrency: f.wsConc, Rounds: f.rounds, Duration: f.duration})
+		fmt.Fprintln(out)
+		bench.ReportWebSocket(out, wr)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -16,13 +16,18 @@ func TestBenchRunsEveryScenario(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"in-process", "in-process", []string{"--concurrency", "1,4", "--repeats", "1"}, []string{
+		{"in-process", "in-process", []string{"--concurrency", "1,4", "--repeats", "1", "--jobs-concurrency", "4", "--ws-concurrency", "8"}, []string{
 			"bus in-process", "plain net/http", "toolbus", "b/a",
 			"added mean latency at concurrency 1",
 			"fan-out: 100 sleep calls", "slow backend",
+			"jobs: rpc.jobs.get of one finished job", "job submits ≥ 5000/s (concurrency 4", "job poll p50 ≤ 1ms",
+			"websocket: 8 callers of echo sharing one WebSocket connection", "WebSocket/HTTP",
 		}},
-		{"tcp, comparison only", "tcp", []string{"--concurrency", "1", "--skip-scenarios"}, []string{
+		{"tcp, comparison only", "tcp", []string{"--concurrency", "1", "--skip-scenarios", "--skip-jobs", "--skip-ws"}, []string{
 			"bus tcp", "plain net/http", "b/a",
+		}},
+		{"tcp, jobs and WebSocket only", "tcp", []string{"--skip-compare", "--skip-scenarios", "--jobs-concurrency", "2", "--ws-concurrency", "2"}, []string{
+			"bus tcp", "job submits ≥ 5000/s (concurrency 2", "websocket: 2 callers",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,24 +3,34 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/schema"
 )
 
 // errReported means the command has already told the user what went wrong
 // and only the exit status is left to set.
 var errReported = errors.New("reported")
+
+// defaultURL is the JSON-RPC endpoint of `toolbus dev` and of an ingress
+// with its default --listen.
+const defaultURL = "http://127.0.0.1:8080/rpc"
+
+// dialTimeout bounds the wait for a WebSocket connection, so that a wrong
+// ws:// URL or a server that is down is reported rather than waited on;
+// the client tries again about every second meanwhile.
+const dialTimeout = 3 * time.Second
 
 func newCallCmd() *cobra.Command {
 	var (
@@ -32,39 +42,56 @@ func newCallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "call [METHOD [PARAMS_JSON]]",
 		Short: "Send one call or a batch file to an ingress and print the answer",
-		Long: `call sends a JSON-RPC 2.0 call to an ingress and prints the response. PARAMS_JSON
-is an object or an array. With --batch FILE (- for standard input) the file's
-JSON is sent as it is. The exit status is 1 when any response is an error.`,
+		Long: `call sends a JSON-RPC 2.0 call to an ingress, over HTTP or, with a ws:// or
+wss:// --url, over WebSocket, and prints the response. PARAMS_JSON is an object
+or an array; every call gets an id of its own. With --batch FILE (- for standard
+input) the file's JSON is posted as it is, over HTTP even when --url is a
+WebSocket URL (the ingress serves both on the same path). The exit status is 1
+when any response is an error.`,
 		Example: `  toolbus call echo '{"hello":"world"}'
   toolbus call --timeout 300ms sleep '{"ms":1000}'
+  toolbus call --url ws://127.0.0.1:8080/rpc echo '[1,2,3]'
   toolbus call --batch calls.json`,
 		Args: cobra.RangeArgs(0, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var body []byte
+			ctx := commandContext(cmd)
 			switch {
 			case batch != "" && len(args) > 0:
 				return errors.New("give either --batch or METHOD, not both")
 			case batch != "":
-				var err error
-				if body, err = readInput(cmd.InOrStdin(), batch); err != nil {
+				body, err := readInput(cmd.InOrStdin(), batch)
+				if err != nil {
 					return err
 				}
+				endpoint, err := httpURL(url)
+				if err != nil {
+					return err
+				}
+				return sendAndPrint(ctx, cmd.OutOrStdout(), endpoint, timeout, body)
 			case len(args) == 0:
 				return errors.New("give a METHOD or --batch FILE")
-			default:
-				var err error
-				if body, err = buildCall(args, notify); err != nil {
-					return err
-				}
 			}
-			return sendAndPrint(cmd.Context(), cmd.OutOrStdout(), url, timeout, body)
+			params, err := parseParams(args[1:])
+			if err != nil {
+				return err
+			}
+			return callAndPrint(ctx, cmd.OutOrStdout(), url, timeout, args[0], params, notify)
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:8080/rpc", "URL of the ingress's JSON-RPC endpoint")
+	cmd.Flags().StringVar(&url, "url", defaultURL, "URL of the ingress's JSON-RPC endpoint: http(s):// or ws(s)://")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "per-call deadline sent as Toolbus-Timeout (default: the server's)")
 	cmd.Flags().StringVar(&batch, "batch", "", "file holding a JSON-RPC message to send as it is (- for standard input)")
 	cmd.Flags().BoolVar(&notify, "notify", false, "send a notification: no id, no answer")
 	return cmd
+}
+
+// commandContext returns the command's context, which is nil when it was
+// executed without one.
+func commandContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
 
 func readInput(stdin io.Reader, name string) ([]byte, error) {
@@ -74,33 +101,110 @@ func readInput(stdin io.Reader, name string) ([]byte, error) {
 	return os.ReadFile(name)
 }
 
-// buildCall makes a request with a fresh random id, so that ids never repeat
-// across calls.
-func buildCall(args []string, notify bool) ([]byte, error) {
-	req := map[string]any{"jsonrpc": schema.Version, "method": args[0]}
-	if len(args) == 2 {
-		// Whitespace around the JSON is allowed, as anywhere in JSON.
-		params := json.RawMessage(bytes.TrimSpace([]byte(args[1])))
-		if !json.Valid(params) || (params[0] != '{' && params[0] != '[') {
-			return nil, fmt.Errorf("PARAMS_JSON must be a JSON object or array, got %s", args[1])
-		}
-		req["params"] = params
+// parseParams returns the optional PARAMS_JSON argument as raw JSON, nil
+// when it is absent. It must be an object or an array, as JSON-RPC 2.0
+// wants; whitespace around it is allowed, as anywhere in JSON.
+func parseParams(args []string) (json.RawMessage, error) {
+	if len(args) == 0 {
+		return nil, nil
 	}
-	if !notify {
-		var b [8]byte
-		rand.Read(b[:])
-		req["id"] = "call-" + hex.EncodeToString(b[:])
+	params := json.RawMessage(bytes.TrimSpace([]byte(args[0])))
+	if !json.Valid(params) || (params[0] != '{' && params[0] != '[') {
+		return nil, fmt.Errorf("PARAMS_JSON must be a JSON object or array, got %s", args[0])
 	}
-	return json.Marshal(req)
+	return params, nil
 }
 
-func sendAndPrint(ctx context.Context, out io.Writer, url string, timeout time.Duration, body []byte) error {
-	if ctx == nil {
-		ctx = context.Background()
+// dial returns a client of rawURL; for a WebSocket URL it waits until the
+// connection is up, at most dialTimeout.
+func dial(ctx context.Context, rawURL string, opts ...client.Option) (*client.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	return client.Dial(dctx, rawURL, opts...)
+}
+
+// httpURL returns the HTTP URL of the same endpoint as rawURL: ws:// and
+// wss:// become http:// and https://.
+func httpURL(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("--url: %w", err)
 	}
+	switch strings.ToLower(u.Scheme) {
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	}
+	return u.String(), nil
+}
+
+// noDeadlineWait bounds a call that asks for no timeout: a little longer
+// than the longest deadline an ingress gives by default (5m), so that the
+// server's timeout error arrives rather than a client-side one.
+const noDeadlineWait = 6 * time.Minute
+
+// printedResponse is a response as call prints it. The id is left out: it
+// is the one the client made up for the call, which says nothing to the
+// reader.
+type printedResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *schema.Error   `json:"error,omitempty"`
+}
+
+// callAndPrint sends one call (or notification) through package client and
+// prints its response. An error the server answered is printed, and
+// returned as errReported.
+func callAndPrint(ctx context.Context, out io.Writer, rawURL string, timeout time.Duration, method string, params json.RawMessage, notify bool) error {
+	var opts []client.Option
+	if timeout > 0 {
+		// Sent as Toolbus-Timeout on every HTTP request and in the
+		// WebSocket handshake, which is where a WebSocket carries it.
+		opts = append(opts, client.WithTimeout(timeout))
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, noDeadlineWait)
+		defer cancel()
+	}
+	c, err := dial(ctx, rawURL, opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var p any // a nil json.RawMessage in an interface would not be nil
+	if params != nil {
+		p = params
+	}
+	if notify {
+		if err := c.Notify(ctx, method, p); err != nil {
+			return err
+		}
+		fmt.Fprintln(out, "(no answer: notifications only)")
+		return nil
+	}
+	var result json.RawMessage
+	err = c.Call(ctx, method, p, &result)
+	resp := printedResponse{JSONRPC: schema.Version, Result: result}
+	if err != nil && !errors.As(err, &resp.Error) {
+		return err
+	}
+	b, err := json.MarshalIndent(resp, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, string(b))
+	if resp.Error != nil {
+		return errReported
+	}
+	return nil
+}
+
+// sendAndPrint posts body as it is and prints the answer.
+func sendAndPrint(ctx context.Context, out io.Writer, url string, timeout time.Duration, body []byte) error {
 	// The answer can take as long as the deadline; wait a little longer so
 	// the server's timeout error arrives rather than a client-side one.
-	wait := 6 * time.Minute
+	wait := noDeadlineWait
 	if timeout > 0 {
 		wait = timeout + 10*time.Second
 	}
@@ -112,7 +216,7 @@ func sendAndPrint(ctx context.Context, out io.Writer, url string, timeout time.D
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if timeout > 0 {
-		req.Header.Set("Toolbus-Timeout", timeout.String())
+		req.Header.Set(client.TimeoutHeader, timeout.String())
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/toolbus/toolbus/toolbustest"
@@ -33,9 +37,11 @@ func TestCall(t *testing.T) {
 	]`)
 	garbage := writeFile("garbage.json", `{not json`)
 
+	wsURL := "ws" + strings.TrimPrefix(c.URL, "http")
 	tests := []struct {
 		name     string
 		args     []string
+		ws       bool // send to the WebSocket URL of the ingress
 		stdin    string
 		wantErr  error // errReported, or nil for success
 		wantFail bool  // an error other than errReported
@@ -65,6 +71,16 @@ func TestCall(t *testing.T) {
 			want: []string{"(no answer: notifications only)"}},
 		{name: "deadline", args: []string{"--timeout", "300ms", "sleep", `{"ms":5000}`},
 			wantErr: errReported, want: []string{"-32001"}},
+		{name: "over WebSocket", args: []string{"echo", `{"over":"ws"}`}, ws: true,
+			want: []string{`"result"`, `"over": "ws"`}},
+		{name: "error answer over WebSocket", args: []string{"fail", `{"code":2001,"message":"insufficient funds"}`}, ws: true,
+			wantErr: errReported, want: []string{`"code": 2001`}},
+		{name: "deadline over WebSocket", args: []string{"--timeout", "300ms", "sleep", `{"ms":5000}`}, ws: true,
+			wantErr: errReported, want: []string{"-32001"}},
+		{name: "notification over WebSocket", args: []string{"--notify", "notify_hello", `[7]`}, ws: true,
+			want: []string{"(no answer: notifications only)"}},
+		{name: "batch with a WebSocket URL is posted over HTTP", args: []string{"--batch", batchFile}, ws: true,
+			want: []string{`"id": 12345678901234567890`, `"id": "101"`}},
 		{name: "params a number", args: []string{"echo", `42`}, wantFail: true},
 		{name: "params a string", args: []string{"echo", `"hello"`}, wantFail: true},
 		{name: "params not JSON", args: []string{"echo", `{hello`}, wantFail: true},
@@ -75,8 +91,12 @@ func TestCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			url := c.URL
+			if tt.ws {
+				url = wsURL
+			}
 			var out syncBuffer
-			cmd := start(t, &out, append([]string{"call", "--url", c.URL}, tt.args...)...)
+			cmd := start(t, &out, append([]string{"call", "--url", url}, tt.args...)...)
 			cmd.SetIn(strings.NewReader(tt.stdin))
 			err := cmd.ExecuteContext(context.Background())
 			switch {
@@ -141,46 +161,80 @@ func TestCallURLFromEnvironment(t *testing.T) {
 	}
 }
 
-func TestBuildCall(t *testing.T) {
+// TestCallIDs checks what call sends: every call has an id of its own,
+// made up by the client, and a notification has none.
+func TestCallIDs(t *testing.T) {
+	var mu sync.Mutex
+	var got []map[string]json.RawMessage
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req map[string]json.RawMessage
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		id, ok := req["id"]
+		if !ok {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":{}}`, id)
+	}))
+	defer srv.Close()
+
 	tests := []struct {
 		name   string
 		args   []string
-		notify bool
+		method string
 		wantID bool
 	}{
-		{name: "call", args: []string{"echo", `{"a":1}`}, wantID: true},
-		{name: "call without params", args: []string{"echo"}, wantID: true},
-		{name: "notification", args: []string{"notify_hello", `[1]`}, notify: true},
+		{name: "call", args: []string{"echo", `{"a":1}`}, method: "echo", wantID: true},
+		{name: "call without params", args: []string{"echo"}, method: "echo", wantID: true},
+		{name: "notification", args: []string{"--notify", "notify_hello", `[1]`}, method: "notify_hello"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ids := map[string]bool{}
+			got = nil
 			for range 2 {
-				body, err := buildCall(tt.args, tt.notify)
-				if err != nil {
-					t.Fatalf("buildCall(%q, %v) = %v", tt.args, tt.notify, err)
+				if out, err := execute(t, context.Background(), append([]string{"call", "--url", srv.URL}, tt.args...)...); err != nil {
+					t.Fatalf("call %q = %v, want nil; output:\n%s", tt.args, err, out)
 				}
-				var req map[string]json.RawMessage
-				if err := json.Unmarshal(body, &req); err != nil {
-					t.Fatalf("buildCall(%q, %v) = %s: %v", tt.args, tt.notify, body, err)
-				}
+			}
+			ids := map[string]bool{}
+			for _, req := range got {
 				if got := string(req["jsonrpc"]); got != `"2.0"` {
-					t.Errorf("buildCall(%q) jsonrpc = %s, want \"2.0\"", tt.args, got)
+					t.Errorf("call %q sent jsonrpc %s, want \"2.0\"", tt.args, got)
 				}
-				if got := string(req["method"]); got != `"`+tt.args[0]+`"` {
-					t.Errorf("buildCall(%q) method = %s, want %q", tt.args, got, tt.args[0])
+				if got := string(req["method"]); got != `"`+tt.method+`"` {
+					t.Errorf("call %q sent method %s, want %q", tt.args, got, tt.method)
 				}
 				id, ok := req["id"]
 				if ok != tt.wantID {
-					t.Fatalf("buildCall(%q, %v) = %s, has id %v, want %v", tt.args, tt.notify, body, ok, tt.wantID)
+					t.Fatalf("call %q sent %v, has id %v, want %v", tt.args, req, ok, tt.wantID)
 				}
 				if ok {
 					ids[string(id)] = true
 				}
 			}
+			if len(got) != 2 {
+				t.Fatalf("two calls %q sent %d requests, want 2", tt.args, len(got))
+			}
 			if tt.wantID && len(ids) != 2 {
-				t.Errorf("two buildCall(%q) gave ids %v, want two different ids", tt.args, ids)
+				t.Errorf("two calls %q sent ids %v, want two different ids", tt.args, ids)
 			}
 		})
+	}
+}
+
+func TestCallUnreachableWebSocket(t *testing.T) {
+	out, err := execute(t, context.Background(), "call", "--url", "ws://127.0.0.1:1/rpc", "echo")
+	if err == nil || errors.Is(err, errReported) {
+		t.Fatalf("call to a closed port = %v (output %q), want a connection error", err, out)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("call to a closed port = %v, want the error to name the URL", err)
 	}
 }

@@ -1,5 +1,5 @@
-// Package bench measures toolbus over HTTP: it is the engine of the
-// `toolbus bench` command.
+// Package bench measures toolbus over HTTP and WebSocket: it is the engine
+// of the `toolbus bench` command.
 //
 // [Load] is a closed-loop load generator: a fixed number of workers each
 // POST one JSON-RPC request after another to a URL for a while, check every
@@ -12,6 +12,13 @@
 // calls that should run side by side, and a batch where one call outlives its
 // Toolbus-Timeout deadline while the others must still answer. Each checks
 // every id of every answer and reports the wall time of each batch.
+//
+// [Loop] is the same closed loop around any operation. [Jobs] runs it over
+// the durable jobs methods through package client: rpc.jobs.get of a
+// finished job, then rpc.jobs.submit of fast jobs, whose running it waits
+// for. [WebSocket] runs it for echo calls from many callers sharing one
+// WebSocket connection, and for the same calls over HTTP, in alternating
+// rounds.
 //
 // The Report functions print the measurements as tables, with a [Verdict]
 // per goal of the bench command (see the Goal constants).

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
@@ -89,41 +88,15 @@ func Load(ctx context.Context, cfg LoadConfig) (Result, error) {
 	}
 	header := requestHeader(cfg.Header)
 
-	from := time.Now().Add(cfg.Warmup)
-	end := from.Add(cfg.Duration)
-	runCtx, cancel := context.WithDeadline(ctx, end.Add(cfg.Grace))
-	defer cancel()
-
-	workers := make([]loadWorker, cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := &workers[i]
-		w.hist = new(histogram)
-		wg.Go(func() {
-			w.run(runCtx, from, end, func(buf *bytes.Buffer) error {
-				if err := post(runCtx, client, cfg.URL, header, cfg.Body, buf); err != nil {
-					return err
-				}
-				return verify(buf.Bytes(), batch, want)
-			})
-		})
-	}
-	wg.Wait()
-
-	res := Result{Concurrency: cfg.Concurrency, Elapsed: max(time.Since(from), 0), hist: new(histogram)}
-	for i := range workers {
-		w := &workers[i]
-		res.Requests += w.ok
-		res.Errors += w.errs
-		if res.FirstError == nil {
-			res.FirstError = w.firstErr
+	res := runLoop(ctx, cfg.Concurrency, cfg.Warmup, cfg.Duration, cfg.Grace, func(runCtx context.Context, _ int) func() error {
+		var buf bytes.Buffer
+		return func() error {
+			if err := post(runCtx, client, cfg.URL, header, cfg.Body, &buf); err != nil {
+				return err
+			}
+			return verify(buf.Bytes(), batch, want)
 		}
-		res.hist.merge(w.hist)
-	}
-	if res.Elapsed > 0 {
-		res.Throughput = float64(res.Requests) / res.Elapsed.Seconds()
-	}
-	res.setLatencies()
+	})
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("bench: load %s: %w", cfg.URL, err)
 	}
@@ -170,35 +143,4 @@ func (cfg *LoadConfig) check() (want []expectation, batch bool, err error) {
 		return nil, false, errors.New("bench: load body has no id to answer")
 	}
 	return want, batch, nil
-}
-
-// loadWorker is one closed loop of [Load] and what it counted.
-type loadWorker struct {
-	hist     *histogram
-	ok, errs int64
-	firstErr error
-}
-
-func (w *loadWorker) run(ctx context.Context, from, end time.Time, call func(*bytes.Buffer) error) {
-	var buf bytes.Buffer
-	for ctx.Err() == nil {
-		start := time.Now()
-		if !start.Before(end) {
-			return
-		}
-		err := call(&buf)
-		done := time.Now()
-		if done.Before(from) {
-			continue // warmup
-		}
-		if err != nil {
-			w.errs++
-			if w.firstErr == nil {
-				w.firstErr = err
-			}
-			continue
-		}
-		w.ok++
-		w.hist.record(done.Sub(start))
-	}
 }

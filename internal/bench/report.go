@@ -28,6 +28,12 @@ const (
 	// GoalSlowSlack is how much longer than its deadline a batch with one
 	// slow call may take, every other call answered.
 	GoalSlowSlack = 50 * time.Millisecond
+	// GoalJobSubmits is the least rate of rpc.jobs.submit, per second, the
+	// jobs scenario must reach.
+	GoalJobSubmits = 5000
+	// GoalJobPollP50 is the most median latency of rpc.jobs.get of an
+	// existing job.
+	GoalJobPollP50 = time.Millisecond
 )
 
 // Verdict says whether a measurement met one goal, and by how much.
@@ -129,6 +135,44 @@ func (r SlowResult) Verdict() Verdict {
 		goal)
 }
 
+// Verdicts judges the goals of the jobs scenario: submits per second at
+// least [GoalJobSubmits] and a median poll within [GoalJobPollP50]. A phase
+// with errors misses its goal whatever its numbers.
+func (r JobsResult) Verdicts() []Verdict {
+	submit := Verdict{
+		Goal: fmt.Sprintf("job submits ≥ %d/s (concurrency %d, %s jobs)", GoalJobSubmits, r.Submit.Concurrency, r.Method),
+		Got:  fmt.Sprintf("%.0f/s", r.Submit.Throughput),
+		Pass: r.Submit.Throughput >= GoalJobSubmits && r.Submit.Errors == 0 && r.Submit.Requests > 0,
+	}
+	switch {
+	case r.Submit.Errors > 0:
+		submit.Margin = fmt.Sprintf("%d errors, first: %v", r.Submit.Errors, r.Submit.FirstError)
+	case r.Submit.Requests == 0:
+		submit.Margin = "no job was submitted"
+	case submit.Pass:
+		submit.Margin = fmt.Sprintf("%.0f/s to spare", r.Submit.Throughput-GoalJobSubmits)
+	default:
+		submit.Margin = fmt.Sprintf("missed by %.0f/s, %.0f%% short", GoalJobSubmits-r.Submit.Throughput,
+			100*(GoalJobSubmits-r.Submit.Throughput)/GoalJobSubmits)
+	}
+	poll := Verdict{
+		Goal: fmt.Sprintf("job poll p50 ≤ %s (rpc.jobs.get, concurrency %d)", formatDuration(GoalJobPollP50), r.Poll.Concurrency),
+		Got:  formatDuration(r.Poll.P50),
+		Pass: r.Poll.P50 <= GoalJobPollP50 && r.Poll.Errors == 0 && r.Poll.Requests > 0,
+	}
+	switch {
+	case r.Poll.Errors > 0:
+		poll.Margin = fmt.Sprintf("%d errors, first: %v", r.Poll.Errors, r.Poll.FirstError)
+	case r.Poll.Requests == 0:
+		poll.Margin = "no poll was answered"
+	case poll.Pass:
+		poll.Margin = formatDuration(GoalJobPollP50-r.Poll.P50) + " to spare"
+	default:
+		poll.Margin = "missed by " + formatDuration(r.Poll.P50-GoalJobPollP50)
+	}
+	return []Verdict{submit, poll}
+}
+
 func (b Batches) verdict(goalText string, goal time.Duration) Verdict {
 	v := Verdict{Goal: goalText, Got: formatDuration(b.Median)}
 	switch {
@@ -193,6 +237,54 @@ func ReportSlow(w io.Writer, r SlowResult) error {
 	title := fmt.Sprintf("slow backend: one sleep call of %s and %d echo calls, Toolbus-Timeout %s",
 		formatDuration(r.Sleep), r.Echoes, formatDuration(r.Timeout))
 	return writeBatches(w, title, r.Batches, r.Verdict())
+}
+
+// ReportJobs writes the poll and submit measurements of r, how long the
+// submitted jobs took to run, and its [JobsResult.Verdicts] to w.
+func ReportJobs(w io.Writer, r JobsResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "jobs: rpc.jobs.get of one finished job, then rpc.jobs.submit of %s jobs in a closed loop\n", r.Method)
+	fmt.Fprintln(tw, "phase\tconcurrency\tops/s\tp50\tp90\tp99\tmean\tmax\tok\terrors")
+	for _, p := range []struct {
+		name string
+		r    Result
+	}{{"poll", r.Poll}, {"submit", r.Submit}} {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", p.name, p.r.Concurrency, p.r.Throughput,
+			formatDuration(p.r.P50), formatDuration(p.r.P90), formatDuration(p.r.P99),
+			formatDuration(p.r.Mean), formatDuration(p.r.Max), p.r.Requests, p.r.Errors)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.RunRate > 0 {
+		fmt.Fprintf(w, "ran: %d jobs submitted (warmup included), the last of each submitter succeeded %s after the last submit: %.0f jobs/s end to end\n",
+			r.Jobs, formatDuration(r.Drained), r.RunRate)
+	} else if r.Jobs > 0 {
+		fmt.Fprintf(w, "ran: %d jobs submitted; not all were seen to succeed\n", r.Jobs)
+	}
+	return writeVerdicts(w, r.Verdicts()...)
+}
+
+// ReportWebSocket writes a table of r to w: per transport, throughput,
+// latencies, errors and per-round throughput, then the ratio WebSocket/HTTP
+// and the mean latency WebSocket adds (negative when it saves).
+func ReportWebSocket(w io.Writer, r WebSocketResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "websocket: %d callers of echo sharing one WebSocket connection vs one HTTP client, %d alternating rounds each, req/s the median round\n",
+		r.Concurrency, len(r.HTTP.Rounds))
+	fmt.Fprintln(tw, "transport\treq/s\tp50\tp90\tp99\tmean\tmax\tok\terrors\trounds req/s")
+	for _, s := range []Side{r.HTTP, r.WS} {
+		res := s.Result
+		rounds := make([]string, len(s.Rounds))
+		for i, x := range s.Rounds {
+			rounds[i] = strconv.FormatFloat(x, 'f', 0, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.Target.Name, res.Throughput,
+			formatDuration(res.P50), formatDuration(res.P90), formatDuration(res.P99),
+			formatDuration(res.Mean), formatDuration(res.Max), res.Requests, res.Errors, strings.Join(rounds, " "))
+	}
+	fmt.Fprintf(tw, "WebSocket/HTTP\t%.2f×\t\t\t\t%s\n", r.Ratio, signed(r.AddedMean))
+	return tw.Flush()
 }
 
 func writeBatches(w io.Writer, title string, b Batches, v Verdict) error {

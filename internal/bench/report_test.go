@@ -136,3 +136,73 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestReportJobs(t *testing.T) {
+	measured := func(ops float64, p50 time.Duration, errs int64) Result {
+		r := Result{Concurrency: 16, Requests: 1000, Throughput: ops, P50: p50, Errors: errs}
+		if errs > 0 {
+			r.FirstError = errors.New("boom")
+		}
+		return r
+	}
+	tests := []struct {
+		name string
+		r    JobsResult
+		want []string
+	}{
+		{"both pass", JobsResult{Method: "echo", Poll: measured(5000, 200*time.Microsecond, 0), Submit: measured(8000, 2*time.Millisecond, 0),
+			Jobs: 16000, Drained: 1500 * time.Millisecond, RunRate: 4571}, []string{
+			"submit  16           8000",
+			"ran: 16000 jobs submitted (warmup included), the last of each submitter succeeded 1.5s after the last submit: 4571 jobs/s end to end",
+			"PASS  job submits ≥ 5000/s (concurrency 16, echo jobs): got 8000/s (3000/s to spare)",
+			"PASS  job poll p50 ≤ 1ms (rpc.jobs.get, concurrency 16): got 200µs (800µs to spare)",
+		}},
+		{"both miss", JobsResult{Method: "echo", Poll: measured(500, 2*time.Millisecond, 0), Submit: measured(4000, 4*time.Millisecond, 0), Jobs: 8000}, []string{
+			"ran: 8000 jobs submitted; not all were seen to succeed",
+			"MISS  job submits ≥ 5000/s (concurrency 16, echo jobs): got 4000/s (missed by 1000/s, 20% short)",
+			"MISS  job poll p50 ≤ 1ms (rpc.jobs.get, concurrency 16): got 2ms (missed by 1ms)",
+		}},
+		{"errors miss whatever the numbers", JobsResult{Method: "echo", Poll: measured(5000, 200*time.Microsecond, 3), Submit: measured(8000, time.Millisecond, 2)}, []string{
+			"MISS  job submits ≥ 5000/s (concurrency 16, echo jobs): got 8000/s (2 errors, first: boom)",
+			"MISS  job poll p50 ≤ 1ms (rpc.jobs.get, concurrency 16): got 200µs (3 errors, first: boom)",
+		}},
+		{"nothing measured", JobsResult{Method: "echo"}, []string{
+			"(no job was submitted)", "(no poll was answered)",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sb strings.Builder
+			if err := ReportJobs(&sb, tt.r); err != nil {
+				t.Fatalf("ReportJobs() error = %v", err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(sb.String(), want) {
+					t.Errorf("ReportJobs() =\n%s\nwant a line with %q", sb.String(), want)
+				}
+			}
+		})
+	}
+}
+
+func TestReportWebSocket(t *testing.T) {
+	side := func(name string, rps float64, mean time.Duration) Side {
+		return Side{Target: Target{Name: name}, Result: Result{Throughput: rps, Mean: mean, Requests: 100}, Rounds: []float64{rps}}
+	}
+	var sb strings.Builder
+	err := ReportWebSocket(&sb, WebSocketResult{Concurrency: 64, HTTP: side("HTTP", 20000, 3*time.Millisecond),
+		WS: side("WebSocket", 30000, 2*time.Millisecond), Ratio: 1.5, AddedMean: -time.Millisecond})
+	if err != nil {
+		t.Fatalf("ReportWebSocket() error = %v", err)
+	}
+	for _, want := range []string{
+		"websocket: 64 callers of echo sharing one WebSocket connection vs one HTTP client, 1 alternating rounds each",
+		"HTTP            20000",
+		"WebSocket       30000",
+		"WebSocket/HTTP  1.50×", "-1ms",
+	} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("ReportWebSocket() =\n%s\nwant a line with %q", sb.String(), want)
+		}
+	}
+}
