@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/jobs"
+)
+
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// jobRecord reads a job through the jobs get command.
+func jobRecord(t *testing.T, url, id string) jobs.Record {
+	t.Helper()
+	out, err := execute(t, context.Background(), "jobs", "get", "--url", url, id)
+	if err != nil {
+		t.Fatalf("jobs get %s = %v\n%s", id, err, out)
+	}
+	var rec jobs.Record
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatalf("jobs get %s printed %q: %v", id, out, err)
+	}
+	return rec
+}
+
+// TestDevRestartKeepsJobs stops a whole toolbus dev while some jobs have
+// finished and others still wait in the queue, starts it again on the same
+// data directory, and checks that every record and result is still there
+// and that the queued jobs run.
+func TestDevRestartKeepsJobs(t *testing.T) {
+	data := t.TempDir()
+	args := []string{"dev", "--listen", "127.0.0.1:0", "--nats-listen", "", "--data", data,
+		"--job-concurrency", "1", "--job-lease", "2s", "--drain-timeout", "10s"}
+	dev := runCommand(t, args...)
+	url := dev.waitFor(t, readyLine)
+
+	// One runner slot: the first job runs, the others queue behind it.
+	const n = 4
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = submitJob(t, url, "sleep", fmt.Sprintf(`{"ms":%d}`, 300+i))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for jobRecord(t, url, ids[0]).State != jobs.StateSucceeded {
+		if time.Now().After(deadline) {
+			t.Fatal("the first job never finished")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if last := jobRecord(t, url, ids[n-1]); last.State != jobs.StateQueued {
+		t.Fatalf("last job = %s before the restart, want queued", last.State)
+	}
+	if err := dev.stop(); err != nil {
+		t.Fatalf("dev stopped with %v", err)
+	}
+	stopped := time.Now()
+
+	dev = runCommand(t, args...)
+	url = dev.waitFor(t, readyLine)
+	first := jobRecord(t, url, ids[0])
+	if first.State != jobs.StateSucceeded || compact(first.Result) != `{"slept_ms":300}` {
+		t.Fatalf("job finished before the restart = %s %s, want its result kept", first.State, first.Result)
+	}
+	for i, id := range ids {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			rec := jobRecord(t, url, id)
+			if rec.State == jobs.StateSucceeded {
+				if want := fmt.Sprintf(`{"slept_ms":%d}`, 300+i); compact(rec.Result) != want {
+					t.Fatalf("job %d result = %s, want %s", i, rec.Result, want)
+				}
+				if i == n-1 && (rec.StartedAt == nil || rec.StartedAt.Before(stopped)) {
+					t.Fatalf("the job queued at the stop started at %v, want after the restart at %v", rec.StartedAt, stopped)
+				}
+				break
+			}
+			if rec.State.Final() || time.Now().After(deadline) {
+				t.Fatalf("job %d after the restart = %s (%+v), want succeeded", i, rec.State, rec.Error)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := dev.stop(); err != nil {
+		t.Fatalf("dev stopped with %v", err)
+	}
+}
