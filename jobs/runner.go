@@ -243,6 +243,49 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 	}, nil
 }
 
+// Retries of a runner's setup.
+const (
+	setupAttempts     = 8
+	setupRetryWait    = 250 * time.Millisecond
+	setupRetryMaxWait = 2 * time.Second
+)
+
+// retryableSetup reports whether a setup error may pass: anything but
+// JetStream being off.
+func retryableSetup(err error) bool {
+	return !errors.Is(err, jetstream.ErrJetStreamNotEnabled) && !errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
+}
+
+// setUp opens the store and creates the consumers of every served pattern.
+func (r *Runner) setUp(ctx context.Context, n names) ([]jetstream.Consumer, error) {
+	st, err := openStore(ctx, r.js, n, r.cfg.store, false)
+	if err != nil {
+		return nil, err
+	}
+	r.st = st
+	var consumers []jetstream.Consumer
+	for _, pattern := range r.inv.Methods() {
+		filter, err := n.runFilter(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: serve %q: %w", pattern, err)
+		}
+		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, jetstream.ConsumerConfig{
+			Durable:       consumerName(pattern),
+			Description:   "toolbus jobs of " + pattern,
+			FilterSubject: filter,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       r.cfg.lease,
+			MaxDeliver:    r.cfg.maxDeliver,
+			MaxAckPending: 10_000,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jobs: consumer for %q: %w", pattern, err)
+		}
+		consumers = append(consumers, cons)
+	}
+	return consumers, nil
+}
+
 // consumerName is the durable consumer of pattern: readable, and unique
 // because of the hash, as consumer names cannot hold '.', '*' or '>'.
 func consumerName(pattern string) string {
@@ -275,30 +318,28 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, r.js, n, r.cfg.store, false)
-	if err != nil {
-		return err
-	}
-	r.st = st
-	var consumers []jetstream.Consumer
 	for _, pattern := range r.inv.Methods() {
-		filter, err := n.runFilter(pattern)
-		if err != nil {
+		if _, err := n.runFilter(pattern); err != nil {
 			return fmt.Errorf("jobs: serve %q: %w", pattern, err)
 		}
-		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, jetstream.ConsumerConfig{
-			Durable:       consumerName(pattern),
-			Description:   "toolbus jobs of " + pattern,
-			FilterSubject: filter,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       r.cfg.lease,
-			MaxDeliver:    r.cfg.maxDeliver,
-			MaxAckPending: 10_000,
-		})
-		if err != nil {
-			return fmt.Errorf("jobs: consumer for %q: %w", pattern, err)
+	}
+	var consumers []jetstream.Consumer
+	// A JetStream cluster that has just formed may time out the first
+	// requests; setting up is retried a few times before giving up.
+	for attempt, wait := 1, setupRetryWait; ; attempt, wait = attempt+1, min(2*wait, setupRetryMaxWait) {
+		consumers, err = r.setUp(ctx, n)
+		if err == nil || attempt == setupAttempts || !retryableSetup(err) {
+			break
 		}
-		consumers = append(consumers, cons)
+		r.log.Warn("job runner setup failed, retrying", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (after %d attempts: %w)", err, attempt, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+	if err != nil {
+		return err
 	}
 	sub, err := r.js.Conn().Subscribe(n.cancelWildcard(), func(m *nats.Msg) {
 		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
