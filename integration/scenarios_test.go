@@ -1,0 +1,359 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// callTimeout is the deadline of every call of the loads.
+const callTimeout = 2 * time.Second
+
+// steady is the load the fault scenarios run under: four senders of
+// batches of ten calls, mostly sleeps of up to 600ms, each call under a 2s
+// deadline, bounded to a few minutes at most.
+func steady(c *Cluster, name string) LoadConfig {
+	return LoadConfig{
+		Name:        name,
+		URLs:        c.URLs,
+		Senders:     4,
+		BatchSize:   10,
+		Timeout:     callTimeout,
+		Calls:       Mix(600 * time.Millisecond),
+		Pause:       20 * time.Millisecond,
+		MaxBatches:  5000,
+		MaxDuration: 3 * time.Minute,
+	}
+}
+
+// runFor lets a load run for d.
+func runFor(d time.Duration) { time.Sleep(d) }
+
+// checkClean fails the test unless every id of a load was answered ok.
+func checkClean(t *testing.T, name string, results []Result) {
+	t.Helper()
+	for _, r := range results {
+		if r.Outcome != AnsweredOK {
+			t.Errorf("%s: %s is %v (code %d), want answered-ok", name, r.ID, r.Outcome, r.Code)
+			return
+		}
+	}
+}
+
+// servedOK returns, for each id that some worker ran to success, how many
+// times it was so run, leaving out worker skip.
+func servedOK(calls []Served, skip int) map[string]int {
+	out := make(map[string]int)
+	for i, s := range calls {
+		if i == skip {
+			continue
+		}
+		for id, codes := range s {
+			for _, code := range codes {
+				if code == 0 {
+					out[id]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// checkTimeoutsBelongTo fails the test unless every error of results is a
+// timeout (-32001) of a call that no worker but the faulty one ran. It
+// returns how many calls timed out.
+func checkTimeoutsBelongTo(t *testing.T, c *Cluster, results []Result, faulty int) int {
+	t.Helper()
+	others := servedOK(c.Calls(), faulty)
+	n := 0
+	for _, r := range results {
+		if r.Outcome != AnsweredError {
+			continue
+		}
+		n++
+		if r.Code != -32001 {
+			t.Errorf("%s answered %d, want -32001 (timed out) or a result", r.ID, r.Code)
+		}
+		if others[r.ID] > 0 {
+			t.Errorf("%s timed out, yet a healthy worker ran it", r.ID)
+		}
+	}
+	return n
+}
+
+// TestFanOut: a steady load spreads over the three worker containers;
+// every worker gets work, every call is answered ok and is run by exactly
+// one worker.
+func TestFanOut(t *testing.T) {
+	c := Start(t)
+	load := StartLoad(t, steady(c, "fanout"))
+	runFor(6 * time.Second)
+	results, _ := load.StopAndCheck()
+	checkClean(t, "fanout", results)
+
+	calls := c.Calls()
+	for i, s := range calls {
+		t.Logf("worker-%d ran %d calls", i+1, len(s))
+		if len(s) == 0 {
+			t.Errorf("worker-%d ran no call, want every worker to get work", i+1)
+		}
+	}
+	ran := servedOK(calls, -1)
+	for _, r := range results {
+		if ran[r.ID] != 1 {
+			t.Errorf("%s was run %d times by the workers, want 1", r.ID, ran[r.ID])
+		}
+	}
+}
+
+// TestWorkerKilled: a worker is SIGKILLed while it holds calls of batches
+// in flight. Its calls time out; every other call of those batches is
+// answered; batches sent after the kill route around it at once.
+func TestWorkerKilled(t *testing.T) {
+	c := Start(t)
+	const victim = 0
+	// Longer sleeps than the steady load's, so that the worker surely
+	// holds calls when it dies.
+	cfg := steady(c, "killed")
+	cfg.Calls = Mix(1200 * time.Millisecond)
+	load := StartLoad(t, cfg)
+	runFor(3 * time.Second)
+	killed := time.Now()
+	c.Kill(c.Worker[victim])
+	runFor(5 * time.Second)
+	results, batches := load.StopAndCheck()
+
+	timedOut := checkTimeoutsBelongTo(t, c, results, victim)
+	t.Logf("%d calls held by the killed worker timed out", timedOut)
+	if timedOut == 0 {
+		t.Errorf("no call timed out: the kill hit no batch in flight")
+	}
+	// "At once": within half a second, which is how long the kill and the
+	// NATS server's noticing the closed connection may take.
+	for _, r := range results {
+		if batches[r.Batch].Sent.After(killed.Add(500*time.Millisecond)) && r.Outcome != AnsweredOK {
+			t.Errorf("%s, sent %v after the kill, is %v (code %d), want answered-ok",
+				r.ID, batches[r.Batch].Sent.Sub(killed).Round(time.Millisecond), r.Outcome, r.Code)
+		}
+	}
+}
+
+// TestWorkerPaused: a worker freezes (docker pause) as a hung backend
+// does. Only its calls time out, each batch is answered within its
+// deadline, and once it thaws every call is answered ok again.
+func TestWorkerPaused(t *testing.T) {
+	c := Start(t)
+	const victim = 1
+	load := StartLoad(t, steady(c, "paused"))
+	runFor(2 * time.Second)
+	c.Pause(c.Worker[victim])
+	runFor(6 * time.Second)
+	c.Unpause(c.Worker[victim])
+	results, batches := load.StopAndCheck()
+
+	timedOut := checkTimeoutsBelongTo(t, c, results, victim)
+	t.Logf("%d calls held by the paused worker timed out", timedOut)
+	if timedOut == 0 {
+		t.Errorf("no call timed out: the pause hit no call")
+	}
+	// A batch waits for its slowest call's deadline, never longer; the
+	// slack covers HTTP and a loaded machine.
+	const slack = 1500 * time.Millisecond
+	for i, b := range batches {
+		if took := b.Done.Sub(b.Sent); took > callTimeout+slack {
+			t.Errorf("batch %d took %v, want at most %v", i, took.Round(time.Millisecond), callTimeout+slack)
+		}
+	}
+
+	after := StartLoad(t, steady(c, "paused-after"))
+	runFor(3 * time.Second)
+	res, _ := after.StopAndCheck()
+	checkClean(t, "paused-after", res)
+}
+
+// TestNATSNodeStopped: one NATS node of three (the one holding the most
+// connections) stops, then starts again.
+// The ingress and worker connections on it move to the other nodes; calls
+// in flight through it may time out, but every id is answered; jobs
+// submitted before and after all finish, once each.
+func TestNATSNodeStopped(t *testing.T) {
+	c := Start(t)
+	ctx := context.Background()
+	var jobIDs []string
+	submit := func(n int) {
+		for i := range n {
+			url := c.URLs()[i%len(c.URLs())]
+			id, err := SubmitJob(ctx, url, "sleep", map[string]int{"ms": 1000 + rand.IntN(1500)})
+			if err != nil {
+				t.Fatalf("submit a job: %v", err)
+			}
+			jobIDs = append(jobIDs, id)
+		}
+	}
+	submit(12)
+
+	load := StartLoad(t, steady(c, "nats-stop"))
+	runFor(2 * time.Second)
+	// Stop the node that holds the most toolbus connections, so that the
+	// test is sure to move clients.
+	victim, held := 0, -1
+	for i := range NATSNodes {
+		if n := c.Clients(ctx, i); n > held {
+			victim, held = i, n
+		}
+	}
+	c.Stop(c.NATS[victim], 10*time.Second)
+	t.Logf("nats-%d stopped with %d toolbus connections", victim+1, held)
+	runFor(6 * time.Second)
+	c.StartAgain(c.NATS[victim])
+	c.WaitNATS(ctx, victim)
+	t.Logf("nats-%d is back and healthy", victim+1)
+	runFor(3 * time.Second)
+	results, _ := load.StopAndCheck()
+	if got := c.Reconnects(); got < held {
+		t.Errorf("%d toolbus connections reconnected, want the %d of the stopped node", got, held)
+	}
+	for _, r := range results {
+		if r.Outcome == AnsweredError && r.Code != -32001 && r.Code != -32003 {
+			t.Errorf("%s answered %d, want a result, -32001 (timed out) or -32003 (unavailable)", r.ID, r.Code)
+		}
+	}
+
+	submit(6)
+	after := StartLoad(t, steady(c, "nats-after"))
+	runFor(3 * time.Second)
+	res, _ := after.StopAndCheck()
+	checkClean(t, "nats-after", res)
+
+	recs := c.WaitJobs(jobIDs, 90*time.Second)
+	tally := CountJobs(jobIDs, recs, c.JobRuns())
+	t.Logf("tally jobs: %v", tally)
+	if tally.Lost != 0 || tally.Duplicated != 0 || tally.BadAttempts != 0 || tally.Succeeded != len(jobIDs) {
+		t.Errorf("%v, want every job succeeded once", tally)
+	}
+}
+
+// TestWorkerCutOff: a worker is cut off the network, then joined again.
+// Its calls time out while NATS still counts it in the queue group, every
+// id is answered, and once it is back it serves calls again and the
+// cluster answers everything ok.
+func TestWorkerCutOff(t *testing.T) {
+	c := Start(t)
+	const victim = 2
+	load := StartLoad(t, steady(c, "cutoff"))
+	runFor(2 * time.Second)
+	cut := time.Now()
+	c.Disconnect(c.Worker[victim])
+	runFor(8 * time.Second)
+	c.Connect(c.Worker[victim])
+	before := len(c.Calls()[victim])
+	// Back once it runs calls again: its client notices the dead
+	// connection by a failed write or ping and reconnects.
+	deadline := time.Now().Add(90 * time.Second)
+	for len(c.Calls()[victim]) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker-%d ran no call in 90s after it was joined again", victim+1)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("worker-%d runs calls again %v after the cut", victim+1, time.Since(cut).Round(time.Millisecond))
+	results, _ := load.StopAndCheck()
+	timedOut := checkTimeoutsBelongTo(t, c, results, victim)
+	t.Logf("%d calls held by the cut-off worker timed out", timedOut)
+
+	// The NATS server drops the old connection once its pings go
+	// unanswered (ping_interval 5s, ping_max 2: within 15s of the cut);
+	// from then on nothing is routed to it.
+	if wait := time.Until(cut.Add(25 * time.Second)); wait > 0 {
+		time.Sleep(wait)
+	}
+	servedBefore := len(c.Calls()[victim])
+	after := StartLoad(t, steady(c, "cutoff-after"))
+	runFor(4 * time.Second)
+	res, _ := after.StopAndCheck()
+	checkClean(t, "cutoff-after", res)
+	if len(c.Calls()[victim]) == servedBefore {
+		t.Errorf("worker-%d ran no call after it was joined again", victim+1)
+	}
+}
+
+// TestRollingRestart: every worker in turn gets SIGTERM, drains and starts
+// again, under load: not one call fails.
+func TestRollingRestart(t *testing.T) {
+	c := Start(t)
+	load := StartLoad(t, steady(c, "rolling"))
+	runFor(2 * time.Second)
+	for i, w := range c.Worker {
+		began := time.Now()
+		c.Stop(w, DrainTimeout+10*time.Second)
+		// 0, not 137: it drained and exited by itself before Docker's
+		// grace period ran out.
+		if code := c.ExitCode(w); code != 0 {
+			t.Errorf("worker-%d exited with %d after SIGTERM, want 0", i+1, code)
+		}
+		c.StartAgain(w)
+		c.WaitLog(w, `"msg":"worker ready"`, 2, time.Minute)
+		t.Logf("worker-%d drained and restarted in %v", i+1, time.Since(began).Round(time.Millisecond))
+		runFor(time.Second)
+	}
+	results, _ := load.StopAndCheck()
+	checkClean(t, "rolling", results)
+}
+
+// TestJobsSurviveWorkerKillAndIngressRestart: jobs are submitted through
+// both ingress replicas; a worker is SIGKILLed while it runs some and one
+// ingress restarts meanwhile. No job is lost and none runs to its end
+// twice: the killed worker's jobs end failed as interrupted (the demo
+// sleep is not registered as safe to run twice), every other one
+// succeeds once, and both replicas answer for all of them.
+func TestJobsSurviveWorkerKillAndIngressRestart(t *testing.T) {
+	c := Start(t)
+	ctx := context.Background()
+	const jobs = 30
+	var ids []string
+	for i := range jobs {
+		id, err := SubmitJob(ctx, c.URL(i%Ingresses), "sleep", map[string]int{"ms": 2000 + rand.IntN(1000)})
+		if err != nil {
+			t.Fatalf("submit job %d: %v", i, err)
+		}
+		ids = append(ids, id)
+	}
+	cfg := steady(c, "jobs-sync")
+	load := StartLoad(t, cfg)
+	runFor(1500 * time.Millisecond)
+	c.Kill(c.Worker[0])
+	t.Logf("worker-1 killed")
+	c.StopIngress(1, 30*time.Second)
+	c.StartAgain(c.Ingress[1])
+	t.Logf("ingress-2 restarted")
+	runFor(2 * time.Second)
+	results, _ := load.StopAndCheck()
+	timedOut := checkTimeoutsBelongTo(t, c, results, 0)
+	t.Logf("%d sync calls held by the killed worker timed out", timedOut)
+
+	recs := c.WaitJobs(ids, 2*time.Minute)
+	// Both replicas, the restarted one too, read every record.
+	for _, id := range ids {
+		for i := range Ingresses {
+			if _, err := GetJob(ctx, c.URL(i), id); err != nil {
+				t.Errorf("ingress-%d: rpc.jobs.get %s: %v", i+1, id, err)
+			}
+		}
+	}
+	tally := CountJobs(ids, recs, c.JobRuns())
+	t.Logf("tally jobs: %v", tally)
+	interrupted := tally.Failed["interrupted_not_retryable"]
+	if tally.Lost != 0 || tally.Duplicated != 0 || tally.BadAttempts != 0 ||
+		tally.Succeeded+interrupted != jobs || len(tally.Failed) > 1 {
+		t.Errorf("%v, want none lost, none duplicated, each succeeded once or failed as interrupted", tally)
+	}
+	if interrupted == 0 {
+		t.Errorf("no job was interrupted: the kill hit no running job")
+	}
+	if interrupted > JobConcurrency {
+		t.Errorf("%d jobs were interrupted, want at most the %d the killed worker could run", interrupted, JobConcurrency)
+	}
+}
