@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
@@ -37,6 +39,20 @@ type Aggregator struct {
 	inFlight       chan struct{}
 	log            *slog.Logger
 	now            func() time.Time
+
+	// inbox receives replies and progress messages; nil when liveness is
+	// off, and calls then wait on NATS requests of their own.
+	inbox             *inbox
+	heartbeat         time.Duration
+	misses            int
+	ackTimeout        time.Duration
+	maxAttempts       int
+	retrySafePatterns []string
+	methodInFlight    map[string]chan struct{}
+	idem              jetstream.KeyValue
+	breakers          *breakers
+	hedge             time.Duration
+	busyWait          time.Duration
 }
 
 type config struct {
@@ -47,6 +63,17 @@ type config struct {
 	batchCap       int
 	maxInFlight    int
 	log            *slog.Logger
+
+	heartbeat      time.Duration
+	misses         int
+	ackTimeout     time.Duration
+	maxAttempts    int
+	retrySafe      []string
+	methodInFlight map[string]int
+	idem           jetstream.KeyValue
+	breaker        *Breaker
+	hedge          time.Duration
+	busyWait       time.Duration
 }
 
 // Option configures [New].
@@ -148,6 +175,11 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		batchCap:       DefaultBatchConcurrency,
 		maxInFlight:    DefaultMaxInFlight,
 		log:            slog.Default(),
+		heartbeat:      DefaultHeartbeat,
+		misses:         DefaultHeartbeatMisses,
+		ackTimeout:     DefaultAckTimeout,
+		maxAttempts:    DefaultMaxAttempts,
+		busyWait:       DefaultBusyWait,
 	}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -158,16 +190,41 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: %w", err)
 	}
+	var in *inbox
+	if cfg.heartbeat > 0 {
+		if in, err = newInbox(nc); err != nil {
+			return nil, err
+		}
+	}
+	var brk *breakers
+	if cfg.breaker != nil {
+		brk = &breakers{cfg: *cfg.breaker, by: map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]{}}
+	}
+	methodInFlight := map[string]chan struct{}{}
+	for m, n := range cfg.methodInFlight {
+		methodInFlight[m] = make(chan struct{}, n)
+	}
 	return &Aggregator{
-		nc:             nc,
-		subjects:       subjects,
-		defaultTimeout: cfg.defaultTimeout,
-		maxTimeout:     cfg.maxTimeout,
-		methodTimeouts: cfg.methodTimeouts,
-		batchCap:       cfg.batchCap,
-		inFlight:       make(chan struct{}, cfg.maxInFlight),
-		log:            cfg.log.With("component", "aggregator"),
-		now:            time.Now,
+		inbox:             in,
+		heartbeat:         cfg.heartbeat,
+		misses:            cfg.misses,
+		ackTimeout:        cfg.ackTimeout,
+		maxAttempts:       cfg.maxAttempts,
+		retrySafePatterns: cfg.retrySafe,
+		methodInFlight:    methodInFlight,
+		idem:              cfg.idem,
+		breakers:          brk,
+		hedge:             cfg.hedge,
+		busyWait:          cfg.busyWait,
+		nc:                nc,
+		subjects:          subjects,
+		defaultTimeout:    cfg.defaultTimeout,
+		maxTimeout:        cfg.maxTimeout,
+		methodTimeouts:    cfg.methodTimeouts,
+		batchCap:          cfg.batchCap,
+		inFlight:          make(chan struct{}, cfg.maxInFlight),
+		log:               cfg.log.With("component", "aggregator"),
+		now:               time.Now,
 	}, nil
 }
 
@@ -208,8 +265,9 @@ func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	batchSlots := make(chan struct{}, a.batchCap)
+	single := answered(calls) == 1
 	run := func(i int) {
-		r := a.call(ctx, &calls[i], start, batchSlots)
+		r := a.call(ctx, &calls[i], start, batchSlots, single)
 		mu.Lock()
 		emit(i, r)
 		mu.Unlock()
@@ -238,13 +296,34 @@ func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(
 	wg.Wait()
 }
 
-// call runs one call and always returns a response for it.
-func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, batchSlots chan struct{}) schema.Response {
+// answered counts the calls that are not notifications.
+func answered(calls []schema.Call) int {
+	n := 0
+	for i := range calls {
+		if !calls[i].IsNotification() {
+			n++
+		}
+	}
+	return n
+}
+
+// call runs one call and always returns a response for it. single says
+// that it is the only call of its message that expects an answer.
+func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, batchSlots chan struct{}, single bool) schema.Response {
 	timeout := a.Timeout(c.Method, c.Timeout)
 	ctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
 	resp := schema.Response{ID: c.ID}
-	result, err := a.roundTrip(ctx, c, timeout, batchSlots)
+	run := func() ([]byte, *schema.Error) {
+		return a.breakers.guard(c.Method, func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) })
+	}
+	var result []byte
+	var err *schema.Error
+	if k := idemKey(ctx, c, single); k != "" && a.idem != nil {
+		result, err = a.idempotent(ctx, c, k, timeout, run)
+	} else {
+		result, err = run()
+	}
 	if err != nil {
 		resp.Error = err
 	} else {
@@ -273,6 +352,17 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 			fmt.Sprintf("overloaded: %d calls in flight on this ingress (max_in_flight)", cap(a.inFlight)),
 			map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(), "limit": "max_in_flight"})
 	}
+	if sem, ok := a.methodInFlight[c.Method]; ok {
+		select {
+		case sem <- struct{}{}:
+			defer func() { <-sem }()
+		default:
+			return nil, schema.NewError(schema.CodeOverloaded,
+				fmt.Sprintf("overloaded: %d calls of %s in flight (method_max_in_flight)", cap(sem), c.Method),
+				map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(),
+					"limit": "method_max_in_flight", "method": c.Method})
+		}
+	}
 	deadline, _ := ctx.Deadline()
 	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, "")
 	if err != nil {
@@ -280,6 +370,9 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 	}
 	callID := nuid.Next()
 	msg.Header.Set(schema.HeaderCallID, callID)
+	if a.inbox != nil {
+		return a.exchange(ctx, c, timeout, msg, callID)
+	}
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {

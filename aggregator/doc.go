@@ -10,4 +10,16 @@
 //
 // [Aggregator.Stream] does the same but hands each answer over the moment it
 // exists, for transports that stream.
+//
+// Around each call sit the resilience policies: in-flight caps, global and
+// per method ([WithMaxInFlight], [WithMethodMaxInFlight]); the liveness
+// protocol ([WithHeartbeat]: workers acknowledge a call and send
+// heartbeats, so a dead worker is noticed in a few heartbeats, and busy
+// workers refuse calls they have no room for, which go to another worker);
+// retries and hedges of retry-safe methods ([WithRetrySafe],
+// [WithAckTimeout], [WithMaxAttempts], [WithHedge]); a circuit breaker per
+// method ([WithBreaker]); and idempotency records in JetStream
+// ([WithIdempotency]) shared by every ingress replica. All replies and
+// progress messages of an aggregator arrive on one wildcard inbox
+// subscription.
 package aggregator

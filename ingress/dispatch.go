@@ -103,6 +103,12 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			}
 			continue
 		}
+		if e := s.admit(hdr.caller, &req); e != nil {
+			if !req.IsNotification() {
+				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
+			}
+			continue
+		}
 		slot := -1
 		if !req.IsNotification() {
 			slot = len(p.out)
@@ -112,7 +118,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			p.calls = make([]schema.Call, 0, len(elems))
 			p.slots = make([]int, 0, len(elems))
 		}
-		p.calls = append(p.calls, schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async})
+		p.calls = append(p.calls, schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async, Caller: hdr.caller.String()})
 		p.slots = append(p.slots, slot)
 	}
 	return p

@@ -60,6 +60,16 @@
 // With [WithJSONRPC1], requests without a "jsonrpc" member are read as
 // JSON-RPC 1.0 on every JSON-RPC transport and answered in 1.0 form.
 //
+// Security and admission sit in front of that core. With [WithAuth] every
+// route but the probes needs an API key or a bearer JWT, checked by one
+// middleware on the mux before any body is read (a request without one is
+// answered 401 with a WWW-Authenticate challenge); each call is then
+// checked in plan against its caller's allowed method patterns (-32005
+// for that id alone) and its caller's token bucket ([WithRateLimit],
+// -32002 with retry_after_ms), and carries its caller to the workers. The
+// [IdempotencyKeyHeader] header is handed to the dispatcher in the
+// request's context ([schema.WithIdempotencyKey]).
+//
 // The ingress keeps no state between requests, so any number of replicas
 // can run side by side.
 package ingress

@@ -56,6 +56,12 @@ type config struct {
 	heartbeat     time.Duration
 	jsonrpc1      bool
 	extensions    map[string]Extension
+	registry      *Registry // set by WithDiscovery
+	noValidate    bool      // WithValidation(false)
+
+	auth        *authenticator
+	rate        *RateLimit
+	callerRates map[string]RateLimit
 }
 
 func defaultConfig() config {

@@ -49,7 +49,7 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 			"invalid request: Content-Type must be application/json",
 			map[string]any{"content_type": ct}))
 	}
-	hdr, terr := parseCallHeaders(r.Header)
+	hdr, terr := s.callHeaders(r)
 	if terr != nil {
 		return s.restError(w, rid, 0, terr)
 	}

@@ -81,7 +81,7 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 			"invalid request: Content-Type must be application/json",
 			map[string]any{"content_type": ct}))
 	}
-	hdr, terr := parseCallHeaders(r.Header)
+	hdr, terr := s.callHeaders(r)
 	if terr != nil {
 		return s.refuse(w, http.StatusBadRequest, terr)
 	}
@@ -166,6 +166,7 @@ func parseTimeout(h http.Header) (time.Duration, *schema.Error) {
 type callHeaders struct {
 	timeout time.Duration // Toolbus-Timeout; zero when absent
 	async   bool          // Prefer: respond-async
+	caller  *principal    // who sent the calls; nil without WithAuth
 }
 
 // parseCallHeaders reads Toolbus-Timeout and Prefer.

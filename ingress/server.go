@@ -37,6 +37,14 @@ type Server struct {
 
 	// router routes extension methods; nil without extensions.
 	router *router
+	// mcp is the MCP front door; nil without [WithDiscovery].
+	mcp *mcpDoor
+
+	// auth checks credentials (nil without [WithAuth]); limiter holds
+	// the callers' token buckets (nil without rate limits).
+	auth    *authenticator
+	limiter *limiter
+	handler http.Handler
 
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
@@ -65,21 +73,32 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		router = newRouter(d, cfg.extensions)
 		d = router
 	}
+	if cfg.registry != nil {
+		d = &guard{next: d, reg: cfg.registry, validate: !cfg.noValidate}
+	}
 	s := &Server{
-		d:      d,
-		router: router,
-		cfg:    cfg,
-		log:    cfg.logger.With("component", "ingress"),
-		limit:  schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
-		ws:     map[*wsConn]struct{}{},
+		d:       d,
+		router:  router,
+		cfg:     cfg,
+		log:     cfg.logger.With("component", "ingress"),
+		limit:   schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
+		ws:      map[*wsConn]struct{}{},
+		auth:    cfg.auth,
+		limiter: newLimiter(cfg.rate, cfg.callerRates),
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)
 	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
+	if cfg.registry != nil {
+		s.mux.HandleFunc("GET /openrpc.json", s.serveOpenRPC)
+		s.mcp = newMCPDoor(s)
+		s.mux.Handle("/mcp", s.mcp)
+	}
+	s.handler = s.authMiddleware(s.idempotency(s.mux))
 	s.srv = &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      readTimeout + cfg.maxTimeout + writeSlack,
@@ -91,9 +110,10 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 
 // Handler returns the routes of the ingress: POST /rpc (JSON or
 // server-sent events), GET /rpc (WebSocket), POST /v1/tools/{method}/invoke,
-// GET /healthz and GET /readyz. Use it to mount the ingress in a server of one's own; [Serve]
+// GET /healthz and GET /readyz, and with [WithDiscovery] GET /openrpc.json
+// and the MCP front door at /mcp. Use it to mount the ingress in a server of one's own; [Serve]
 // uses it too.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve accepts connections on l until [Server.Shutdown] is called, with
 // timeouts that let the slowest allowed call finish: the write timeout
@@ -120,6 +140,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.wsMu.Unlock()
 	wsDone := make(chan error, 1)
 	go func() { wsDone <- s.drainWebSockets(ctx) }()
+	s.mcp.close()
 	err := s.srv.Shutdown(ctx)
 	wsErr := <-wsDone
 	if err != nil {

@@ -99,7 +99,7 @@ func (f *flight) stopCall(cause error) { f.cancel(cause) }
 // the connection.
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	hdr, terr := parseCallHeaders(r.Header)
+	hdr, terr := s.callHeaders(r)
 	if terr != nil {
 		s.logRequest(r, "websocket", start, s.refuse(w, http.StatusBadRequest, terr))
 		return

@@ -42,6 +42,9 @@ type Cluster struct {
 
 	// Jobs is the first ingress's jobs service (nil without [WithJobs]).
 	Jobs *jobs.Service
+	// Registry is the first ingress's registry (nil without
+	// [WithDiscovery]).
+	Registry *ingress.Registry
 
 	client *http.Client
 	opts   options
@@ -69,6 +72,9 @@ type options struct {
 	jobs       bool
 	jobsOpts   []jobs.Option
 	runnerOpts []jobs.RunnerOption
+	idem       bool
+	idemTTL    time.Duration
+	discovery  bool
 }
 
 // Option configures [Start].
@@ -109,6 +115,17 @@ func WithJobs(opts []jobs.Option, runnerOpts ...jobs.RunnerOption) Option {
 	}
 }
 
+// DiscoveryInterval is how often the workers of a cluster started
+// [WithDiscovery] announce their tools: short, so that a test sees a
+// vanished worker's tools go within a second.
+const DiscoveryInterval = 200 * time.Millisecond
+
+// WithDiscovery turns discovery on: every worker announces its tools
+// (every [DiscoveryInterval]) and every ingress keeps a registry of them,
+// validates params, serves rpc.discover, GET /openrpc.json and the MCP
+// front door at /mcp ([ingress.WithDiscovery]).
+func WithDiscovery() Option { return func(o *options) { o.discovery = true } }
+
 // WithLogger sets the logger of every part (default: one that discards).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -132,6 +149,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	t.Cleanup(e.Shutdown)
 	o.workerOpts = append([]worker.Option{worker.WithLogger(o.logger)}, o.workerOpts...)
+	if o.discovery {
+		o.workerOpts = append(o.workerOpts, worker.WithDiscovery(DiscoveryInterval))
+	}
 	c := &Cluster{NATS: e, opts: o}
 	if !o.noWorker {
 		c.Worker = c.AddWorker(t, o.register...)
@@ -141,7 +161,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Cleanup(transport.CloseIdleConnections)
 	ing := c.AddIngress(t)
 	c.BaseURL, c.URL = ing.BaseURL, ing.URL
-	c.Aggregator, c.Ingress, c.Jobs = ing.Aggregator, ing.Ingress, ing.Jobs
+	c.Aggregator, c.Ingress, c.Jobs, c.Registry = ing.Aggregator, ing.Ingress, ing.Jobs, ing.Registry
 	return c
 }
 
@@ -153,6 +173,8 @@ type Ingress struct {
 	Ingress      *ingress.Server
 	// Jobs is its jobs service (nil without [WithJobs]).
 	Jobs *jobs.Service
+	// Registry is its registry of tools (nil without [WithDiscovery]).
+	Registry *ingress.Registry
 }
 
 // AddIngress starts another ingress replica on a connection of its own, as
@@ -168,7 +190,11 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	t.Cleanup(nc.Close)
 	ing := &Ingress{}
-	ing.Aggregator, err = aggregator.New(nc, append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)...)
+	aggOpts := append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)
+	if o.idem {
+		aggOpts = append(aggOpts, aggregator.WithIdempotency(idempotencyBucket(t, nc, o.idemTTL)))
+	}
+	ing.Aggregator, err = aggregator.New(nc, aggOpts...)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
@@ -184,6 +210,10 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	if o.jobs {
 		ing.Jobs = startJobs(t, nc, o)
 		ingOpts = append(ingOpts, ingress.WithExtension(jobs.MethodPrefix, ing.Jobs))
+	}
+	if o.discovery {
+		ing.Registry = startRegistry(t, nc, o)
+		ingOpts = append(ingOpts, ingress.WithDiscovery(ing.Registry))
 	}
 	ing.Ingress, err = ingress.New(ing.Aggregator, append(ingOpts, o.ingOpts...)...)
 	if err != nil {
@@ -206,6 +236,29 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	ing.BaseURL = "http://" + l.Addr().String()
 	ing.URL = ing.BaseURL + "/rpc"
 	return ing
+}
+
+// startRegistry starts a registry of the tools announced on nc, closed when
+// the test ends.
+func startRegistry(t testing.TB, nc *nats.Conn, o options) *ingress.Registry {
+	t.Helper()
+	reg, err := ingress.NewRegistry(ingress.WithRegistryLogger(o.logger))
+	if err != nil {
+		t.Fatalf("toolbustest: registry: %v", err)
+	}
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		t.Fatalf("toolbustest: %v", err)
+	}
+	feed, err := bus.NewAnnouncements(nc, subjects)
+	if err != nil {
+		t.Fatalf("toolbustest: %v", err)
+	}
+	if err := reg.Start(feed); err != nil {
+		t.Fatalf("toolbustest: registry: %v", err)
+	}
+	t.Cleanup(reg.Close)
+	return reg
 }
 
 // startJobs starts a jobs service on nc, shut down when the test ends.

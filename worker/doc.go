@@ -16,8 +16,7 @@
 // returns.
 //
 // For each call the runtime decodes the envelope, skips a call that is already
-// past its deadline, waits for one of the method's concurrency slots (at most
-// until the deadline), runs the handler with a context that ends at the
+// past its deadline, takes one of the method's concurrency slots, runs the handler with a context that ends at the
 // deadline, and replies on the call's inbox. A result is marshalled to JSON; an
 // error becomes a JSON-RPC error: an [*schema.Error] anywhere in its chain is
 // answered unchanged, so a tool's own codes and data pass through; a missed
@@ -25,6 +24,15 @@
 // text. A panic is answered -32603 without a stack and the worker keeps
 // serving. Notifications (calls without a reply subject) run the handler and
 // answer nothing.
+//
+// When the aggregator asks for liveness (the Toolbus-Heartbeat header of
+// schema/PROTOCOL.md, rule 8), the runtime acknowledges a call as it
+// starts it and sends a heartbeat every interval until it replies, so a
+// worker that dies is noticed in seconds; and a method whose slots are all
+// taken refuses a call at once with a busy message, so that the call goes
+// to a worker with room instead of queueing behind a slow one. A call from
+// an aggregator that does not ask waits for a slot, at most until its
+// deadline.
 //
 // Built-in toolsets live in packages below this one, such as worker/demo.
 package worker

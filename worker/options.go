@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // DefaultConcurrency is how many calls of one method a runtime runs at once
@@ -22,6 +24,7 @@ type config struct {
 	logger         *slog.Logger
 	concurrency    int
 	maxResultBytes int64
+	announce       time.Duration // zero: discovery off; see WithDiscovery
 }
 
 // Option configures [New].
@@ -81,6 +84,7 @@ func WithMaxResultBytes(n int64) Option {
 type handleConfig struct {
 	concurrency int
 	retryable   bool
+	desc        schema.Descriptor // set by Describe and Schema
 }
 
 // HandleOption configures one method registered with [Runtime.Handle].

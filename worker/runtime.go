@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Errors of registering, starting and stopping a [Runtime].
@@ -56,6 +57,9 @@ type Runtime struct {
 	// cancel function, for cancel messages; cancelSub receives them.
 	calls     sync.Map
 	cancelSub *nats.Subscription
+
+	// ads advertises the tools in discovery; nil when it is off.
+	ads *advertiser
 }
 
 // route is one registered pattern and its subscription.
@@ -67,6 +71,8 @@ type route struct {
 	// retryable is set by [Retryable]: the method may run again after an
 	// interrupted job.
 	retryable bool
+	// desc is what discovery advertises of the route.
+	desc schema.Descriptor
 
 	// sub and done are set under Runtime.mu when the route subscribes; done
 	// is closed when the subscription has delivered its last message.
@@ -94,14 +100,18 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	// The runtime's context spans its whole life rather than any request,
 	// so it starts from the background context.
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Runtime{
+	rt := &Runtime{
 		nc:     nc,
 		cfg:    cfg,
 		log:    cfg.logger.With("component", "worker"),
 		ctx:    ctx,
 		cancel: cancel,
 		idle:   make(chan struct{}),
-	}, nil
+	}
+	if cfg.announce > 0 {
+		rt.ads = newAdvertiser(rt)
+	}
+	return rt, nil
 }
 
 // Handle registers h for pattern: a method name such as "math.add", or a
@@ -123,7 +133,8 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 	if err != nil {
 		return fmt.Errorf("worker: handle %q: %w", pattern, err)
 	}
-	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retryable: hc.retryable}
+	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retryable: hc.retryable,
+		desc: descriptor(pattern, h, hc)}
 
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -142,6 +153,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		rt.flush()
 	}
 	rt.routes = append(rt.routes, r)
+	rt.ads.changed()
 	return nil
 }
 
@@ -198,6 +210,7 @@ func (rt *Runtime) Start() error {
 	}
 	rt.started = true
 	rt.flush()
+	rt.ads.start()
 	return nil
 }
 
@@ -237,6 +250,7 @@ func (rt *Runtime) flush() {
 // error wrapping ctx.Err() without waiting for them any longer. It does not
 // close the NATS connection. Calling Shutdown again waits for the same drain.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
+	rt.ads.stop()
 	rt.mu.Lock()
 	if !rt.closed {
 		rt.closed = true

@@ -18,9 +18,12 @@ import (
 var nullResult = json.RawMessage("null")
 
 // receive runs on the subscription's delivery goroutine. It decodes the call
-// and waits there for a concurrency slot, so that a method at its limit
-// leaves further calls queued in the subscription rather than in goroutines
-// of its own; the handler then runs on a goroutine of its own.
+// and takes a concurrency slot for it. A method at its limit refuses the
+// call with a busy progress message when the aggregator understands one, so
+// that the call goes to a worker with room; otherwise the call waits there
+// for a slot, which leaves further calls queued in the subscription rather
+// than in goroutines of its own. The handler runs on a goroutine of its
+// own, acknowledged and with heartbeats when the aggregator asked for them.
 func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 	req, rpcErr := rt.readRequest(msg)
 	if rpcErr != nil {
@@ -44,20 +47,32 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
 		cancel = func() { cancelDeadline(); cancelCause(nil) }
 	}
+	hb := rt.heartbeat(msg)
 	untrack := rt.track(msg, cancelCause)
 	select {
 	case r.sem <- struct{}{}:
-	case <-ctx.Done():
-		untrack()
-		cancel()
-		rt.reply(msg, req, nil, rt.errorFor(req, ctx.Err()))
-		return
+	default:
+		if hb.asked() {
+			untrack()
+			cancel()
+			hb.busy()
+			return
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			untrack()
+			cancel()
+			rt.reply(msg, req, nil, rt.errorFor(req, ctx.Err()))
+			return
+		}
 	}
+	hb.start()
 	rt.inflight.Add(1)
-	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req)
+	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb)
 }
 
-func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request) {
+func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request, hb *beat) {
 	defer rt.release()
 	defer func() { <-r.sem }()
 	defer cancel()
@@ -70,6 +85,7 @@ func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats
 		}
 		rt.log.Debug("call", "method", req.Method, "id", string(req.ID), "duration", time.Since(start), "code", code)
 	}
+	hb.stop()
 	rt.reply(msg, req, result, rpcErr)
 }
 

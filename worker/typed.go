@@ -26,14 +26,12 @@ import (
 //
 // The function's result is returned as the call's result, its error as the
 // call's error.
+//
+// The handler knows the JSON Schemas of P and R, which [Runtime.Handle]
+// puts in the method's descriptor unless [Schema] or [Describe] gives
+// others.
 func Typed[P, R any](fn func(ctx context.Context, params P) (R, error)) Handler {
-	return HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
-		var p P
-		if err := decodeParams(req.Params, &p); err != nil {
-			return nil, err
-		}
-		return fn(ctx, p)
-	})
+	return &typed[P, R]{fn: fn}
 }
 
 // InvalidParams returns the -32602 error a tool answers when a member of its

@@ -47,6 +47,8 @@ type ingressConfig struct {
 	jobReplicas      int
 	jobMaxAttempts   int
 	callbackSecret   string
+	discovery        bool
+	validate         bool
 }
 
 func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
@@ -72,6 +74,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
+	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
+	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
 }
 
 // defaultIngressConfig is the configuration the in-process commands (demo,
@@ -92,6 +96,10 @@ type workerConfig struct {
 	jobs            bool
 	jobLease        time.Duration
 	jobConcurrency  int
+	announce        bool
+	mcpCommand      string
+	mcpURL          string
+	mcpPrefix       string
 }
 
 // flags defines the worker's flags; standalone adds those that the dev
@@ -109,6 +117,10 @@ func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
 	f.DurationVar(&c.jobLease, "job-lease", jobs.DefaultLease, "how long a job stays leased to this worker without a sign of life")
 	f.IntVar(&c.jobConcurrency, "job-concurrency", jobs.DefaultRunConcurrency, "jobs of one method a worker runs at once")
+	f.BoolVar(&c.announce, "announce", true, "announce the worker's tools and their schemas for discovery")
+	f.StringVar(&c.mcpCommand, "mcp-command", "", `serve the tools of the MCP server this command starts, over stdio ("CMD ARGS", split at spaces)`)
+	f.StringVar(&c.mcpURL, "mcp-url", "", "serve the tools of the MCP server at this Streamable HTTP URL")
+	f.StringVar(&c.mcpPrefix, "mcp-prefix", "", "put this prefix and a dot before the bridged MCP tools' method names")
 }
 
 // defaultWorkerConfig is the configuration the in-process commands (demo,
@@ -123,7 +135,13 @@ func defaultWorkerConfig() workerConfig {
 // or starts, so that a typo is reported as such even when NATS is
 // unreachable, and nothing is left running after it.
 func (c *workerConfig) validate() error {
-	if len(c.tools) == 0 {
+	if c.mcpCommand != "" && c.mcpURL != "" {
+		return errors.New("worker: give --mcp-command or --mcp-url, not both")
+	}
+	if c.mcpPrefix != "" && c.mcpCommand == "" && c.mcpURL == "" {
+		return errors.New("worker: --mcp-prefix needs --mcp-command or --mcp-url")
+	}
+	if len(c.tools) == 0 && c.mcpCommand == "" && c.mcpURL == "" {
 		return errors.New("worker: no toolsets given (--tools)")
 	}
 	for _, name := range c.tools {
@@ -226,6 +244,13 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				}
 				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc))
 			}
+			if cfg.discovery {
+				reg, err := newRegistry(lc, nc, cfg.prefix, log)
+				if err != nil {
+					return nil, ingressAddr{}, err
+				}
+				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
+			}
 			srv, err := ingress.New(agg, opts...)
 			if err != nil {
 				return nil, ingressAddr{}, err
@@ -292,7 +317,11 @@ func workerModule(cfg workerConfig) fx.Option {
 		if err != nil {
 			return err
 		}
-		rt, err := worker.New(nc, worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log))
+		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log)}
+		if cfg.announce {
+			wopts = append(wopts, worker.WithDiscovery(0))
+		}
+		rt, err := worker.New(nc, wopts...)
 		if err != nil {
 			nc.Close()
 			return err
@@ -302,6 +331,16 @@ func workerModule(cfg workerConfig) fx.Option {
 				nc.Close()
 				return fmt.Errorf("worker: toolset %s: %w", name, err)
 			}
+		}
+		bridge, err := newBridge(rt, cfg, log)
+		if err != nil {
+			nc.Close()
+			return err
+		}
+		if bridge != nil {
+			// The bridge registers the server's tools before the runtime
+			// subscribes, and stops after it has drained.
+			lc.Append(fx.Hook{OnStart: bridge.Start, OnStop: func(context.Context) error { return bridge.Close() }})
 		}
 		var runner *jobs.Runner
 		if cfg.jobs {

@@ -57,7 +57,7 @@ Every flag can also be set by an environment variable, named in its help.`,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
-	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newBenchCmd(), newHealthCmd())
+	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
 	annotateEnv(root)
 	return root
 }

@@ -1,0 +1,261 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// DefaultIdempotencyTTL is how long a finished call's answer is replayed
+// for a duplicate, unless [IdempotencyBucket] is given another TTL.
+const DefaultIdempotencyTTL = 24 * time.Hour
+
+// storeTimeout bounds one write of an idempotency record.
+const storeTimeout = 5 * time.Second
+
+// IdempotencyBucket creates, or opens, the JetStream key-value bucket of
+// idempotency records of the cluster with subject prefix prefix: every
+// ingress replica of the cluster must use the same one. A record expires
+// ttl after its last write (zero means [DefaultIdempotencyTTL]); choose a
+// ttl longer than the longest call.
+func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration) (jetstream.KeyValue, error) {
+	if ttl < 0 {
+		return nil, fmt.Errorf("aggregator: idempotency ttl must not be negative, got %v", ttl)
+	}
+	if ttl == 0 {
+		ttl = DefaultIdempotencyTTL
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      bucketName(prefix) + "_idem",
+		Description: "toolbus idempotency records of sync calls",
+		TTL:         ttl,
+		History:     1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("aggregator: idempotency bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// bucketName makes a JetStream name of a subject prefix.
+func bucketName(prefix string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+			return r
+		}
+		return '_'
+	}, prefix)
+}
+
+// WithIdempotency keeps idempotency records in kv (see [IdempotencyBucket])
+// for calls dispatched under a context with [schema.WithIdempotencyKey]
+// (default: keys are ignored). A duplicate of a call in flight, on this
+// or any other aggregator sharing kv, waits for the first and gets its
+// answer; a duplicate of a finished call gets the stored answer. A
+// retryable failure (a timeout, unavailability, overload, cancellation)
+// is not stored, so that sending the call again runs it again. The key of
+// a single call names it; in a batch each call is named by the key and its
+// JSON-RPC id. A key sent again with a different method or params is
+// answered -32600. When the store cannot be reached, the call runs as if
+// it carried no key, and the failure is logged.
+func WithIdempotency(kv jetstream.KeyValue) Option {
+	return func(c *config) error {
+		if kv == nil {
+			return errors.New("aggregator: nil idempotency bucket")
+		}
+		c.idem = kv
+		return nil
+	}
+}
+
+// idemRecord is the stored state of one idempotent call.
+type idemRecord struct {
+	State string `json:"state"` // "running" or "done"
+	// Fingerprint is a digest of the method and params, to refuse a key
+	// reused for another call.
+	Fingerprint string `json:"fp"`
+	// Until is when a running call's deadline passes (Unix ns): a record
+	// still running after it was left by an aggregator that died.
+	Until  int64           `json:"until,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *schema.Error   `json:"error,omitempty"`
+}
+
+const (
+	idemRunning = "running"
+	idemDone    = "done"
+)
+
+// idemKey returns the record key of a call, or "" when it has none.
+func idemKey(ctx context.Context, c *schema.Call, single bool) string {
+	key := schema.IdempotencyKey(ctx)
+	if key == "" || c.IsNotification() {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(c.Caller))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	if !single {
+		h.Write([]byte{0})
+		h.Write(c.ID)
+	}
+	return "call." + hex.EncodeToString(h.Sum(nil))
+}
+
+func fingerprint(c *schema.Call) string {
+	h := sha256.New()
+	h.Write([]byte(c.Method))
+	h.Write([]byte{0})
+	h.Write(c.Params)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// idempotent answers c through its idempotency record k: it runs the call
+// when it claims the record, and otherwise waits for, or replays, the
+// answer of the call that did.
+func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, k string, timeout time.Duration,
+	run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
+	fp := fingerprint(c)
+	deadline, _ := ctx.Deadline()
+	running, _ := json.Marshal(idemRecord{State: idemRunning, Fingerprint: fp, Until: deadline.UnixNano()})
+	for {
+		rev, err := a.idem.Create(ctx, k, running)
+		if err == nil {
+			return a.runAndStore(ctx, k, rev, fp, run)
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			if ctx.Err() != nil {
+				return nil, a.ctxError(ctx, c, timeout)
+			}
+			a.log.Warn("idempotency store unavailable, running the call without it", "method", c.Method, "err", err)
+			return run()
+		}
+		result, rpcErr, claimed, rev := a.await(ctx, c, k, fp, running)
+		if claimed {
+			return a.runAndStore(ctx, k, rev, fp, run)
+		}
+		if result != nil || rpcErr != nil {
+			return result, rpcErr
+		}
+		if ctx.Err() != nil {
+			return nil, a.ctxError(ctx, c, timeout)
+		}
+		// The record went away (its call failed in a retryable way, or
+		// expired): try to claim it again.
+	}
+}
+
+// await watches record k held by another call until it is done (its
+// answer is returned), deleted (all results nil), or left running past its
+// deadline by an aggregator that is gone (claimed, with the new revision).
+func (a *Aggregator) await(ctx context.Context, c *schema.Call, k, fp string, running []byte) (result []byte, rpcErr *schema.Error, claimed bool, rev uint64) {
+	w, err := a.idem.Watch(ctx, k)
+	if err != nil {
+		return nil, nil, false, 0
+	}
+	defer w.Stop()
+	var stale *time.Timer
+	defer func() {
+		if stale != nil {
+			stale.Stop()
+		}
+	}()
+	var staleC <-chan time.Time
+	var last jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, nil, false, 0
+			}
+			if e == nil {
+				continue // the end of the current values
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return nil, nil, false, 0
+			}
+			var rec idemRecord
+			if err := json.Unmarshal(e.Value(), &rec); err != nil {
+				return nil, schema.Errorf(schema.CodeInternal, "internal error: bad idempotency record: %v", err), false, 0
+			}
+			if rec.Fingerprint != fp {
+				return nil, schema.NewError(schema.CodeInvalidRequest,
+					"invalid request: the idempotency key was used for another call",
+					map[string]any{"reason": "idempotency_key_reused", "method": c.Method}), false, 0
+			}
+			if rec.State == idemDone {
+				if rec.Error != nil {
+					return nil, rec.Error, false, 0
+				}
+				return rec.Result, nil, false, 0
+			}
+			last = e
+			if stale != nil {
+				stale.Stop()
+			}
+			stale = time.NewTimer(time.Until(time.Unix(0, rec.Until)) + time.Second)
+			staleC = stale.C
+		case <-staleC:
+			rev, err := a.idem.Update(ctx, k, running, last.Revision())
+			if err == nil {
+				return nil, nil, true, rev
+			}
+			staleC = nil // another aggregator took it over; watch on
+		case <-ctx.Done():
+			return nil, nil, false, 0
+		}
+	}
+}
+
+// runAndStore runs a call whose record this aggregator claimed at rev, and
+// stores its answer, or deletes the record when the answer is a retryable
+// failure. The store is written even when the client has gone, so that
+// the duplicates waiting for it are answered.
+func (a *Aggregator) runAndStore(ctx context.Context, k string, rev uint64, fp string,
+	run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
+	result, rpcErr := run()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if retryable(rpcErr) {
+		if err := a.idem.Delete(sctx, k, jetstream.LastRevision(rev)); err != nil {
+			a.log.Warn("idempotency record not released", "err", err)
+		}
+		return result, rpcErr
+	}
+	done, err := json.Marshal(idemRecord{State: idemDone, Fingerprint: fp, Result: result, Error: rpcErr})
+	if err == nil {
+		_, err = a.idem.Update(sctx, k, done, rev)
+	}
+	if err != nil {
+		a.log.Warn("idempotency record not stored", "err", err)
+		// A duplicate must not wait on a record that will never finish.
+		_ = a.idem.Delete(sctx, k)
+	}
+	return result, rpcErr
+}
+
+// retryable reports whether an answer is a failure that sending the call
+// again may cure, which an idempotency record must not keep.
+func retryable(e *schema.Error) bool {
+	if e == nil {
+		return false
+	}
+	switch e.Code {
+	case schema.CodeTimeout, schema.CodeOverloaded, schema.CodeUnavailable, schema.CodeCanceled, schema.CodeInternal:
+		return true
+	}
+	return false
+}

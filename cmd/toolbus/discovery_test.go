@@ -1,0 +1,25 @@
+package main
+
+import "testing"
+
+func TestWorkerConfigBridgeFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     workerConfig
+		wantErr bool
+	}{
+		{"toolsets only", workerConfig{tools: []string{"demo"}}, false},
+		{"bridge only", workerConfig{mcpCommand: "server --stdio"}, false},
+		{"bridge with a prefix", workerConfig{mcpURL: "http://127.0.0.1:9/mcp", mcpPrefix: "ext"}, false},
+		{"both transports", workerConfig{mcpCommand: "server", mcpURL: "http://127.0.0.1:9/mcp"}, true},
+		{"prefix without a server", workerConfig{tools: []string{"demo"}, mcpPrefix: "ext"}, true},
+		{"nothing to serve", workerConfig{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.validate(); (err != nil) != tt.wantErr {
+				t.Errorf("validate(%+v) = %v, want error %v", tt.cfg, err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/aggregator"
+	"github.com/toolbus/toolbus/ingress"
+)
+
+// securityConfig is the authentication, admission and resilience policy of
+// an ingress and its aggregator.
+type securityConfig struct {
+	auth           string // "on" or "off"
+	authFile       string
+	jwtSecretFile  string
+	jwksFile       string
+	jwtIssuer      string
+	jwtAudience    string
+	jwtLeeway      time.Duration
+	jwtCallerClaim string
+
+	rateLimit   float64
+	rateBurst   int
+	methodCaps  []string
+	idempotency bool
+	idemTTL     time.Duration
+
+	heartbeat       time.Duration
+	heartbeatMisses int
+	ackTimeout      time.Duration
+	retrySafe       []string
+	maxAttempts     int
+	busyWait        time.Duration
+	breakerFailures int
+	breakerOpenFor  time.Duration
+	breakerTrials   int
+	hedge           time.Duration
+}
+
+// flags defines the security flags; dev says whether authentication may
+// default to off (the dev command) or must be configured or turned off
+// explicitly (the ingress).
+func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
+	f := cmd.Flags()
+	authDefault := "on"
+	if dev {
+		authDefault = "off"
+	}
+	f.StringVar(&c.auth, "auth", authDefault, "authentication: on (needs --auth-file or --jwt-*) or off (every caller reaches every tool)")
+	f.StringVar(&c.authFile, "auth-file", "", `JSON file of API keys and allowed methods: {"keys":[{"name","sha256","allow":["math.*"]}],"allow":{"caller":["pattern"]},"default_allow":[]}`)
+	f.StringVar(&c.jwtSecretFile, "jwt-secret-file", "", "file holding the HS256 secret of bearer JWTs")
+	f.StringVar(&c.jwksFile, "jwt-jwks-file", "", "JWKS file of the RS256/ES256 public keys of bearer JWTs")
+	f.StringVar(&c.jwtIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
+	f.StringVar(&c.jwtAudience, "jwt-audience", "", "required aud of bearer JWTs")
+	f.DurationVar(&c.jwtLeeway, "jwt-leeway", ingress.DefaultJWTLeeway, "clock skew tolerated on exp, nbf and iat")
+	f.StringVar(&c.jwtCallerClaim, "jwt-caller-claim", "sub", "JWT claim naming the caller")
+	f.Float64Var(&c.rateLimit, "rate-limit", 0, "calls a second per caller, in a token bucket (0: no rate limit)")
+	f.IntVar(&c.rateBurst, "rate-burst", 100, "bursts of calls a caller's token bucket allows (with --rate-limit)")
+	f.StringSliceVar(&c.methodCaps, "method-max-in-flight", nil, "per-method in-flight caps, method=n (e.g. fetch_page=64)")
+	f.BoolVar(&c.idempotency, "idempotency", true, "honour Idempotency-Key headers with records in JetStream (needs JetStream)")
+	f.DurationVar(&c.idemTTL, "idempotency-ttl", aggregator.DefaultIdempotencyTTL, "how long a finished call's answer is replayed for its idempotency key")
+	f.DurationVar(&c.heartbeat, "heartbeat", aggregator.DefaultHeartbeat, "interval of the workers' heartbeats of a running call (0: off)")
+	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost")
+	f.DurationVar(&c.ackTimeout, "ack-timeout", aggregator.DefaultAckTimeout, "how long a retry-safe call may go unacknowledged before it is published again")
+	f.StringSliceVar(&c.retrySafe, "retry-safe", nil, "method patterns safe to run twice: retried on a lost worker, hedged (e.g. search.>,fetch_page)")
+	f.IntVar(&c.maxAttempts, "max-attempts", aggregator.DefaultMaxAttempts, "most publications of a retry-safe call")
+	f.DurationVar(&c.busyWait, "busy-wait", aggregator.DefaultBusyWait, "how long a call refused by busy workers is retried before -32002")
+	f.IntVar(&c.breakerFailures, "breaker-failures", 0, "failures in a row that open a method's circuit (0: no circuit breaker)")
+	f.DurationVar(&c.breakerOpenFor, "breaker-open-for", aggregator.DefaultBreakerOpenFor, "how long an open circuit refuses calls before a trial")
+	f.IntVar(&c.breakerTrials, "breaker-trials", aggregator.DefaultBreakerTrials, "trial calls of a half-open circuit")
+	f.DurationVar(&c.hedge, "hedge", 0, "publish a retry-safe call again when it has no reply after this long (0: no hedging)")
+}
+
+// authFile is the format of --auth-file.
+type authFile struct {
+	Keys []struct {
+		Name   string   `json:"name"`
+		SHA256 string   `json:"sha256"`
+		Allow  []string `json:"allow"`
+	} `json:"keys"`
+	Allow        map[string][]string `json:"allow"`
+	DefaultAllow []string            `json:"default_allow"`
+}
+
+// errNoAuth means authentication is on but nothing to authenticate with
+// was configured.
+var errNoAuth = errors.New("authentication is on but not configured: give --auth-file or --jwt-secret-file/--jwt-jwks-file, or --auth=off to run without it")
+
+// ingressOptions returns the ingress options of c, and logs a warning when
+// authentication is off.
+func (c *securityConfig) ingressOptions(log *slog.Logger) ([]ingress.Option, error) {
+	var opts []ingress.Option
+	switch c.auth {
+	case "off":
+		log.Warn("authentication is off: every caller reaches every tool")
+	case "on":
+		a, err := c.authConfig()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, ingress.WithAuth(a))
+	default:
+		return nil, fmt.Errorf("--auth must be on or off, got %q", c.auth)
+	}
+	if c.rateLimit > 0 {
+		opts = append(opts, ingress.WithRateLimit(ingress.RateLimit{PerSecond: c.rateLimit, Burst: c.rateBurst}))
+	}
+	return opts, nil
+}
+
+func (c *securityConfig) authConfig() (ingress.Auth, error) {
+	var a ingress.Auth
+	if c.authFile != "" {
+		b, err := os.ReadFile(c.authFile)
+		if err != nil {
+			return a, fmt.Errorf("--auth-file: %w", err)
+		}
+		var f authFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return a, fmt.Errorf("--auth-file %s: %w", c.authFile, err)
+		}
+		for _, k := range f.Keys {
+			a.Keys = append(a.Keys, ingress.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow})
+		}
+		a.Allow, a.DefaultAllow = f.Allow, f.DefaultAllow
+	}
+	if c.jwtSecretFile != "" || c.jwksFile != "" {
+		j := &ingress.JWTConfig{JWKSFile: c.jwksFile, Issuer: c.jwtIssuer, Audience: c.jwtAudience,
+			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim}
+		if c.jwtSecretFile != "" {
+			b, err := os.ReadFile(c.jwtSecretFile)
+			if err != nil {
+				return a, fmt.Errorf("--jwt-secret-file: %w", err)
+			}
+			j.Secret = []byte(strings.TrimSpace(string(b)))
+		}
+		a.JWT = j
+	}
+	if len(a.Keys) == 0 && a.JWT == nil {
+		return a, errNoAuth
+	}
+	return a, nil
+}
+
+// aggregatorOptions returns the aggregator options of c; the idempotency
+// bucket is opened on nc.
+func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, prefix string) ([]aggregator.Option, error) {
+	opts := []aggregator.Option{
+		aggregator.WithHeartbeat(c.heartbeat, c.heartbeatMisses),
+		aggregator.WithMaxAttempts(c.maxAttempts),
+		aggregator.WithBusyWait(c.busyWait),
+		aggregator.WithHedge(c.hedge),
+	}
+	if c.ackTimeout > 0 {
+		opts = append(opts, aggregator.WithAckTimeout(c.ackTimeout))
+	}
+	if len(c.retrySafe) > 0 {
+		opts = append(opts, aggregator.WithRetrySafe(c.retrySafe...))
+	}
+	caps, err := parseMethodCaps(c.methodCaps)
+	if err != nil {
+		return nil, err
+	}
+	for m, n := range caps {
+		opts = append(opts, aggregator.WithMethodMaxInFlight(m, n))
+	}
+	if c.breakerFailures > 0 {
+		opts = append(opts, aggregator.WithBreaker(aggregator.Breaker{
+			Failures: c.breakerFailures, OpenFor: c.breakerOpenFor, Trials: c.breakerTrials}))
+	}
+	if c.idempotency {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		kv, err := aggregator.IdempotencyBucket(ctx, js, prefix, c.idemTTL)
+		if err != nil {
+			return nil, fmt.Errorf("%w (run with --idempotency=false without JetStream)", err)
+		}
+		opts = append(opts, aggregator.WithIdempotency(kv))
+	}
+	return opts, nil
+}
+
+// parseMethodCaps reads method=n pairs.
+func parseMethodCaps(pairs []string) (map[string]int, error) {
+	caps := map[string]int{}
+	for _, p := range pairs {
+		m, v, ok := strings.Cut(p, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || m == "" || err != nil || n <= 0 {
+			return nil, fmt.Errorf("--method-max-in-flight: %q is not method=n with n positive", p)
+		}
+		caps[m] = n
+	}
+	return caps, nil
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/schema"
+)
+
+func TestSecurityConfigAuth(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.json")
+	body := `{"keys":[{"name":"crawler","sha256":"` + ingress.HashAPIKey("k") + `","allow":["fetch_page"]}],"allow":{"agent":["math.*"]}}`
+	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		dev     bool
+		args    []string
+		wantErr error
+		wantOn  bool
+	}{
+		{name: "ingress without configuration", wantErr: errNoAuth},
+		{name: "ingress explicitly open", args: []string{"--auth=off"}},
+		{name: "dev is open by default", dev: true},
+		{name: "keys", args: []string{"--auth-file", keys}, wantOn: true},
+		{name: "jwt", args: []string{"--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a"}, wantOn: true},
+		{name: "dev with keys", dev: true, args: []string{"--auth=on", "--auth-file", keys}, wantOn: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var c securityConfig
+			cmd := &cobra.Command{}
+			c.flags(cmd, tc.dev)
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			opts, err := c.ingressOptions(discard)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("ingressOptions(%q) error = %v, want %v", tc.args, err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if got := len(opts) > 0; got != tc.wantOn {
+				t.Errorf("ingressOptions(%q) turns auth on = %v, want %v", tc.args, got, tc.wantOn)
+			}
+			if _, err := ingress.New(nopDispatcher{}, opts...); err != nil {
+				t.Errorf("ingress.New with the options: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseMethodCaps(t *testing.T) {
+	tests := []struct {
+		name    string
+		pairs   []string
+		want    map[string]int
+		wantErr bool
+	}{
+		{name: "none", want: map[string]int{}},
+		{name: "two", pairs: []string{"fetch_page=64", "math.add=2"}, want: map[string]int{"fetch_page": 64, "math.add": 2}},
+		{name: "no number", pairs: []string{"fetch_page"}, wantErr: true},
+		{name: "zero", pairs: []string{"fetch_page=0"}, wantErr: true},
+		{name: "no method", pairs: []string{"=3"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMethodCaps(tc.pairs)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseMethodCaps(%q) error = %v, want error %v", tc.pairs, err, tc.wantErr)
+			}
+			if err == nil && len(got) != len(tc.want) {
+				t.Errorf("parseMethodCaps(%q) = %v, want %v", tc.pairs, got, tc.want)
+			}
+			for m, n := range tc.want {
+				if got[m] != n {
+					t.Errorf("parseMethodCaps(%q)[%s] = %d, want %d", tc.pairs, m, got[m], n)
+				}
+			}
+		})
+	}
+}
+
+// nopDispatcher answers nothing; the tests here only build servers.
+type nopDispatcher struct{}
+
+func (nopDispatcher) Dispatch(_ context.Context, calls []schema.Call) []schema.Response {
+	return make([]schema.Response, len(calls))
+}
+
+func (nopDispatcher) Stream(context.Context, []schema.Call, func(int, schema.Response)) {}

@@ -1,0 +1,50 @@
+package ingress
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// IdempotencyKeyHeader is the request header that makes the calls of a
+// POST /rpc or REST request idempotent: a duplicate in flight waits for the
+// first and gets its answer, and a duplicate sent after the first finished
+// gets the stored answer, within the dispatcher's TTL. For a single call
+// the key names the call; in a batch, each call is named by the key
+// together with its JSON-RPC id, so a batch sent again with the same key
+// and ids is answered call by call. The header is ignored on a WebSocket
+// upgrade: a connection has no one key for its many messages.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// idempotency checks the Idempotency-Key header and hands the key to the
+// dispatcher in the request's context.
+func (s *Server) idempotency(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(IdempotencyKeyHeader)
+		if key == "" || isUpgrade(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !validIdempotencyKey(key) {
+			start := time.Now()
+			s.logRequest(r, "rpc", start, s.refuse(w, http.StatusBadRequest, schema.NewError(schema.CodeInvalidRequest,
+				"invalid request: Idempotency-Key must be 1 to 255 printable ASCII characters",
+				map[string]any{"header": IdempotencyKeyHeader})))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(schema.WithIdempotencyKey(r.Context(), key)))
+	})
+}
+
+func validIdempotencyKey(k string) bool {
+	if len(k) > schema.MaxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,84 @@
+package ingress
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+func TestRateLimit(t *testing.T) {
+	auth := Auth{Keys: []APIKey{
+		{Name: "alice", SHA256: HashAPIKey("a"), Allow: []string{">"}},
+		{Name: "bob", SHA256: HashAPIKey("b"), Allow: []string{">"}},
+	}}
+	s, _ := newServer(t, WithAuth(auth),
+		WithRateLimit(RateLimit{PerSecond: 0.001, Burst: 2}),
+		WithCallerRateLimit("bob", RateLimit{PerSecond: 0.001, Burst: 3}))
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"echo"},{"jsonrpc":"2.0","id":2,"method":"echo"},{"jsonrpc":"2.0","id":3,"method":"echo"},{"jsonrpc":"2.0","id":4,"method":"echo"}]`
+	tests := []struct {
+		name  string
+		key   string
+		codes []int
+	}{
+		{name: "default bucket", key: "a", codes: []int{0, 0, schema.CodeOverloaded, schema.CodeOverloaded}},
+		{name: "own bucket", key: "b", codes: []int{0, 0, 0, schema.CodeOverloaded}},
+		{name: "empty bucket", key: "a", codes: []int{schema.CodeOverloaded, schema.CodeOverloaded, schema.CodeOverloaded, schema.CodeOverloaded}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := serve(s.Handler(), post(batch, "X-Api-Key", tc.key))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("POST = HTTP %d, want 200", rec.Code)
+			}
+			_, as := decode(t, rec.Body.Bytes())
+			for i, a := range as {
+				if a.Code != tc.codes[i] {
+					t.Errorf("answer %d code = %d, want %d", i, a.Code, tc.codes[i])
+				}
+				if a.Code == schema.CodeOverloaded {
+					ms, _ := a.Data["retry_after_ms"].(float64)
+					if ms < 1 || a.Data["limit"] != "rate_limit" {
+						t.Errorf("answer %d data = %v, want retry_after_ms and limit rate_limit", i, a.Data)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRateLimitRefills(t *testing.T) {
+	l := newLimiter(&RateLimit{PerSecond: 10, Burst: 1}, nil)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	if e := l.admit("x"); e != nil {
+		t.Fatalf("first admit = %v, want nil", e)
+	}
+	e := l.admit("x")
+	if e == nil || e.Code != schema.CodeOverloaded {
+		t.Fatalf("second admit = %v, want -32002", e)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if e := l.admit("x"); e != nil {
+		t.Errorf("admit after the refill = %v, want nil", e)
+	}
+}
+
+func TestWithRateLimitInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		l    RateLimit
+	}{
+		{name: "zero rate", l: RateLimit{Burst: 1}},
+		{name: "zero burst", l: RateLimit{PerSecond: 1}},
+		{name: "negative", l: RateLimit{PerSecond: -1, Burst: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(newFake(), WithRateLimit(tc.l)); err == nil {
+				t.Errorf("WithRateLimit(%+v) error = nil, want an error", tc.l)
+			}
+		})
+	}
+}

@@ -1,0 +1,527 @@
+package ingress
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Feed delivers the workers' discovery announcements (the JSON bodies of
+// PROTOCOL.md section 9) to a [Registry]. *bus.Announcements is one.
+type Feed interface {
+	// Watch calls fn with every announcement, one at a time, until stop
+	// is called; fn is not called after stop returns.
+	Watch(fn func(announcement []byte)) (stop func(), err error)
+}
+
+// missedAnnouncements is how many announce intervals a worker may stay
+// silent before the registry forgets it.
+const missedAnnouncements = 3
+
+// Problem kinds of [Problem].
+const (
+	// ProblemBroken: a descriptor breaks the format or its schema does not
+	// compile; it is left out, the worker's other tools are not.
+	ProblemBroken = "broken"
+	// ProblemConflict: the workers of one method advertise different
+	// descriptors; the method stays listed, with the descriptor most of
+	// them give, and its params are not validated.
+	ProblemConflict = "conflict"
+)
+
+// Problem is a descriptor the registry could not use as it is, reported
+// in rpc.discover.
+type Problem struct {
+	Kind    string   `json:"kind"`
+	Method  string   `json:"method"`
+	Workers []string `json:"workers"`
+	Reason  string   `json:"reason"`
+}
+
+// Tool is a live method of the registry: its descriptor and how many
+// workers serve it now.
+type Tool struct {
+	schema.Descriptor
+	// Workers counts the workers advertising it.
+	Workers int `json:"workers"`
+	// Conflict is set when they disagree on its descriptor (see
+	// [ProblemConflict]).
+	Conflict bool `json:"conflict,omitempty"`
+
+	params *jsonschema.Schema // compiled Params; nil when there are none
+}
+
+// Catalog is what the registry knows at one moment.
+type Catalog struct {
+	// Tools holds the live methods and patterns, sorted by name.
+	Tools []Tool `json:"tools"`
+	// Problems holds the broken and conflicting descriptors, sorted.
+	Problems []Problem `json:"problems"`
+}
+
+// workerEntry is what the registry holds of one worker.
+type workerEntry struct {
+	tools   []compiled
+	broken  []Problem
+	expires time.Time
+}
+
+// compiled is a descriptor with its compiled params schema.
+type compiled struct {
+	desc   schema.Descriptor
+	params *jsonschema.Schema
+	key    string // canonical form of the descriptor, to compare workers'
+}
+
+// Registry is the ingress's live catalogue of the cluster's tools, built
+// from the workers' discovery announcements: a worker's tools appear with
+// its first announcement and go when it leaves or misses three of its
+// intervals. It validates params against the advertised schemas (compiled
+// once per schema) and feeds rpc.discover, GET /openrpc.json and the MCP
+// front door. Make one with [NewRegistry], start it with [Registry.Start],
+// and pass it to [WithDiscovery]. Its methods are safe for concurrent use.
+type Registry struct {
+	log *slog.Logger
+	now func() time.Time
+
+	mu       sync.Mutex
+	workers  map[string]*workerEntry
+	known    map[string]bool // every name ever advertised
+	catalog  *Catalog        // cached; nil when it must be rebuilt
+	schemas  map[string]*jsonschema.Schema
+	watchers map[int]func()
+	nextID   int
+
+	stopFeed func()
+	quit     chan struct{}
+	done     chan struct{}
+}
+
+// RegistryOption configures [NewRegistry].
+type RegistryOption func(*Registry) error
+
+// WithRegistryLogger sets the logger for broken and conflicting
+// descriptors (default slog.Default()).
+func WithRegistryLogger(l *slog.Logger) RegistryOption {
+	return func(r *Registry) error {
+		if l == nil {
+			return errors.New("ingress: nil registry logger")
+		}
+		r.log = l
+		return nil
+	}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(opts ...RegistryOption) (*Registry, error) {
+	r := &Registry{
+		log:      slog.Default(),
+		now:      time.Now,
+		workers:  map[string]*workerEntry{},
+		known:    map[string]bool{},
+		schemas:  map[string]*jsonschema.Schema{},
+		watchers: map[int]func(){},
+	}
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
+	r.log = r.log.With("component", "registry")
+	return r, nil
+}
+
+// Start follows feed, and forgets silent workers, until [Registry.Close].
+func (r *Registry) Start(feed Feed) error {
+	if feed == nil {
+		return errors.New("ingress: nil discovery feed")
+	}
+	r.mu.Lock()
+	if r.quit != nil {
+		r.mu.Unlock()
+		return errors.New("ingress: registry already started")
+	}
+	r.quit, r.done = make(chan struct{}), make(chan struct{})
+	r.mu.Unlock()
+	stop, err := feed.Watch(r.Observe)
+	if err != nil {
+		close(r.done)
+		return fmt.Errorf("ingress: watch announcements: %w", err)
+	}
+	r.mu.Lock()
+	r.stopFeed = stop
+	r.mu.Unlock()
+	go r.sweep()
+	return nil
+}
+
+// Close stops following the feed. The registry keeps answering from what
+// it knew.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	quit, done, stop := r.quit, r.done, r.stopFeed
+	r.stopFeed = nil
+	r.mu.Unlock()
+	if quit == nil {
+		return
+	}
+	if stop != nil {
+		stop()
+	}
+	select {
+	case <-quit:
+	default:
+		close(quit)
+	}
+	<-done
+}
+
+// sweep forgets workers past their expiry, checking a few times a second:
+// often enough that a vanished worker's tools go within its three
+// intervals and a little more.
+func (r *Registry) sweep() {
+	defer close(r.done)
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-t.C:
+		}
+		r.expire(r.now())
+	}
+}
+
+// expire forgets the workers whose announcements stopped before now.
+func (r *Registry) expire(now time.Time) {
+	r.mu.Lock()
+	changed := false
+	for id, w := range r.workers {
+		if now.After(w.expires) {
+			r.log.Info("worker stopped announcing; its tools are gone", "worker", id)
+			delete(r.workers, id)
+			changed = true
+		}
+	}
+	watchers := r.changedLocked(changed)
+	r.mu.Unlock()
+	notify(watchers)
+}
+
+// Observe takes one announcement, as the feed delivers it. An unreadable
+// announcement is logged and ignored.
+func (r *Registry) Observe(data []byte) {
+	a, bad, err := schema.ParseAnnouncement(data)
+	if err != nil {
+		r.log.Warn("ignored an announcement", "err", err)
+		return
+	}
+	if a.Leaving {
+		r.mu.Lock()
+		_, had := r.workers[a.Worker]
+		delete(r.workers, a.Worker)
+		watchers := r.changedLocked(had)
+		r.mu.Unlock()
+		notify(watchers)
+		return
+	}
+	w := &workerEntry{expires: r.now().Add(missedAnnouncements * a.Interval())}
+	for _, b := range bad {
+		w.broken = append(w.broken, Problem{Kind: ProblemBroken, Method: b.Name, Workers: []string{a.Worker}, Reason: b.Err.Error()})
+	}
+	r.mu.Lock()
+	for _, d := range a.Tools {
+		c, err := r.compileLocked(d)
+		if err != nil {
+			w.broken = append(w.broken, Problem{Kind: ProblemBroken, Method: d.Name, Workers: []string{a.Worker}, Reason: err.Error()})
+			continue
+		}
+		w.tools = append(w.tools, c)
+	}
+	old, had := r.workers[a.Worker]
+	r.workers[a.Worker] = w
+	for _, p := range w.broken {
+		if !had || !slices.ContainsFunc(old.broken, func(q Problem) bool { return q.Method == p.Method && q.Reason == p.Reason }) {
+			r.log.Warn("broken tool descriptor", "worker", a.Worker, "method", p.Method, "reason", p.Reason)
+		}
+	}
+	for _, c := range w.tools {
+		r.known[c.desc.Name] = true
+	}
+	watchers := r.changedLocked(!had || !sameTools(old, w))
+	r.mu.Unlock()
+	notify(watchers)
+}
+
+func sameTools(a, b *workerEntry) bool {
+	return slices.EqualFunc(a.tools, b.tools, func(x, y compiled) bool { return x.key == y.key }) &&
+		slices.EqualFunc(a.broken, b.broken, func(x, y Problem) bool { return x.Method == y.Method && x.Reason == y.Reason })
+}
+
+// compileLocked compiles d's params schema, once per distinct schema.
+func (r *Registry) compileLocked(d schema.Descriptor) (compiled, error) {
+	key, err := canonical(d)
+	if err != nil {
+		return compiled{}, err
+	}
+	c := compiled{desc: d, key: key}
+	if len(d.Params) == 0 {
+		return c, nil
+	}
+	skey := string(d.Params)
+	if s, ok := r.schemas[skey]; ok {
+		c.params = s
+		return c, nil
+	}
+	s, err := compileSchema(d.Params)
+	if err != nil {
+		return compiled{}, fmt.Errorf("params schema: %w", err)
+	}
+	r.schemas[skey] = s
+	c.params = s
+	return c, nil
+}
+
+// compileSchema compiles a JSON Schema (draft 2020-12 unless it says
+// otherwise) that refers to nothing outside itself: the default loader of
+// the compiler reads no network resources.
+func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	const url = "toolbus:///params.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(url)
+}
+
+// canonical returns d as JSON with sorted members, to compare descriptors.
+func canonical(d schema.Descriptor) (string, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", err
+	}
+	b, err = json.Marshal(v)
+	return string(b), err
+}
+
+// changedLocked drops the cached catalog when changed and returns the
+// watchers to tell, which the caller runs once it has released r.mu.
+func (r *Registry) changedLocked(changed bool) []func() {
+	if !changed {
+		return nil
+	}
+	r.catalog = nil
+	watchers := make([]func(), 0, len(r.watchers))
+	for _, w := range r.watchers {
+		watchers = append(watchers, w)
+	}
+	return watchers
+}
+
+func notify(watchers []func()) {
+	for _, w := range watchers {
+		w()
+	}
+}
+
+// Watch calls fn after every change of the catalog, on the goroutine that
+// made the change (the feed's or the registry's own); fn must not block. cancel stops it.
+func (r *Registry) Watch(fn func()) (cancel func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.nextID
+	r.nextID++
+	r.watchers[id] = fn
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.watchers, id)
+	}
+}
+
+// Catalog returns the live tools and the problems of their descriptors.
+// The caller must not change what it returns.
+func (r *Registry) Catalog() Catalog {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *r.catalogLocked()
+}
+
+func (r *Registry) catalogLocked() *Catalog {
+	if r.catalog != nil {
+		return r.catalog
+	}
+	type group struct {
+		byKey   map[string][]string // descriptor key → workers
+		first   map[string]compiled
+		workers int
+	}
+	groups := map[string]*group{}
+	var problems []Problem
+	for id, w := range r.workers {
+		for _, c := range w.tools {
+			g := groups[c.desc.Name]
+			if g == nil {
+				g = &group{byKey: map[string][]string{}, first: map[string]compiled{}}
+				groups[c.desc.Name] = g
+			}
+			g.byKey[c.key] = append(g.byKey[c.key], id)
+			g.first[c.key] = c
+			g.workers++
+		}
+		problems = append(problems, w.broken...)
+	}
+	cat := &Catalog{Tools: []Tool{}}
+	for name, g := range groups {
+		keys := make([]string, 0, len(g.byKey))
+		for k := range g.byKey {
+			slices.Sort(g.byKey[k])
+			keys = append(keys, k)
+		}
+		// The descriptor most workers give wins; among equals, the one of
+		// the smallest worker id, so that every ingress picks the same.
+		slices.SortFunc(keys, func(a, b string) int {
+			if d := len(g.byKey[b]) - len(g.byKey[a]); d != 0 {
+				return d
+			}
+			return strings.Compare(g.byKey[a][0], g.byKey[b][0])
+		})
+		c := g.first[keys[0]]
+		t := Tool{Descriptor: c.desc, Workers: g.workers, params: c.params}
+		if len(keys) > 1 {
+			t.Conflict = true
+			var all []string
+			for _, k := range keys {
+				all = append(all, g.byKey[k]...)
+			}
+			slices.Sort(all)
+			problems = append(problems, Problem{Kind: ProblemConflict, Method: name, Workers: all,
+				Reason: fmt.Sprintf("%d workers advertise %d different descriptors; params are not validated", len(all), len(keys))})
+		}
+		cat.Tools = append(cat.Tools, t)
+	}
+	slices.SortFunc(cat.Tools, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(problems, func(a, b Problem) int {
+		if c := strings.Compare(a.Method, b.Method); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return strings.Compare(strings.Join(a.Workers, ","), strings.Join(b.Workers, ","))
+	})
+	cat.Problems = problems
+	if cat.Problems == nil {
+		cat.Problems = []Problem{}
+	}
+	r.catalog = cat
+	return cat
+}
+
+// Lookup returns the live tool serving method: the one of that name, or
+// else a pattern matching it.
+func (r *Registry) Lookup(method string) (Tool, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cat := r.catalogLocked()
+	i, ok := slices.BinarySearchFunc(cat.Tools, method, func(t Tool, m string) int { return strings.Compare(t.Name, m) })
+	if ok {
+		return cat.Tools[i], true
+	}
+	for _, t := range cat.Tools {
+		if t.IsPattern() && matchPattern(t.Name, method) {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Known reports whether some worker ever advertised method (or a pattern
+// matching it) since the registry started, live or not.
+func (r *Registry) Known(method string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.known[method] {
+		return true
+	}
+	for name := range r.known {
+		if matchPattern(name, method) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchPattern reports whether the concrete method is served by pattern,
+// whose tokens may be '*' (one token) or, last, '>' (one or more).
+func matchPattern(pattern, method string) bool {
+	pt, mt := strings.Split(pattern, "."), strings.Split(method, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return i == len(pt)-1 && len(mt) > i
+		}
+		if i >= len(mt) || (p != "*" && p != mt[i]) {
+			return false
+		}
+	}
+	return len(pt) == len(mt)
+}
+
+// WithDiscovery turns on what the registry makes possible (default off):
+// params are validated against the advertised schemas before any worker
+// runs (see [WithValidation]); a tool's advertised timeout bounds its
+// calls' deadlines; a call of a method the registry has seen advertised but
+// that no worker serves now is answered -32003 (retryable) instead of
+// -32601; rpc.discover and GET /openrpc.json answer the OpenRPC document of
+// the live tools; and /mcp serves them to MCP clients. The caller starts
+// and closes reg.
+func WithDiscovery(reg *Registry) Option {
+	return func(c *config) error {
+		if reg == nil {
+			return errors.New("ingress: nil registry")
+		}
+		for p := range c.extensions {
+			if strings.HasPrefix(DiscoverMethod, p) || strings.HasPrefix(p, DiscoverMethod) {
+				return fmt.Errorf("ingress: extension prefix %q overlaps %s", p, DiscoverMethod)
+			}
+		}
+		if c.extensions == nil {
+			c.extensions = map[string]Extension{}
+		}
+		// The router matches extensions by prefix; the discoverer answers
+		// only rpc.discover itself and -32601 for any longer name.
+		c.extensions[DiscoverMethod] = discoverer{reg: reg}
+		c.registry = reg
+		return nil
+	}
+}
+
+// WithValidation turns the checking of params against the registry's
+// schemas on or off (default on; it needs [WithDiscovery]). Params that do
+// not fit are answered -32602 with data {"field": JSON pointer, "reason",
+// "method", "source": "schema"} and never reach a worker.
+func WithValidation(on bool) Option {
+	return func(c *config) error {
+		c.noValidate = !on
+		return nil
+	}
+}

@@ -1,0 +1,163 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// guard is the [Dispatcher] in front of every other when discovery is on
+// ([WithDiscovery]). Before any worker runs a call it checks the params
+// against the registry's schema of the method (unless validation is off)
+// and shortens the call's deadline to the method's advertised timeout; after,
+// it turns "no worker serves it" into -32003 (unavailable, retryable) for a
+// method the registry has seen advertised, so that an agent can tell a
+// method that is down from one that does not exist.
+type guard struct {
+	next     Dispatcher
+	reg      *Registry
+	validate bool
+}
+
+var _ Dispatcher = (*guard)(nil)
+
+// Dispatch implements [Dispatcher].
+func (g *guard) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
+	out := make([]schema.Response, len(calls))
+	g.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
+	return out
+}
+
+// Stream implements [Dispatcher]. Refused calls are answered before the
+// others are handed on, from the caller's goroutine.
+func (g *guard) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	pass := make([]schema.Call, 0, len(calls))
+	idx := make([]int, 0, len(calls))
+	for i, c := range calls {
+		if !schema.IsReserved(c.Method) {
+			if t, ok := g.reg.Lookup(c.Method); ok {
+				if g.validate {
+					if e := checkParams(t, c.Params); e != nil {
+						if !c.IsNotification() {
+							emit(i, schema.Response{ID: c.ID, Error: e})
+						}
+						continue
+					}
+				}
+				if d := t.Timeout(); d > 0 && (c.Timeout <= 0 || d < c.Timeout) {
+					c.Timeout = d
+				}
+			}
+		}
+		pass = append(pass, c)
+		idx = append(idx, i)
+	}
+	if len(pass) == 0 {
+		return
+	}
+	g.next.Stream(ctx, pass, func(j int, r schema.Response) {
+		if r.Error != nil && isNoResponders(r.Error) && g.reg.Known(pass[j].Method) {
+			r.Error = unavailableMethod(pass[j].Method)
+		}
+		emit(idx[j], r)
+	})
+}
+
+// isNoResponders reports whether e is the dispatcher's answer for a call
+// no worker was subscribed to.
+func isNoResponders(e *schema.Error) bool {
+	if e.Code != schema.CodeMethodNotFound || len(e.Data) == 0 {
+		return false
+	}
+	var data struct {
+		Reason string `json:"reason"`
+	}
+	return json.Unmarshal(e.Data, &data) == nil && data.Reason == "no_responders"
+}
+
+func unavailableMethod(method string) *schema.Error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: no worker serves "+method+" now",
+		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "no_workers", "method": method})
+}
+
+// checkParams validates params against t's schema. Absent params are not
+// checked: JSON-RPC lets a call leave them out, and the tool decides what
+// that means. A tool whose workers disagree on the schema is not checked
+// either, since the registry cannot know which of them the call reaches.
+func checkParams(t Tool, params json.RawMessage) *schema.Error {
+	if t.params == nil || t.Conflict || len(bytes.TrimSpace(params)) == 0 {
+		return nil
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
+	if err != nil {
+		return invalidParams(t.Name, "", "params are not valid JSON")
+	}
+	err = t.params.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return invalidParams(t.Name, "", err.Error())
+	}
+	field, reason := firstFailure(ve)
+	return invalidParams(t.Name, field, reason)
+}
+
+func invalidParams(method, field, reason string) *schema.Error {
+	msg := "invalid params: " + reason
+	if field != "" {
+		msg = "invalid params: " + field + ": " + reason
+	}
+	return schema.NewError(schema.CodeInvalidParams, msg,
+		map[string]any{"field": field, "reason": reason, "method": method, "source": "schema"})
+}
+
+// firstFailure returns the JSON pointer of the deepest value that failed
+// and why: the most precise of the schema's complaints.
+func firstFailure(ve *jsonschema.ValidationError) (field, reason string) {
+	out := ve.BasicOutput()
+	best := -1
+	for i, u := range out.Errors {
+		if u.Error == nil {
+			continue
+		}
+		if best < 0 || depthOf(u.InstanceLocation) > depthOf(out.Errors[best].InstanceLocation) {
+			best = i
+		}
+	}
+	switch {
+	case best >= 0:
+		u := out.Errors[best]
+		return memberOf(u.InstanceLocation, u.Error.Kind), u.Error.String()
+	case out.Error != nil:
+		return out.InstanceLocation, out.Error.String()
+	}
+	return "", "params do not match the method's schema"
+}
+
+func depthOf(pointer string) int { return strings.Count(pointer, "/") }
+
+// memberOf returns the pointer of the member an error is about when the
+// error names it (one that is missing or not allowed), else the pointer
+// of the value that failed.
+func memberOf(pointer string, k jsonschema.ErrorKind) string {
+	var names []string
+	switch k := k.(type) {
+	case *kind.Required:
+		names = k.Missing
+	case *kind.AdditionalProperties:
+		names = k.Properties
+	}
+	if len(names) == 0 {
+		return pointer
+	}
+	return pointer + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(names[0])
+}

@@ -1,0 +1,47 @@
+package schema
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MatchMethod reports whether method matches pattern, a method name whose
+// tokens may also be '*' (any one token) or, last, '>' (one or more
+// tokens): "math.*" matches math.add but not math.vec.add, "math.>"
+// matches both, ">" matches every method. These are the patterns a worker
+// serves and an operator writes in allow lists.
+func MatchMethod(pattern, method string) bool {
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		mt, mrest, mmore := strings.Cut(method, ".")
+		if pt == ">" && !pmore {
+			return mt != ""
+		}
+		if pt != "*" && pt != mt {
+			return false
+		}
+		if !pmore || !mmore {
+			return pmore == mmore
+		}
+		pattern, method = prest, mrest
+	}
+}
+
+// ValidatePattern checks a pattern of [MatchMethod]: tokens of the method
+// grammar, '*', or a last '>'.
+func ValidatePattern(pattern string) error {
+	tokens := strings.Split(pattern, ".")
+	concrete := make([]string, len(tokens))
+	for i, t := range tokens {
+		switch {
+		case t == "*", t == ">" && i == len(tokens)-1:
+			concrete[i] = "x"
+		default:
+			concrete[i] = t
+		}
+	}
+	if err := ValidateMethod(strings.Join(concrete, ".")); err != nil {
+		return fmt.Errorf("schema: invalid method pattern %q: %w", pattern, err)
+	}
+	return nil
+}

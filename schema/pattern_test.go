@@ -1,0 +1,53 @@
+package schema
+
+import "testing"
+
+func TestMatchMethod(t *testing.T) {
+	tests := []struct {
+		name, pattern, method string
+		want                  bool
+	}{
+		{name: "exact", pattern: "fetch_page", method: "fetch_page", want: true},
+		{name: "exact other", pattern: "fetch_page", method: "fetch_pages"},
+		{name: "star one token", pattern: "math.*", method: "math.add", want: true},
+		{name: "star not two tokens", pattern: "math.*", method: "math.vec.add"},
+		{name: "star not zero tokens", pattern: "math.*", method: "math"},
+		{name: "tail", pattern: "math.>", method: "math.vec.add", want: true},
+		{name: "tail needs a token", pattern: "math.>", method: "math"},
+		{name: "everything", pattern: ">", method: "a.b.c", want: true},
+		{name: "jobs", pattern: "rpc.jobs.*", method: "rpc.jobs.get", want: true},
+		{name: "prefix is not a match", pattern: "math", method: "math.add"},
+		{name: "middle star", pattern: "a.*.c", method: "a.b.c", want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MatchMethod(tc.pattern, tc.method); got != tc.want {
+				t.Errorf("MatchMethod(%q, %q) = %v, want %v", tc.pattern, tc.method, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidatePattern(t *testing.T) {
+	tests := []struct {
+		name    string
+		pattern string
+		wantErr bool
+	}{
+		{name: "name", pattern: "fetch_page"},
+		{name: "star", pattern: "math.*"},
+		{name: "tail", pattern: "math.>"},
+		{name: "all", pattern: ">"},
+		{name: "tail not last", pattern: "a.>.b", wantErr: true},
+		{name: "empty token", pattern: "a..b", wantErr: true},
+		{name: "glued star", pattern: "math*", wantErr: true},
+		{name: "empty", pattern: "", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := ValidatePattern(tc.pattern); (err != nil) != tc.wantErr {
+				t.Errorf("ValidatePattern(%q) = %v, want error %v", tc.pattern, err, tc.wantErr)
+			}
+		})
+	}
+}

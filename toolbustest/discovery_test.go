@@ -1,0 +1,295 @@
+package toolbustest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+type sumParams struct {
+	A int `json:"a"`
+	B int `json:"b"`
+}
+
+// mathTools registers math.add, counting the calls that reach it.
+func mathTools(calls *atomic.Int64) func(rt *worker.Runtime) error {
+	return func(rt *worker.Runtime) error {
+		return rt.Handle("math.add", worker.Typed(func(_ context.Context, p sumParams) (int, error) {
+			calls.Add(1)
+			return p.A + p.B, nil
+		}), worker.Describe(schema.Descriptor{Description: "adds a and b", Idempotent: true}))
+	}
+}
+
+// discover calls rpc.discover and decodes the document.
+func discover(t *testing.T, c *toolbustest.Cluster) ingress.OpenRPC {
+	t.Helper()
+	r := c.Call(t, ingress.DiscoverMethod, "")
+	if r.Error != nil {
+		t.Fatalf("rpc.discover = %v", r.Error)
+	}
+	var doc ingress.OpenRPC
+	if err := json.Unmarshal(r.Result, &doc); err != nil {
+		t.Fatalf("rpc.discover result %s: %v", r.Result, err)
+	}
+	return doc
+}
+
+// workersOf returns how many workers the registry counts for method.
+func workersOf(reg *ingress.Registry, method string) int {
+	t, ok := reg.Lookup(method)
+	if !ok {
+		return 0
+	}
+	return t.Workers
+}
+
+// eventually waits, at most 10s, for cond: discovery promises new workers
+// within a second or two and vanished ones within three intervals.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDiscoveryFollowsWorkers(t *testing.T) {
+	var calls atomic.Int64
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithoutWorker())
+	reg := c.Registry
+
+	w1 := c.AddWorker(t, mathTools(&calls))
+	eventually(t, "the first worker's tool appears", func() bool { return workersOf(reg, "math.add") == 1 })
+	doc := discover(t, c)
+	if len(doc.Methods) != 1 || doc.Methods[0].Name != "math.add" || doc.Methods[0].Description != "adds a and b" || !doc.Methods[0].X.Idempotent {
+		t.Fatalf("rpc.discover methods = %+v, want math.add described", doc.Methods)
+	}
+
+	w2 := c.AddWorker(t, mathTools(&calls))
+	eventually(t, "a second worker is counted", func() bool { return workersOf(reg, "math.add") == 2 })
+
+	w1.Kill() // no goodbye: it goes when it misses its announcements
+	eventually(t, "a killed worker is forgotten", func() bool { return workersOf(reg, "math.add") == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w2.Runtime.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a worker that shuts down is dropped", func() bool { return workersOf(reg, "math.add") == 0 })
+
+	tests := []struct {
+		name   string
+		method string
+		want   *schema.Error
+	}{
+		{"known method without workers", "math.add", schema.ErrUnavailable},
+		{"method never advertised", "math.never", schema.ErrMethodNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := c.Call(t, tt.method, `{"a":1,"b":2}`)
+			if !errors.Is(r.Error, tt.want) {
+				t.Fatalf("%s = %v, want code %d", tt.method, r.Error, tt.want.Code)
+			}
+			if tt.want == schema.ErrUnavailable && !bytes.Contains(r.Error.Data, []byte(`"retryable":true`)) {
+				t.Errorf("data = %s, want retryable", r.Error.Data)
+			}
+		})
+	}
+	if got := len(discover(t, c).Methods); got != 0 {
+		t.Errorf("rpc.discover lists %d methods with no worker left, want 0", got)
+	}
+}
+
+func TestValidationAtTheIngress(t *testing.T) {
+	var calls atomic.Int64
+	tests := []struct {
+		name       string
+		validate   bool
+		params     string
+		wantField  string
+		wantSource string // "schema" when the ingress refused, "" when the worker did
+		wantErr    bool
+	}{
+		{"valid params", true, `{"a":1,"b":2}`, "", "", false},
+		{"wrong type", true, `{"a":"one","b":2}`, "/a", "schema", true},
+		{"unknown member", true, `{"a":1,"c":2}`, "/c", "schema", true},
+		{"validation off: the worker refuses", false, `{"a":"one","b":2}`, "a", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls.Store(0)
+			c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)),
+				toolbustest.WithIngressOptions(ingress.WithValidation(tt.validate)))
+			eventually(t, "math.add appears", func() bool { return workersOf(c.Registry, "math.add") == 1 })
+			r := c.Call(t, "math.add", tt.params)
+			if !tt.wantErr {
+				if r.Error != nil || string(r.Result) != "3" || calls.Load() != 1 {
+					t.Fatalf("math.add(%s) = %s %v after %d runs, want 3 from one run", tt.params, r.Result, r.Error, calls.Load())
+				}
+				return
+			}
+			if !errors.Is(r.Error, schema.ErrInvalidParams) {
+				t.Fatalf("math.add(%s) = %v, want invalid params", tt.params, r.Error)
+			}
+			if got := calls.Load(); got != 0 {
+				t.Errorf("the tool ran %d times, want 0", got)
+			}
+			var data struct {
+				Field, Reason, Source string
+			}
+			if err := json.Unmarshal(r.Error.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			if data.Source != tt.wantSource || data.Reason == "" || (tt.wantField != "" && data.Field != tt.wantField) {
+				t.Errorf("data = %s, want field %q, a reason and source %q", r.Error.Data, tt.wantField, tt.wantSource)
+			}
+		})
+	}
+}
+
+// announce publishes a hand-written announcement, as a worker in another
+// language would.
+func announce(t *testing.T, c *toolbustest.Cluster, body string) {
+	t.Helper()
+	nc, err := c.NATS.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, _ := bus.NewSubjects(bus.DefaultPrefix)
+	if err := nc.Publish(s.Announce(), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBrokenAndConflictingDescriptors(t *testing.T) {
+	var calls atomic.Int64
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)))
+	// One worker advertises a good tool next to two broken ones; another
+	// disagrees with the Go worker on math.add's schema.
+	announce(t, c, `{"v":1,"worker":"py-1","interval_ms":60000,"tools":[
+		{"name":"py.ok","params":{"type":"object"}},
+		{"name":"py.bad","params":{"type":5}},
+		{"name":"bad name!"}]}`)
+	announce(t, c, `{"v":1,"worker":"py-2","interval_ms":60000,"tools":[
+		{"name":"math.add","params":{"type":"array"}}]}`)
+	announce(t, c, `not even json`)
+
+	eventually(t, "the good tools and the conflict are listed", func() bool {
+		tool, _ := c.Registry.Lookup("math.add")
+		_, ok := c.Registry.Lookup("py.ok")
+		return ok && tool.Conflict
+	})
+	doc := discover(t, c)
+	kinds := map[string]string{}
+	for _, p := range doc.Problems {
+		kinds[p.Method] = p.Kind
+	}
+	want := map[string]string{"py.bad": ingress.ProblemBroken, "bad name!": ingress.ProblemBroken, "math.add": ingress.ProblemConflict}
+	for m, k := range want {
+		if kinds[m] != k {
+			t.Errorf("problem of %q = %q, want %q (problems %+v)", m, kinds[m], k, doc.Problems)
+		}
+	}
+	if _, ok := c.Registry.Lookup("py.bad"); ok {
+		t.Errorf("py.bad is listed, want it left out")
+	}
+	// A conflicting method is served, not validated: the Go worker answers.
+	if r := c.Call(t, "math.add", `{"a":2,"b":3}`); r.Error != nil || string(r.Result) != "5" {
+		t.Errorf("math.add = %s %v, want 5", r.Result, r.Error)
+	}
+}
+
+func TestOpenRPCDocument(t *testing.T) {
+	var calls atomic.Int64
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(toolbustest.Demo), toolbustest.WithTools(mathTools(&calls)))
+	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("math.add"); return ok })
+
+	resp, err := http.Get(c.BaseURL + "/openrpc.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /openrpc.json = %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+
+	meta, err := os.Open("testdata/openrpc-1.3-structure.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer meta.Close()
+	metaDoc, err := jsonschema.UnmarshalJSON(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp := jsonschema.NewCompiler()
+	if err := comp.AddResource("toolbus:///openrpc-meta.json", metaDoc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := comp.Compile("toolbus:///openrpc-meta.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sch.Validate(inst); err != nil {
+		t.Fatalf("the OpenRPC document breaks the meta-schema: %v\n%s", err, body)
+	}
+
+	var doc ingress.OpenRPC
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range doc.Methods {
+		cds := append([]ingress.ContentDescriptor{m.Result}, m.Params...)
+		for _, cd := range cds {
+			sc := jsonschema.NewCompiler()
+			d, err := jsonschema.UnmarshalJSON(bytes.NewReader(cd.Schema))
+			if err == nil {
+				err = sc.AddResource("toolbus:///s.json", d)
+			}
+			if err == nil {
+				_, err = sc.Compile("toolbus:///s.json")
+			}
+			if err != nil {
+				t.Errorf("method %s, %s: schema %s does not compile: %v", m.Name, cd.Name, cd.Schema, err)
+			}
+		}
+	}
+	// The same document over JSON-RPC, on every transport that routes
+	// through the dispatcher.
+	if got := discover(t, c); len(got.Methods) != len(doc.Methods) {
+		t.Errorf("rpc.discover has %d methods, GET /openrpc.json %d", len(got.Methods), len(doc.Methods))
+	}
+}

@@ -1,0 +1,211 @@
+package toolbustest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// mcpSession connects the SDK's client to the cluster's /mcp over HTTP;
+// changed receives a value for every tools/list_changed notification.
+func mcpSession(t *testing.T, c *toolbustest.Cluster, changed chan<- struct{}) *mcp.ClientSession {
+	t.Helper()
+	opts := &mcp.ClientOptions{}
+	if changed != nil {
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolbustest", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.BaseURL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatalf("connect to /mcp: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var names []string
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatalf("tools/list: %v", err)
+		}
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func textOf(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestMCPFrontDoor(t *testing.T) {
+	var calls atomic.Int64
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)),
+		toolbustest.WithTools(func(rt *worker.Runtime) error {
+			return rt.Handle("bank.pay", worker.Typed(func(context.Context, struct{}) (any, error) {
+				return nil, schema.NewError(2001, "insufficient funds", nil)
+			}))
+		}))
+	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("bank.pay"); return ok })
+	changed := make(chan struct{}, 1)
+	cs := mcpSession(t, c, changed)
+
+	if got, want := toolNames(t, cs), []string{"bank.pay", "math.add"}; !slices.Equal(got, want) {
+		t.Fatalf("tools/list = %v, want %v", got, want)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tests := []struct {
+		name     string
+		tool     string
+		args     any
+		wantText string
+		wantErr  bool
+	}{
+		{"result", "math.add", map[string]any{"a": 2, "b": 3}, "5", false},
+		{"tool error keeps its code", "bank.pay", map[string]any{}, "insufficient funds (code 2001)", true},
+		{"invalid params", "math.add", map[string]any{"a": "two"}, "code -32602", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
+			if err != nil {
+				t.Fatalf("tools/call %s: %v", tt.tool, err)
+			}
+			if r.IsError != tt.wantErr || !strings.Contains(textOf(r), tt.wantText) {
+				t.Errorf("tools/call %s = isError %v %q, want isError %v containing %q", tt.tool, r.IsError, textOf(r), tt.wantErr, tt.wantText)
+			}
+		})
+	}
+
+	// A worker with a new tool joins: the client hears that the list
+	// changed, and the new list has it.
+	c.AddWorker(t, func(rt *worker.Runtime) error {
+		return rt.Handle("text.upper", worker.Typed(func(_ context.Context, p struct {
+			S string `json:"s"`
+		}) (string, error) {
+			return strings.ToUpper(p.S), nil
+		}))
+	})
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no tools/list_changed notification within 10s of a new tool")
+	}
+	eventually(t, "the new tool is listed", func() bool { return slices.Contains(toolNames(t, cs), "text.upper") })
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "text.upper", Arguments: map[string]any{"s": "hi"}})
+	if err != nil || r.IsError || textOf(r) != `"HI"` {
+		t.Fatalf("tools/call text.upper = %v %v, want \"HI\"", r, err)
+	}
+}
+
+func TestMCPCallHonoursDeadlines(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(func(rt *worker.Runtime) error {
+		return rt.Handle("slow", worker.Typed(func(ctx context.Context, _ struct{}) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}), worker.Describe(schema.Descriptor{TimeoutMS: 200}))
+	}))
+	eventually(t, "slow appears", func() bool { _, ok := c.Registry.Lookup("slow"); return ok })
+	cs := mcpSession(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *schema.Error
+	if b, _ := json.Marshal(r.Meta["toolbus/error"]); json.Unmarshal(b, &e) != nil || !errors.Is(e, schema.ErrTimeout) {
+		t.Fatalf("tools/call slow = %q meta %v, want a timeout under the tool's 200ms", textOf(r), r.Meta)
+	}
+}
+
+func TestMCPProgressOfJobs(t *testing.T) {
+	release := make(chan struct{})
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
+		toolbustest.WithJobs(nil, jobs.WithProgressInterval(10*time.Millisecond)),
+		toolbustest.WithTools(func(rt *worker.Runtime) error {
+			return rt.Handle("report", worker.Typed(func(ctx context.Context, _ struct{}) (string, error) {
+				worker.Progress(ctx, 50, "half way")
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+				return "done", nil
+			}), worker.Describe(schema.Descriptor{Job: true}))
+		}))
+	eventually(t, "report appears", func() bool { _, ok := c.Registry.Lookup("report"); return ok })
+	eventually(t, "a job runner serves report", func() bool { return c.Jobs.Promotable(context.Background(), "report") })
+
+	progress := make(chan *mcp.ProgressNotificationParams, 16)
+	client := mcp.NewClient(&mcp.Implementation{Name: "toolbustest", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			progress <- req.Params
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.BaseURL + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+
+	params := &mcp.CallToolParams{Name: "report", Arguments: map[string]any{}}
+	params.SetProgressToken("p-1")
+	type outcome struct {
+		r   *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := cs.CallTool(ctx, params)
+		done <- outcome{r, err}
+	}()
+	select {
+	case p := <-progress:
+		if p.ProgressToken != "p-1" || p.Progress != 50 || p.Total != 100 || p.Message != "half way" {
+			t.Errorf("progress = %+v, want token p-1, 50 of 100, half way", p)
+		}
+	case o := <-done:
+		t.Fatalf("tools/call ended before any progress: %v %v", o.r, o.err)
+	case <-ctx.Done():
+		t.Fatal("no progress notification")
+	}
+	close(release)
+	o := <-done
+	if o.err != nil || o.r.IsError || textOf(o.r) != `"done"` {
+		t.Fatalf("tools/call report = %q %v, want \"done\"", textOf(o.r), o.err)
+	}
+}

@@ -1,0 +1,126 @@
+package toolbustest_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/worker"
+)
+
+func whoami(rt *worker.Runtime) error {
+	for _, m := range []string{"who.ami", "who.else", "secret"} {
+		if err := rt.HandleFunc(m, func(_ context.Context, req *worker.Request) (any, error) {
+			return req.Caller, nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func securedCluster(t *testing.T) *toolbustest.Cluster {
+	t.Helper()
+	return toolbustest.Start(t,
+		toolbustest.WithTools(whoami),
+		toolbustest.WithJobs(nil),
+		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{
+			Keys: []ingress.APIKey{
+				{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+				{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.jobs.*"}},
+			},
+		})))
+}
+
+func TestCallerReachesTheWorker(t *testing.T) {
+	c := securedCluster(t)
+	tests := []struct {
+		name   string
+		header []string
+		method string
+		want   string
+		code   int
+	}{
+		{name: "alice", header: []string{"Authorization", "Bearer alice-key"}, method: "who.ami", want: `"alice"`},
+		{name: "bob by x-api-key", header: []string{"X-Api-Key", "bob-key"}, method: "who.ami", want: `"bob"`},
+		{name: "bob denied", header: []string{"X-Api-Key", "bob-key"}, method: "who.else", code: schema.CodeForbidden},
+		{name: "nobody may call secret", header: []string{"X-Api-Key", "alice-key"}, method: "secret", code: schema.CodeForbidden},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.Call(t, tc.method, "", tc.header...)
+			if tc.code != 0 {
+				if r.Error == nil || r.Error.Code != tc.code {
+					t.Fatalf("%s = %s %v, want code %d", tc.method, r.Result, r.Error, tc.code)
+				}
+				return
+			}
+			if r.Error != nil || string(r.Result) != tc.want {
+				t.Fatalf("%s = %s %v, want %s", tc.method, r.Result, r.Error, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnauthenticatedIsRefusedBeforeParsing(t *testing.T) {
+	c := securedCluster(t)
+	status, body := c.Post(t, `this is not even JSON`)
+	if status != http.StatusUnauthorized {
+		t.Fatalf("POST without credentials = HTTP %d %s, want 401", status, body)
+	}
+	var r schema.Response
+	if err := json.Unmarshal(body, &r); err != nil || r.Error == nil || r.Error.Code != schema.CodeForbidden {
+		t.Errorf("401 body = %s, want a JSON-RPC error %d", body, schema.CodeForbidden)
+	}
+	resp, err := http.Get(c.BaseURL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz = HTTP %d, want 200 without credentials", resp.StatusCode)
+	}
+}
+
+func TestJobsBelongToTheirCaller(t *testing.T) {
+	c := securedCluster(t)
+	rs := c.Batch(t, `[
+		{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.submit","params":{"method":"who.ami"}},
+		{"jsonrpc":"2.0","id":2,"method":"rpc.jobs.submit","params":{"method":"secret"}}
+	]`, "X-Api-Key", "alice-key")
+	if rs[0].Error != nil {
+		t.Fatalf("submit who.ami = %v", rs[0].Error)
+	}
+	if rs[1].Error == nil || rs[1].Error.Code != schema.CodeForbidden {
+		t.Fatalf("submit secret = %s %v, want -32005", rs[1].Result, rs[1].Error)
+	}
+	var sub struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(rs[0].Result, &sub); err != nil {
+		t.Fatal(err)
+	}
+	get := `{"id":"` + sub.ID + `"}`
+	if r := c.Call(t, "rpc.jobs.get", get, "X-Api-Key", "bob-key"); r.Error == nil || r.Error.Code != schema.CodeJobNotFound {
+		t.Errorf("bob's rpc.jobs.get of alice's job = %s %v, want -32007", r.Result, r.Error)
+	}
+	if r := c.Call(t, "rpc.jobs.get", get, "X-Api-Key", "alice-key"); r.Error != nil {
+		t.Errorf("alice's rpc.jobs.get = %v, want her job", r.Error)
+	}
+}
+
+func TestMCPNeedsCredentials(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
+		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{
+			Keys: []ingress.APIKey{{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{">"}}},
+		})))
+	status, body := c.PostURL(t, c.BaseURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
+		"Accept", "application/json, text/event-stream")
+	if status != http.StatusUnauthorized {
+		t.Errorf("POST /mcp without credentials = HTTP %d %s, want 401", status, body)
+	}
+}

@@ -1,0 +1,209 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+type addParams struct {
+	A int    `json:"a" jsonschema:"the first addend"`
+	B int    `json:"b,omitempty"`
+	N string `json:"note,omitempty"`
+}
+
+type addResult struct {
+	Sum int `json:"sum"`
+}
+
+// positional reads its own JSON, so its struct says nothing of it.
+type positional struct{ X, Y int }
+
+func (p *positional) UnmarshalJSON(b []byte) error {
+	var xy [2]int
+	if err := json.Unmarshal(b, &xy); err != nil {
+		return err
+	}
+	p.X, p.Y = xy[0], xy[1]
+	return nil
+}
+
+func add(_ context.Context, p addParams) (addResult, error) { return addResult{p.A + p.B}, nil }
+
+// schemaOf returns a descriptor's schema decoded, or nil when it has none.
+func schemaOf(t *testing.T, raw json.RawMessage) map[string]any {
+	t.Helper()
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("schema %s: %v", raw, err)
+	}
+	return m
+}
+
+func TestDescriptors(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	rt := c.rt
+	if err := rt.Handle("math.add", worker.Typed(add),
+		worker.Describe(schema.Descriptor{Description: "adds two numbers", TimeoutMS: 500, Version: "1.2.0", Job: true})); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Handle("math.pair", worker.Typed(func(_ context.Context, p positional) (int, error) { return p.X, nil })); err != nil {
+		t.Fatal(err)
+	}
+	byHand := json.RawMessage(`{"type":"object","required":["s"],"properties":{"s":{"type":"string"}}}`)
+	if err := rt.Handle("text.upper", worker.Typed(func(_ context.Context, p map[string]any) (string, error) { return "", nil }),
+		worker.Schema(byHand, nil), worker.Retryable()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.HandleFunc("raw.*", func(context.Context, *worker.Request) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	ds := rt.Descriptors()
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
+	}
+	if got, want := len(ds), 4; got != want {
+		t.Fatalf("Descriptors() = %v, want 4 methods", names)
+	}
+	byName := map[string]schema.Descriptor{}
+	for _, d := range ds {
+		byName[d.Name] = d
+	}
+
+	t.Run("typed derives both schemas", func(t *testing.T) {
+		d := byName["math.add"]
+		if d.Description != "adds two numbers" || d.TimeoutMS != 500 || d.Version != "1.2.0" || !d.Job || d.Idempotent {
+			t.Errorf("math.add = %+v, want the described members", d)
+		}
+		p := schemaOf(t, d.Params)
+		if p["type"] != "object" || p["additionalProperties"] != false {
+			t.Errorf("params schema = %s, want a closed object", d.Params)
+		}
+		if _, ok := p["required"]; ok {
+			t.Errorf("params schema = %s, want no required list: Typed leaves missing members zero", d.Params)
+		}
+		props, _ := p["properties"].(map[string]any)
+		a, _ := props["a"].(map[string]any)
+		if a["type"] != "integer" || a["description"] != "the first addend" {
+			t.Errorf("params property a = %v, want an integer with its description", a)
+		}
+		if r := schemaOf(t, d.Result); r["type"] != "object" {
+			t.Errorf("result schema = %s, want an object", d.Result)
+		}
+	})
+	t.Run("own JSON methods give no params schema", func(t *testing.T) {
+		d := byName["math.pair"]
+		if len(d.Params) != 0 {
+			t.Errorf("math.pair params = %s, want none", d.Params)
+		}
+		if r := schemaOf(t, d.Result); r["type"] != "integer" {
+			t.Errorf("math.pair result = %s, want integer", d.Result)
+		}
+	})
+	t.Run("schema by hand wins", func(t *testing.T) {
+		d := byName["text.upper"]
+		if string(d.Params) != string(byHand) || !d.Idempotent {
+			t.Errorf("text.upper = %+v, want the hand schema and idempotent", d)
+		}
+		if !rt.Retryable("text.upper") {
+			t.Errorf("Retryable(text.upper) = false, want true")
+		}
+	})
+	t.Run("untyped handler has none", func(t *testing.T) {
+		d := byName["raw.*"]
+		if len(d.Params) != 0 || len(d.Result) != 0 {
+			t.Errorf("raw.* = %+v, want no schemas", d)
+		}
+	})
+}
+
+func TestDescribeRefusesBadInput(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	tests := []struct {
+		name string
+		opt  worker.HandleOption
+	}{
+		{"params not a schema", worker.Schema(json.RawMessage(`[1]`), nil)},
+		{"result not JSON", worker.Schema(nil, json.RawMessage(`{`))},
+		{"negative timeout", worker.Describe(schema.Descriptor{TimeoutMS: -1})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.rt.HandleFunc("x", func(context.Context, *worker.Request) (any, error) { return nil, nil }, tt.opt)
+			if !errors.Is(err, schema.ErrBadDescriptor) {
+				t.Errorf("Handle with %s = %v, want ErrBadDescriptor", tt.name, err)
+			}
+		})
+	}
+}
+
+func TestDiscoveryAnnounces(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithDiscovery(50*time.Millisecond))
+	subjects, _ := bus.NewSubjects(bus.DefaultPrefix)
+	heard := make(chan schema.Announcement, 64)
+	feed, err := bus.NewAnnouncements(c.caller, subjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := feed.Watch(func(data []byte) {
+		a, bad, err := schema.ParseAnnouncement(data)
+		if err != nil || len(bad) > 0 {
+			t.Errorf("ParseAnnouncement(%s) = %v, %v", data, bad, err)
+			return
+		}
+		select {
+		case heard <- a:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := c.rt.Handle("math.add", worker.Typed(add)); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+
+	next := func() schema.Announcement {
+		t.Helper()
+		select {
+		case a := <-heard:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatal("no announcement within 10s")
+		}
+		return schema.Announcement{}
+	}
+	first := next()
+	if first.Leaving || len(first.Tools) != 1 || first.Tools[0].Name != "math.add" || first.IntervalMS != 50 {
+		t.Fatalf("first announcement = %+v, want math.add every 50ms", first)
+	}
+	// A method registered after Start is announced without waiting.
+	if err := c.rt.HandleFunc("late", func(context.Context, *worker.Request) (any, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	for a := next(); len(a.Tools) != 2; a = next() {
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.rt.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for a := next(); !a.Leaving; a = next() {
+		if a.Worker != first.Worker {
+			t.Fatalf("announcement of worker %q, want only %q", a.Worker, first.Worker)
+		}
+	}
+}

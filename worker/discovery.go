@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// DefaultAnnounceInterval is how often a runtime with discovery on
+// announces its tools unless [WithDiscovery] says otherwise. Listeners
+// forget a worker after three intervals without news of it.
+const DefaultAnnounceInterval = time.Second
+
+// WithDiscovery turns discovery on: once started, the runtime announces the
+// descriptors of its methods (see [Runtime.Descriptors]) on the cluster's
+// announce subject every interval (zero means [DefaultAnnounceInterval]),
+// at once when a method is registered or a listener asks, and one last time
+// when it shuts down, so that the ingress's registry follows it (see
+// schema/PROTOCOL.md, section 9). Default off. The call path does not change:
+// discovery only adds the announce and ping subjects.
+func WithDiscovery(interval time.Duration) Option {
+	return func(c *config) error {
+		if interval < 0 {
+			return fmt.Errorf("worker: announce interval must not be negative, got %v", interval)
+		}
+		if interval == 0 {
+			interval = DefaultAnnounceInterval
+		}
+		c.announce = interval
+		return nil
+	}
+}
+
+// advertiser announces a runtime's tools. Its methods are nil-safe, so the
+// runtime calls them whether or not discovery is on.
+type advertiser struct {
+	rt *Runtime
+	id string
+
+	kick chan struct{} // asks the loop to announce now
+	quit chan struct{}
+	done chan struct{} // closed when the loop has returned
+
+	stopOnce sync.Once
+	mu       sync.Mutex // serializes announcements with the last one
+	started  bool
+	stopped  bool
+	ping     *nats.Subscription
+}
+
+func newAdvertiser(rt *Runtime) *advertiser {
+	return &advertiser{
+		rt:   rt,
+		id:   nuid.Next(),
+		kick: make(chan struct{}, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+}
+
+// start subscribes to pings and starts the announcing loop. It may run
+// under the runtime's lock: it never takes it.
+func (a *advertiser) start() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started || a.stopped {
+		return
+	}
+	a.started = true
+	sub, err := a.rt.nc.Subscribe(a.rt.cfg.subjects.DiscoveryPing(), func(*nats.Msg) { a.changed() })
+	if err != nil {
+		// Announcing on the interval still works; listeners only learn of
+		// this worker a little later.
+		a.rt.log.Warn("cannot subscribe to discovery pings", "err", err)
+	}
+	a.ping = sub
+	a.changed()
+	go a.loop()
+}
+
+// changed asks for an announcement at once. It never blocks.
+func (a *advertiser) changed() {
+	if a == nil {
+		return
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *advertiser) loop() {
+	defer close(a.done)
+	t := time.NewTicker(a.rt.cfg.announce)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.quit:
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+		a.announce(false)
+	}
+}
+
+// announce publishes the runtime's descriptors; leaving makes it the last
+// announcement, after which nothing more is published.
+func (a *advertiser) announce(leaving bool) {
+	var tools []schema.Descriptor
+	if !leaving {
+		tools = a.rt.Descriptors()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return
+	}
+	if leaving {
+		a.stopped = true
+	}
+	ann := schema.Announcement{
+		V:          schema.AnnouncementVersion,
+		Worker:     a.id,
+		IntervalMS: a.rt.cfg.announce.Milliseconds(),
+		Leaving:    leaving,
+		Tools:      tools,
+	}
+	if ann.Tools == nil {
+		ann.Tools = []schema.Descriptor{}
+	}
+	if err := bus.PublishAnnouncement(a.rt.nc, a.rt.cfg.subjects, ann); err != nil {
+		a.rt.log.Debug("announcement not published", "leaving", leaving, "err", err)
+	}
+}
+
+// stop sends the last announcement, so that listeners drop this worker's
+// tools before it drains, and waits for the loop to end.
+func (a *advertiser) stop() {
+	if a == nil {
+		return
+	}
+	a.stopOnce.Do(a.stopOnceFn)
+}
+
+func (a *advertiser) stopOnceFn() {
+	a.mu.Lock()
+	started, stopped, ping := a.started, a.stopped, a.ping
+	a.mu.Unlock()
+	if !started || stopped {
+		// Never started: nothing was announced, and start must not
+		// begin now.
+		a.mu.Lock()
+		a.stopped = true
+		a.mu.Unlock()
+		return
+	}
+	if ping != nil {
+		if err := ping.Unsubscribe(); err != nil {
+			a.rt.log.Debug("unsubscribe from discovery pings", "err", err)
+		}
+	}
+	a.announce(true)
+	close(a.quit)
+	<-a.done
+}

@@ -1,0 +1,114 @@
+package worker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// watch sends msg asking for heartbeats every 20ms and returns the
+// subscription on which its progress messages and reply arrive.
+func (c *cluster) watch(t *testing.T, msg *nats.Msg) *nats.Subscription {
+	t.Helper()
+	inbox := c.caller.NewInbox()
+	sub, err := c.caller.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	msg.Reply = inbox
+	msg.Header.Set(schema.HeaderHeartbeat, "20")
+	if err := c.caller.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func next(t *testing.T, sub *nats.Subscription) *nats.Msg {
+	t.Helper()
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("NextMsg: %v", err)
+	}
+	return m
+}
+
+func TestHeartbeats(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	release := make(chan struct{})
+	if err := c.rt.HandleFunc("slow", func(ctx context.Context, _ *worker.Request) (any, error) {
+		<-release
+		return "done", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	sub := c.watch(t, callMsg(t, "slow", "", time.Time{}))
+	if got := next(t, sub).Header.Get(schema.HeaderProgress); got != schema.ProgressAck {
+		t.Fatalf("first message %s = %q, want %q", schema.HeaderProgress, got, schema.ProgressAck)
+	}
+	for i := range 3 {
+		if got := next(t, sub).Header.Get(schema.HeaderProgress); got != schema.ProgressBeat {
+			t.Fatalf("message %d %s = %q, want %q", i+2, schema.HeaderProgress, got, schema.ProgressBeat)
+		}
+	}
+	close(release)
+	for {
+		m := next(t, sub)
+		if m.Header.Get(schema.HeaderProgress) != "" {
+			continue // a beat sent before the handler returned
+		}
+		r, err := bus.ReadReply(m)
+		if err != nil || string(r.Result) != `"done"` {
+			t.Fatalf("reply = %v, %v, want \"done\"", r, err)
+		}
+		break
+	}
+	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+		t.Errorf("message after the reply: %v", m.Header)
+	}
+}
+
+func TestBusyWorkerRefusesWhoUnderstands(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	release := make(chan struct{})
+	started := make(chan struct{}, 3)
+	if err := c.rt.HandleFunc("one", func(ctx context.Context, _ *worker.Request) (any, error) {
+		started <- struct{}{}
+		<-release
+		return 1, nil
+	}, worker.Concurrency(1)); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	first := c.watch(t, callMsg(t, "one", "", time.Time{}))
+	<-started
+	if got := next(t, first).Header.Get(schema.HeaderProgress); got != schema.ProgressAck {
+		t.Fatalf("first call %s = %q, want %q", schema.HeaderProgress, got, schema.ProgressAck)
+	}
+	second := c.watch(t, callMsg(t, "one", "", time.Time{}))
+	if got := next(t, second).Header.Get(schema.HeaderProgress); got != schema.ProgressBusy {
+		t.Fatalf("second call %s = %q, want %q", schema.HeaderProgress, got, schema.ProgressBusy)
+	}
+	// A caller that does not speak the protocol waits for a slot, as
+	// before.
+	old := make(chan error, 1)
+	oldMsg := callMsg(t, "one", "", time.Time{})
+	go func() {
+		r, err := c.send(oldMsg)
+		if err == nil && r.Err() != nil {
+			err = r.Err()
+		}
+		old <- err
+	}()
+	close(release)
+	if err := <-old; err != nil {
+		t.Errorf("call without %s = %v, want a result", schema.HeaderHeartbeat, err)
+	}
+}

@@ -1,0 +1,454 @@
+package mcpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// Defaults of [New].
+const (
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 10 * time.Second
+)
+
+// Connector makes a new transport to the MCP server, once per connection:
+// a command transport starts the process again each time. [Command] and
+// [URL] make the usual ones.
+type Connector func() mcp.Transport
+
+// Command returns a connector that starts name with args and speaks MCP to
+// it over its stdin and stdout (its stderr goes to the bridge's stderr).
+func Command(name string, args ...string) Connector {
+	return func() mcp.Transport {
+		return &mcp.CommandTransport{Command: exec.Command(name, args...)}
+	}
+}
+
+// URL returns a connector to the Streamable HTTP endpoint at url; client
+// may be nil for a default client.
+func URL(url string, client *http.Client) Connector {
+	return func() mcp.Transport {
+		return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: client}
+	}
+}
+
+type config struct {
+	prefix     string
+	logger     *slog.Logger
+	minBackoff time.Duration
+	maxBackoff time.Duration
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// WithPrefix puts prefix and a dot before every method name ("fs" serves
+// the tool read_file as fs.read_file). The prefix must follow the method
+// grammar and not start with "rpc". Default none.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if err := schema.ValidateMethod(prefix); err != nil {
+			return fmt.Errorf("mcpbridge: prefix %q: %w", prefix, err)
+		}
+		if schema.IsReserved(prefix+".x") || prefix == "rpc" {
+			return fmt.Errorf("mcpbridge: prefix %q is reserved for the ingress", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("mcpbridge: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithBackoff sets the bounds of the wait between reconnection attempts,
+// which doubles from minWait up to maxWait (defaults [DefaultMinBackoff]
+// and [DefaultMaxBackoff]).
+func WithBackoff(minWait, maxWait time.Duration) Option {
+	return func(c *config) error {
+		if minWait <= 0 || maxWait < minWait {
+			return fmt.Errorf("mcpbridge: backoff bounds must be positive and ordered, got %v and %v", minWait, maxWait)
+		}
+		c.minBackoff, c.maxBackoff = minWait, maxWait
+		return nil
+	}
+}
+
+// Bridge serves the tools of one MCP server on a runtime. Make one with
+// [New], then [Bridge.Start] before the runtime's Start; [Bridge.Close]
+// when done. Its methods are safe for concurrent use.
+type Bridge struct {
+	rt      *worker.Runtime
+	connect Connector
+	cfg     config
+	log     *slog.Logger
+	client  *mcp.Client
+
+	mu      sync.Mutex
+	session *mcp.ClientSession // nil while disconnected
+	tools   map[string]string  // method → MCP tool name, of every tool registered
+	offered map[string]bool    // MCP tool names the server offers now
+	started bool
+
+	refresh chan struct{}
+	// ctx spans the bridge's life, for connecting in the background;
+	// Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a bridge that will serve the tools of the server connect
+// reaches on rt.
+func New(rt *worker.Runtime, connect Connector, opts ...Option) (*Bridge, error) {
+	if rt == nil || connect == nil {
+		return nil, errors.New("mcpbridge: nil runtime or connector")
+	}
+	cfg := config{logger: slog.Default(), minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	// The bridge's context spans its life, not any request.
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Bridge{
+		rt:      rt,
+		connect: connect,
+		cfg:     cfg,
+		log:     cfg.logger.With("component", "mcpbridge"),
+		tools:   map[string]string{},
+		offered: map[string]bool{},
+		refresh: make(chan struct{}, 1),
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}
+	b.client = mcp.NewClient(&mcp.Implementation{Name: "toolbus-mcpbridge", Version: "1"}, &mcp.ClientOptions{
+		Logger: b.log,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case b.refresh <- struct{}{}:
+			default:
+			}
+		},
+	})
+	return b, nil
+}
+
+// Start connects to the server, registers its tools on the runtime, and
+// keeps the connection up until [Bridge.Close]. It fails when the first
+// connection or listing fails, or ctx ends first.
+func (b *Bridge) Start(ctx context.Context) error {
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return errors.New("mcpbridge: already started")
+	}
+	b.started = true
+	b.mu.Unlock()
+	cs, err := b.client.Connect(ctx, b.connect(), nil)
+	if err != nil {
+		close(b.done)
+		return fmt.Errorf("mcpbridge: connect: %w", err)
+	}
+	if err := b.sync(ctx, cs); err != nil {
+		cs.Close()
+		close(b.done)
+		return err
+	}
+	b.mu.Lock()
+	b.session = cs
+	b.mu.Unlock()
+	go b.supervise(cs)
+	return nil
+}
+
+// Methods returns the toolbus methods registered for the server's tools.
+func (b *Bridge) Methods() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms := make([]string, 0, len(b.tools))
+	for m := range b.tools {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// Close ends the connection (stopping a command it started) and the
+// reconnecting. Calls afterwards are answered -32003. It does not shut the
+// runtime down.
+func (b *Bridge) Close() error {
+	b.cancel()
+	b.mu.Lock()
+	cs := b.session
+	b.session = nil
+	b.mu.Unlock()
+	var err error
+	if cs != nil {
+		err = cs.Close()
+	}
+	<-b.done
+	return err
+}
+
+// supervise waits for the session to end, then reconnects with backoff,
+// until Close. It also re-lists the tools when the server says they
+// changed.
+func (b *Bridge) supervise(cs *mcp.ClientSession) {
+	defer close(b.done)
+	for {
+		ended := make(chan struct{})
+		go func() { cs.Wait(); close(ended) }()
+		for waiting := true; waiting; {
+			select {
+			case <-b.ctx.Done():
+				cs.Close()
+				<-ended
+				return
+			case <-ended:
+				waiting = false
+			case <-b.refresh:
+				if err := b.sync(b.ctx, cs); err != nil {
+					b.log.Warn("cannot list the server's tools again", "err", err)
+				}
+			}
+		}
+		b.mu.Lock()
+		b.session = nil
+		b.mu.Unlock()
+		// The connection is gone, but the session still holds what it
+		// set up for it (its listen for notifications) until closed.
+		cs.Close()
+		b.log.Warn("the MCP server went away; reconnecting")
+		if cs = b.reconnect(); cs == nil {
+			return
+		}
+	}
+}
+
+// reconnect connects again, waiting longer after each failure, and
+// returns the new session, or nil once the bridge is closed.
+func (b *Bridge) reconnect() *mcp.ClientSession {
+	wait := b.cfg.minBackoff
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-b.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		cs, err := b.client.Connect(b.ctx, b.connect(), nil)
+		if err == nil {
+			err = b.sync(b.ctx, cs)
+			if err != nil {
+				cs.Close()
+			}
+		}
+		if err == nil {
+			b.mu.Lock()
+			if b.ctx.Err() != nil {
+				b.mu.Unlock()
+				cs.Close()
+				return nil
+			}
+			b.session = cs
+			b.mu.Unlock()
+			b.log.Info("reconnected to the MCP server")
+			return cs
+		}
+		b.log.Warn("cannot reconnect to the MCP server", "err", err, "retry_in", wait)
+		wait = min(2*wait, b.cfg.maxBackoff)
+	}
+}
+
+// sync lists the server's tools and registers those not registered yet. A
+// runtime cannot forget a method, so a tool the server no longer offers
+// stays registered and is answered -32601.
+func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
+	version := ""
+	if ir := cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+		version = ir.ServerInfo.Version
+	}
+	offered := map[string]bool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("mcpbridge: list tools: %w", err)
+		}
+		offered[tool.Name] = true
+		method, ok := MethodName(b.cfg.prefix, tool.Name)
+		if !ok {
+			b.log.Warn("tool name cannot be a method name; skipped", "tool", tool.Name)
+			continue
+		}
+		b.mu.Lock()
+		prev, registered := b.tools[method]
+		b.mu.Unlock()
+		if registered {
+			if prev != tool.Name {
+				b.log.Warn("two tools map to one method; the second is skipped", "method", method, "tool", tool.Name, "other", prev)
+			}
+			continue
+		}
+		d, err := descriptor(tool, version)
+		if err != nil {
+			b.log.Warn("tool has an unusable schema; served without it", "tool", tool.Name, "err", err)
+		}
+		if err := b.rt.Handle(method, b.handler(tool.Name), worker.Describe(d)); err != nil {
+			b.log.Warn("cannot register tool", "tool", tool.Name, "method", method, "err", err)
+			continue
+		}
+		b.mu.Lock()
+		b.tools[method] = tool.Name
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	b.offered = offered
+	b.mu.Unlock()
+	return nil
+}
+
+// descriptor returns the toolbus descriptor of an MCP tool. A schema that
+// cannot be encoded is left out, and reported.
+func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
+	d := schema.Descriptor{Description: tool.Description, Version: version}
+	if tool.Annotations != nil {
+		d.Idempotent = tool.Annotations.IdempotentHint
+	}
+	var errs []error
+	for _, s := range []struct {
+		src any
+		dst *json.RawMessage
+	}{{tool.InputSchema, &d.Params}, {tool.OutputSchema, &d.Result}} {
+		if s.src == nil {
+			continue
+		}
+		raw, err := json.Marshal(s.src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		probe := schema.Descriptor{Name: "x", Params: raw}
+		if err := probe.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		*s.dst = raw
+	}
+	return d, errors.Join(errs...)
+}
+
+// MethodName returns the toolbus method serving the MCP tool named tool
+// under prefix (none when empty): every byte outside the method grammar
+// becomes '_', and empty tokens (leading, trailing or doubled dots) are
+// dropped. It reports false when nothing usable is left, when the name
+// would be one of the ingress's rpc.* names, or when it is too long.
+func MethodName(prefix, tool string) (string, bool) {
+	var tokens []string
+	if prefix != "" {
+		tokens = append(tokens, prefix)
+	}
+	for _, t := range strings.Split(tool, ".") {
+		if t == "" {
+			continue
+		}
+		tokens = append(tokens, strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9',
+				r == '_', r == '-', r == '/', r == ':':
+				return r
+			}
+			return '_'
+		}, t))
+	}
+	name := strings.Join(tokens, ".")
+	if schema.ValidateMethod(name) != nil || schema.IsReserved(name) {
+		return "", false
+	}
+	return name, true
+}
+
+// handler forwards calls of a method to the MCP tool named tool.
+func (b *Bridge) handler(tool string) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
+		b.mu.Lock()
+		cs, offered := b.session, b.offered[tool]
+		b.mu.Unlock()
+		if cs == nil {
+			return nil, schema.NewError(schema.CodeUnavailable, "unavailable: the MCP server behind "+req.Method+" is reconnecting",
+				map[string]any{"retryable": true, "retry_after_ms": b.cfg.minBackoff.Milliseconds(), "method": req.Method})
+		}
+		if !offered {
+			return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: the MCP server no longer offers "+tool,
+				map[string]any{"reason": "tool_withdrawn", "method": req.Method})
+		}
+		args := json.RawMessage(`{}`)
+		if p := strings.TrimSpace(string(req.Params)); p != "" && p != "null" {
+			if p[0] != '{' {
+				return nil, worker.InvalidParams("", "an MCP tool takes its arguments as a JSON object")
+			}
+			args = req.Params
+		}
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("mcp tools/call %s: %w", tool, err)
+		}
+		if res.IsError {
+			return nil, schema.NewError(schema.CodeToolError, "tool error: "+text(res), map[string]any{"content": res.Content})
+		}
+		return result(res)
+	})
+}
+
+// result is what a successful tool result answers: its structured content,
+// else its text when all of it is text, else its content.
+func result(res *mcp.CallToolResult) (any, error) {
+	if res.StructuredContent != nil {
+		return res.StructuredContent, nil
+	}
+	allText := len(res.Content) > 0
+	for _, c := range res.Content {
+		if _, ok := c.(*mcp.TextContent); !ok {
+			allText = false
+		}
+	}
+	if allText {
+		return text(res), nil
+	}
+	return res.Content, nil
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}

@@ -1,0 +1,21 @@
+// Package mcpbridge puts an existing Model Context Protocol server behind
+// toolbus: a [Bridge] connects to the server (a command it starts and
+// speaks to over stdio, see [Command], or a Streamable HTTP endpoint, see
+// [URL]), lists its tools, and registers each on a [worker.Runtime] as a
+// toolbus method, with an optional prefix and its name fitted to the
+// method grammar. The tool's input and output schemas become the method's
+// descriptor, so discovery, validation at the ingress, rpc.discover and
+// the MCP front door all see them.
+//
+// A call of such a method is forwarded as tools/call under the call's
+// context and deadline. A tool result with isError is answered as a
+// toolbus tool error (-32000) carrying the tool's text; a successful one
+// answers the tool's structured content when it has some, else its text
+// (one JSON string) when all its content is text, else the content array.
+//
+// When the server goes away (the process dies, the endpoint stops
+// answering) the bridge reconnects with bounded exponential backoff,
+// starting the command again for stdio; calls meanwhile are answered
+// -32003 (unavailable, retryable). Several bridge replicas of one server,
+// each with its own runtime, share the load like any workers.
+package mcpbridge
