@@ -84,6 +84,11 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	if !json.Valid(body) {
 		return nil, false, NewError(CodeParseError, "parse error: invalid JSON", parseErrorData(body))
 	}
+	// JSON text is UTF-8 (RFC 8259); bytes that are not would come back
+	// in ids, params and results that no client could read.
+	if !utf8.Valid(body) {
+		return nil, false, NewError(CodeParseError, "parse error: the body is not valid UTF-8", nil)
+	}
 	switch first {
 	case '{':
 		body = bytes.Clone(body)
