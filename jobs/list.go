@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -105,14 +107,22 @@ func (s *Service) list(ctx context.Context, call schema.Call) (*ListResult, *sch
 
 // jobIDs returns the ids of every record in the bucket, in no order.
 func (s *Service) jobIDs(ctx context.Context) ([]string, error) {
-	lister, err := s.st.kv.ListKeysFiltered(ctx, "job.*")
+	// The bucket's stream reports the subjects it holds in one answer of
+	// the server's. A key lister (an ordered consumer) is no snapshot: a
+	// record rewritten while it runs moves past the end it counted on, and
+	// the job would be missing from the page.
+	stream, err := s.st.js.Stream(ctx, "KV_"+s.st.names.bucket)
 	if err != nil {
 		return nil, err
 	}
-	defer lister.Stop()
-	var ids []string
-	for k := range lister.Keys() {
-		ids = append(ids, strings.TrimPrefix(k, "job."))
+	prefix := "$KV." + s.st.names.bucket + ".job."
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		ids = append(ids, strings.TrimPrefix(subject, prefix))
 	}
 	return ids, nil
 }
