@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
@@ -141,13 +142,41 @@ var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadd
 
 const idLen = 26 // 16 bytes in base32
 
-// newID returns a job id: 48 bits of milliseconds since the epoch, then 80
-// random bits. Ids sort by creation time (to the millisecond) and cannot be
-// guessed, so knowing an id is what lets a caller see its job.
-func newID(now time.Time) string {
+// idSource makes job ids: 48 bits of milliseconds since the epoch, then 80
+// random bits. Ids sort by creation time and cannot be guessed, so knowing an
+// id is part of what lets a caller see its job. Within one millisecond the
+// ids of one source still sort in the order they were made: the random part
+// of the next id is the previous one plus a random step of up to 2^32. Its
+// zero value is ready; it is safe for concurrent use.
+type idSource struct {
+	mu   sync.Mutex
+	last [16]byte
+}
+
+func (g *idSource) next(now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
-	rand.Read(b[6:])
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if [6]byte(b[:6]) == [6]byte(g.last[:6]) {
+		b = g.last
+		var step [4]byte
+		rand.Read(step[:])
+		carry := uint64(binary.BigEndian.Uint32(step[:])) + 1
+		for i := 15; i >= 6 && carry > 0; i-- {
+			sum := uint64(b[i]) + carry&0xff
+			b[i] = byte(sum)
+			carry = carry>>8 + sum>>8
+		}
+		if carry > 0 {
+			// The random part ran over within one millisecond: start
+			// afresh; order within this millisecond is lost, nothing else.
+			rand.Read(b[6:])
+		}
+	} else {
+		rand.Read(b[6:])
+	}
+	g.last = b
 	return idEncoding.EncodeToString(b[:])
 }
 

@@ -45,6 +45,7 @@ type Service struct {
 	closed   bool
 
 	served servedFilters
+	ids    idSource
 }
 
 // New returns a service on js. It creates the cluster's queue stream and
@@ -155,7 +156,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 	}
 	now := time.Now().UTC()
 	rec := &stored{Record: Record{
-		ID:          newID(now),
+		ID:          s.ids.next(now),
 		Method:      method,
 		Params:      params,
 		State:       StateQueued,
