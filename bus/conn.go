@@ -26,6 +26,8 @@ type connConfig struct {
 	logger       *slog.Logger
 	drainTimeout time.Duration
 	retryConnect bool
+	auth         *auth
+	tls          *tlsSettings
 	extra        []nats.Option
 }
 
@@ -86,24 +88,30 @@ func WithNATSOptions(opts ...nats.Option) Option {
 }
 
 // Connect connects to the NATS servers at url (a comma-separated list is
-// accepted) with toolbus's reconnect and drain settings.
+// accepted) with toolbus's reconnect and drain settings. Credentials in the
+// URL (nats://user:password@host, nats://token@host) are used as given; with
+// an authentication option as well, Connect returns [ErrAuthConflict]. They
+// never appear in its errors.
 func Connect(url string, opts ...Option) (*nats.Conn, error) {
-	natsOpts, err := buildOptions(opts)
+	cfg, natsOpts, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.auth != nil && urlHasUser(url) {
+		return nil, fmt.Errorf("%w: %s and credentials in the URL", ErrAuthConflict, cfg.auth.option)
+	}
 	nc, err := nats.Connect(url, natsOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("bus: connect to %s: %w", url, err)
+		return nil, fmt.Errorf("bus: connect to %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
 }
 
-func buildOptions(opts []Option) ([]nats.Option, error) {
+func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 	cfg := connConfig{name: "toolbus", logger: slog.Default(), drainTimeout: DefaultDrainTimeout}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return nil, err
+			return cfg, nil, err
 		}
 	}
 	log := cfg.logger.With("component", "bus")
@@ -136,5 +144,6 @@ func buildOptions(opts []Option) ([]nats.Option, error) {
 	if cfg.retryConnect {
 		natsOpts = append(natsOpts, nats.RetryOnFailedConnect(true))
 	}
-	return append(natsOpts, cfg.extra...), nil
+	natsOpts = append(natsOpts, cfg.securityOptions()...)
+	return cfg, append(natsOpts, cfg.extra...), nil
 }

@@ -107,7 +107,7 @@ func (e *Embedded) ClientURL() string {
 // Connect opens an in-process connection to the server, without TCP, with the
 // same options as [Connect].
 func (e *Embedded) Connect(opts ...Option) (*nats.Conn, error) {
-	natsOpts, err := buildOptions(opts)
+	_, natsOpts, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -189,10 +189,13 @@ func embedded(cfg bus.EmbeddedConfig, connect func(e *bus.Embedded, name string)
 	)
 }
 
-// remoteModule connects to NATS servers over the network.
-func remoteModule(url string) fx.Option {
+// remoteModule connects to NATS servers over the network, with opts (the
+// authentication and TLS of [natsAuth]) after the client name.
+func remoteModule(url string, opts ...bus.Option) fx.Option {
 	return fx.Provide(func() connector {
-		return func(name string) (*nats.Conn, error) { return bus.Connect(url, bus.WithName(name)) }
+		return func(name string) (*nats.Conn, error) {
+			return bus.Connect(url, append([]bus.Option{bus.WithName(name)}, opts...)...)
+		}
 	})
 }
 

@@ -62,21 +62,27 @@ func newIngressCmd() *cobra.Command {
 	var (
 		ic      ingressConfig
 		natsURL string
+		auth    natsAuth
 	)
 	cmd := &cobra.Command{
 		Use:   "ingress",
 		Short: "Run the HTTP ingress against a NATS server or cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			natsOpts, err := auth.options()
+			if err != nil {
+				return fmt.Errorf("ingress: %w", err)
+			}
 			var addr ingressAddr
-			app := newApp(remoteModule(natsURL), ingressModule(ic), fx.Populate(&addr))
+			app := newApp(remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr))
 			return runUntilSignal(cmd.Context(), app, func() {
-				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", natsURL)
+				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
 			})
 		},
 	}
 	ic.flags(cmd, "0.0.0.0:8080")
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	auth.flags(cmd)
 	return cmd
 }
 
@@ -84,6 +90,7 @@ func newWorkerCmd() *cobra.Command {
 	var (
 		wc      workerConfig
 		natsURL string
+		auth    natsAuth
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -93,14 +100,19 @@ func newWorkerCmd() *cobra.Command {
 			if err := wc.validate(); err != nil {
 				return err
 			}
-			app := newApp(remoteModule(natsURL), workerModule(wc))
+			natsOpts, err := auth.options()
+			if err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			app := newApp(remoteModule(natsURL, natsOpts...), workerModule(wc))
 			return runUntilSignal(cmd.Context(), app, func() {
-				slog.Info("worker ready", "nats", natsURL, "tools", wc.tools)
+				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.tools)
 			})
 		},
 	}
 	wc.flags(cmd, true)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	auth.flags(cmd)
 	return cmd
 }
 

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// natsAuth is how a process that connects to NATS over the network
+// authenticates and secures its connection.
+type natsAuth struct {
+	user     string
+	password string
+	token    string
+	nkey     string
+	creds    string
+	tlsCA    string
+	tlsCert  string
+	tlsKey   string
+}
+
+func (a *natsAuth) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&a.user, "nats-user", "", "NATS user name (with --nats-password; a user and password in the --nats URL work too)")
+	f.StringVar(&a.password, "nats-password", "", "NATS password of --nats-user")
+	f.StringVar(&a.token, "nats-token", "", "NATS authentication token")
+	f.StringVar(&a.nkey, "nats-nkey", "", "file holding the NATS user nkey seed (SU...) to authenticate with")
+	f.StringVar(&a.creds, "nats-creds", "", "NATS credentials file (user JWT and seed) to authenticate with")
+	f.StringVar(&a.tlsCA, "nats-tls-ca", "", "PEM file of the CA that signs the NATS servers' certificates; turns TLS on")
+	f.StringVar(&a.tlsCert, "nats-tls-cert", "", "PEM client certificate presented to NATS (with --nats-tls-key); turns TLS on")
+	f.StringVar(&a.tlsKey, "nats-tls-key", "", "PEM key of --nats-tls-cert")
+}
+
+// options turns the flags into [bus.Connect] options. It checks the flags
+// together and that the files they name exist, so that a mistake names its
+// flag before anything starts; the options check the files' contents when
+// the connection opens.
+func (a *natsAuth) options() ([]bus.Option, error) {
+	if (a.tlsCert == "") != (a.tlsKey == "") {
+		return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--nats-nkey", a.nkey}, {"--nats-creds", a.creds},
+		{"--nats-tls-ca", a.tlsCA}, {"--nats-tls-cert", a.tlsCert}, {"--nats-tls-key", a.tlsKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	given := 0
+	for _, v := range []string{a.user, a.token, a.nkey, a.creds} {
+		if v != "" {
+			given++
+		}
+	}
+	if given > 1 {
+		return nil, errors.New("give one of --nats-user, --nats-token, --nats-nkey and --nats-creds")
+	}
+	if a.password != "" && a.user == "" {
+		return nil, errors.New("--nats-password needs --nats-user")
+	}
+	var opts []bus.Option
+	if a.user != "" {
+		opts = append(opts, bus.WithUserPassword(a.user, a.password))
+	}
+	if a.token != "" {
+		opts = append(opts, bus.WithToken(a.token))
+	}
+	if a.nkey != "" {
+		opts = append(opts, bus.WithNkeySeedFile(a.nkey))
+	}
+	if a.creds != "" {
+		opts = append(opts, bus.WithCredsFile(a.creds))
+	}
+	if a.tlsCert != "" {
+		opts = append(opts, bus.WithTLSClientCert(a.tlsCert, a.tlsKey))
+	}
+	if a.tlsCA != "" {
+		opts = append(opts, bus.WithTLSCA(a.tlsCA))
+	}
+	return opts, nil
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// startUserNATS starts a NATS server on a free loopback port that admits
+// the user "worker" with password pass only, and returns its URL.
+func startUserNATS(t *testing.T, pass string) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "worker", Password: pass}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS not ready after 10s")
+	}
+	return srv.ClientURL()
+}
+
+func TestWorkerAuthenticatesFromEnv(t *testing.T) {
+	url := startUserNATS(t, "w0rker-pass")
+	// The password comes from the flag's environment twin, as a Kubernetes
+	// Secret would give it.
+	t.Setenv("TOOLBUS_NATS_PASSWORD", "w0rker-pass")
+	r := runCommand(t, "worker", "--nats", url, "--nats-user", "worker", "--jobs=false")
+	nc, err := bus.Connect(url, bus.WithUserPassword("worker", "w0rker-pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if reply := requestUntilServed(t, nc, bus.DefaultPrefix, r.done); reply.Error != nil {
+		t.Fatalf("echo reply error = %v, want none", reply.Error)
+	}
+}
+
+func TestWorkerWrongPasswordFails(t *testing.T) {
+	url := startUserNATS(t, "w0rker-pass")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := execute(t, ctx, "worker", "--nats", url, "--nats-user", "worker", "--nats-password", "wrong", "--jobs=false")
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("worker with a wrong password = %v, want %v", err, nats.ErrAuthorization)
+	}
+}
+
+func TestNATSAuthFlagErrors(t *testing.T) {
+	const noNATS = "nats://127.0.0.1:1"
+	missing := filepath.Join(t.TempDir(), "missing")
+	tests := []struct {
+		name    string
+		args    []string
+		flag    string // the flag the message must name
+		wantErr error
+	}{
+		{"password without user", []string{"worker", "--nats-password", "p"}, "--nats-user", nil},
+		{"user and token", []string{"ingress", "--nats-user", "u", "--nats-token", "t"}, "--nats-token", nil},
+		{"nkey and creds", []string{"worker", "--nats-nkey", missing, "--nats-creds", missing}, "--nats-nkey", fs.ErrNotExist},
+		{"creds missing", []string{"ingress", "--nats-creds", missing}, "--nats-creds", fs.ErrNotExist},
+		{"CA missing", []string{"worker", "--nats-tls-ca", missing}, "--nats-tls-ca", fs.ErrNotExist},
+		{"cert without key", []string{"ingress", "--nats-tls-cert", missing}, "--nats-tls-key", nil},
+		{"key missing", []string{"worker", "--nats-tls-cert", missing, "--nats-tls-key", missing}, "--nats-tls-cert", fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append(tt.args, "--nats", noNATS)
+			_, err := execute(t, ctx, args...)
+			if err == nil {
+				t.Fatalf("toolbus %s = nil, want an error", strings.Join(args, " "))
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("toolbus %s = %v, want %v", strings.Join(args, " "), err, tt.wantErr)
+			}
+			// The flag's name is what tells the operator what to fix.
+			if !strings.Contains(err.Error(), tt.flag) {
+				t.Errorf("toolbus %s = %v, want it to name %s", strings.Join(args, " "), err, tt.flag)
+			}
+		})
+	}
+}
