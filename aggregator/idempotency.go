@@ -26,10 +26,11 @@ const storeTimeout = 5 * time.Second
 // idempotency records of the cluster with subject prefix prefix: every
 // ingress replica of the cluster must use the same one. A record expires
 // ttl after its last write (zero means [DefaultIdempotencyTTL]); choose a
-// ttl longer than the longest call.
-func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration) (jetstream.KeyValue, error) {
-	if ttl < 0 {
-		return nil, fmt.Errorf("aggregator: idempotency ttl must not be negative, got %v", ttl)
+// ttl longer than the longest call. replicas is the bucket's JetStream
+// replica count (zero means 1; 3 on a three-node cluster).
+func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
+	if ttl < 0 || replicas < 0 {
+		return nil, fmt.Errorf("aggregator: idempotency ttl and replicas must not be negative, got %v and %d", ttl, replicas)
 	}
 	if ttl == 0 {
 		ttl = DefaultIdempotencyTTL
@@ -39,6 +40,7 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 		Description: "toolbus idempotency records of sync calls",
 		TTL:         ttl,
 		History:     1,
+		Replicas:    max(replicas, 1),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: idempotency bucket: %w", err)
@@ -46,13 +48,12 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 	return kv, nil
 }
 
-// bucketName makes a JetStream name of a subject prefix.
+// bucketName makes a JetStream name of a subject prefix, as the jobs
+// bucket's is made: characters outside A-Z a-z 0-9 _ - become '_'.
 func bucketName(prefix string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
-		case r >= 'a' && r <= 'z':
-			return r - 'a' + 'A'
-		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
 			return r
 		}
 		return '_'

@@ -122,7 +122,7 @@ func TestIngressManifest(t *testing.T) {
 		want any
 	}{
 		{"replicas", dep.get("spec.replicas"), 2},
-		{"args", strings.Join(asStrings(c.get("args")), " "), "ingress --job-replicas 3"},
+		{"args", strings.Join(asStrings(c.get("args")), " "), "ingress --job-replicas 3 --auth-file /etc/toolbus/auth/keys.json"},
 		{"liveness path", c.get("livenessProbe.httpGet.path"), "/healthz"},
 		{"readiness path", c.get("readinessProbe.httpGet.path"), "/readyz"},
 		{"cpu request set", c.get("resources.requests.cpu") != nil, true},

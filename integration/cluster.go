@@ -116,7 +116,7 @@ func Start(t *testing.T) *Cluster {
 	ingressReq := func(i int) testcontainers.ContainerRequest {
 		return testcontainers.ContainerRequest{
 			Image:          ToolbusImage,
-			Cmd:            []string{"ingress", "--job-replicas", "3"},
+			Cmd:            []string{"ingress", "--job-replicas", "3", "--auth=off"},
 			Env:            env,
 			ExposedPorts:   []string{"8080/tcp"},
 			Networks:       []string{nw.Name},

@@ -49,6 +49,8 @@ type ingressConfig struct {
 	callbackSecret   string
 	discovery        bool
 	validate         bool
+	// sec is the authentication, admission and resilience policy.
+	sec securityConfig
 }
 
 func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
@@ -84,6 +86,7 @@ func defaultIngressConfig() ingressConfig {
 	var c ingressConfig
 	cmd := &cobra.Command{}
 	c.flags(cmd, "127.0.0.1:0")
+	c.sec.flags(cmd, true)
 	return c
 }
 
@@ -212,13 +215,18 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				return nil, nil, err
 			}
 			lc.Append(fx.StopHook(func() { drain(nc) }))
-			agg, err := aggregator.New(nc,
+			// Startup, not a request: no caller context to follow.
+			policy, err := cfg.sec.aggregatorOptions(context.Background(), nc, cfg.prefix, cfg.jobReplicas)
+			if err != nil {
+				return nil, nil, err
+			}
+			agg, err := aggregator.New(nc, append([]aggregator.Option{
 				aggregator.WithPrefix(cfg.prefix),
 				aggregator.WithDefaultTimeout(cfg.defaultTimeout),
 				aggregator.WithMaxTimeout(cfg.maxTimeout),
 				aggregator.WithBatchConcurrency(cfg.batchConcurrency),
 				aggregator.WithMaxInFlight(cfg.maxInFlight),
-				aggregator.WithLogger(log))
+				aggregator.WithLogger(log)}, policy...)...)
 			return agg, nc, err
 		}),
 		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
@@ -240,6 +248,11 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if len(cfg.wsOrigins) > 0 {
 				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
 			}
+			sec, err := cfg.sec.ingressOptions(log)
+			if err != nil {
+				return nil, ingressAddr{}, err
+			}
+			opts = append(opts, sec...)
 			if cfg.jobs {
 				svc, err := newJobService(lc, nc, cfg, log)
 				if err != nil {

@@ -155,8 +155,8 @@ func (c *securityConfig) authConfig() (ingress.Auth, error) {
 }
 
 // aggregatorOptions returns the aggregator options of c; the idempotency
-// bucket is opened on nc.
-func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, prefix string) ([]aggregator.Option, error) {
+// bucket is opened on nc with replicas JetStream replicas.
+func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, prefix string, replicas int) ([]aggregator.Option, error) {
 	opts := []aggregator.Option{
 		aggregator.WithHeartbeat(c.heartbeat, c.heartbeatMisses),
 		aggregator.WithMaxAttempts(c.maxAttempts),
@@ -187,7 +187,7 @@ func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, p
 		}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		kv, err := aggregator.IdempotencyBucket(ctx, js, prefix, c.idemTTL)
+		kv, err := aggregator.IdempotencyBucket(ctx, js, prefix, c.idemTTL, replicas)
 		if err != nil {
 			return nil, fmt.Errorf("%w (run with --idempotency=false without JetStream)", err)
 		}

@@ -52,6 +52,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 		},
 	}
 	ic.flags(cmd, "127.0.0.1:8080")
+	ic.sec.flags(cmd, true)
 	wc.flags(cmd, false)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
@@ -81,6 +82,7 @@ func newIngressCmd() *cobra.Command {
 		},
 	}
 	ic.flags(cmd, "0.0.0.0:8080")
+	ic.sec.flags(cmd, false)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	auth.flags(cmd)
 	return cmd
