@@ -30,6 +30,8 @@ type benchFlags struct {
 	skipScenarios bool
 	skipJobs      bool
 	skipWS        bool
+	skipOverload  bool
+	overloadCap   int
 	jobsConc      int
 	wsConc        int
 	cpuProfile    string
@@ -68,6 +70,8 @@ callers over one WebSocket connection and the same over HTTP.`,
 	cmd.Flags().BoolVar(&f.skipScenarios, "skip-scenarios", false, "skip the fan-out and slow-backend scenarios")
 	cmd.Flags().BoolVar(&f.skipJobs, "skip-jobs", false, "skip the jobs scenario")
 	cmd.Flags().BoolVar(&f.skipWS, "skip-ws", false, "skip the WebSocket scenario")
+	cmd.Flags().BoolVar(&f.skipOverload, "skip-overload", false, "skip the overload scenario")
+	cmd.Flags().IntVar(&f.overloadCap, "overload-capacity", 32, "sleep calls the overload scenario's cluster admits in flight; it then sends ten times as many")
 	cmd.Flags().IntVar(&f.jobsConc, "jobs-concurrency", 16, "concurrent submitters of the jobs scenario")
 	cmd.Flags().IntVar(&f.wsConc, "ws-concurrency", 64, "concurrent callers of the WebSocket scenario")
 	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator included) to this file")
@@ -159,5 +163,35 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 		bench.ReportWebSocket(out, wr)
 		errs = append(errs, err)
 	}
+	if !f.skipOverload {
+		fmt.Fprintln(out)
+		errs = append(errs, runOverload(ctx, out, f, natsModule))
+	}
 	return errors.Join(errs...)
+}
+
+// runOverload measures admission control on a cluster of its own whose
+// aggregator admits only --overload-capacity sleep calls at once.
+func runOverload(ctx context.Context, out io.Writer, f benchFlags, natsModule fx.Option) error {
+	if f.overloadCap <= 0 {
+		return fmt.Errorf("--overload-capacity must be positive, got %d", f.overloadCap)
+	}
+	ic := defaultIngressConfig()
+	ic.sec.methodCaps = []string{fmt.Sprintf("sleep=%d", f.overloadCap)}
+	wc := defaultWorkerConfig()
+	var addr ingressAddr
+	app := newApp(
+		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
+		natsModule,
+		workerModule(wc),
+		ingressModule(ic),
+		fx.Populate(&addr),
+	)
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	defer app.Stop(context.WithoutCancel(ctx))
+	r, err := bench.Overload(ctx, bench.OverloadConfig{URL: "http://" + addr.String() + "/rpc", Capacity: f.overloadCap, Duration: f.duration})
+	bench.ReportOverload(out, r)
+	return err
 }

@@ -19,7 +19,7 @@ func TestBenchRunsEveryScenario(t *testing.T) {
 		{"in-process", "in-process", []string{"--concurrency", "1,4", "--repeats", "1", "--jobs-concurrency", "4", "--ws-concurrency", "8"}, []string{
 			"bus in-process", "plain net/http", "toolbus", "b/a",
 			"added mean latency at concurrency 1",
-			"fan-out: 100 sleep calls", "slow backend",
+			"fan-out: 100 sleep calls", "slow backend", "overload: sleep", "heap growth at 10×",
 			"jobs: rpc.jobs.get of one finished job", "job submits ≥ 5000/s (concurrency 4", "job poll p50 ≤ 1ms",
 			"websocket: 8 callers of echo sharing one WebSocket connection", "WebSocket/HTTP",
 		}},
