@@ -48,6 +48,7 @@ type Aggregator struct {
 	ackTimeout        time.Duration
 	maxAttempts       int
 	retrySafePatterns []string
+	retrySafeFunc     func(method string) bool
 	methodInFlight    map[string]chan struct{}
 	idem              jetstream.KeyValue
 	breakers          *breakers
@@ -69,6 +70,7 @@ type config struct {
 	ackTimeout     time.Duration
 	maxAttempts    int
 	retrySafe      []string
+	retrySafeFunc  func(method string) bool
 	methodInFlight map[string]int
 	idem           jetstream.KeyValue
 	breaker        *Breaker
@@ -211,6 +213,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		ackTimeout:        cfg.ackTimeout,
 		maxAttempts:       cfg.maxAttempts,
 		retrySafePatterns: cfg.retrySafe,
+		retrySafeFunc:     cfg.retrySafeFunc,
 		methodInFlight:    methodInFlight,
 		idem:              cfg.idem,
 		breakers:          brk,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,6 +86,17 @@ func TestLiveness(t *testing.T) {
 		{
 			name: "lost retry-safe call runs again",
 			opts: []aggregator.Option{aggregator.WithRetrySafe("idem.*")},
+			worker: func(m *nats.Msg, attempt int) {
+				progress(m, schema.ProgressAck)
+				if attempt > 1 {
+					bus.Reply(m, schema.ReplyResult([]byte(`2`)))
+				}
+			},
+			timeout: long, wantRes: `2`, wantTries: 2,
+		},
+		{
+			name: "lost call of a tool advertised idempotent runs again",
+			opts: []aggregator.Option{aggregator.WithRetrySafeFunc(func(m string) bool { return strings.HasPrefix(m, "idem.") })},
 			worker: func(m *nats.Msg, attempt int) {
 				progress(m, schema.ProgressAck)
 				if attempt > 1 {

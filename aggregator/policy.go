@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -62,6 +63,20 @@ func WithRetrySafe(patterns ...string) Option {
 			}
 		}
 		c.retrySafe = append(c.retrySafe, patterns...)
+		return nil
+	}
+}
+
+// WithRetrySafeFunc adds a dynamic test of retry safety to the patterns of
+// [WithRetrySafe]: a method is retry-safe when safe reports true, for
+// example because its workers advertise it as idempotent. safe is called on
+// the call path and must be fast and safe for concurrent use.
+func WithRetrySafeFunc(safe func(method string) bool) Option {
+	return func(c *config) error {
+		if safe == nil {
+			return errors.New("aggregator: nil retry-safe func")
+		}
+		c.retrySafeFunc = safe
 		return nil
 	}
 }
@@ -135,5 +150,5 @@ func (a *Aggregator) retrySafe(method string) bool {
 			return true
 		}
 	}
-	return false
+	return a.retrySafeFunc != nil && a.retrySafeFunc(method)
 }

@@ -209,16 +209,28 @@ type ingressAddr struct{ net.Addr }
 // ingressModule runs the HTTP ingress and its aggregator.
 func ingressModule(cfg ingressConfig) fx.Option {
 	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger) (*aggregator.Aggregator, *nats.Conn, error) {
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger) (*aggregator.Aggregator, *nats.Conn, *ingress.Registry, error) {
 			nc, err := connect("toolbus-ingress")
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			lc.Append(fx.StopHook(func() { drain(nc) }))
 			// Startup, not a request: no caller context to follow.
 			policy, err := cfg.sec.aggregatorOptions(context.Background(), nc, cfg.prefix, cfg.jobReplicas)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
+			}
+			var reg *ingress.Registry
+			if cfg.discovery {
+				if reg, err = newRegistry(lc, nc, cfg.prefix, log); err != nil {
+					return nil, nil, nil, err
+				}
+				// A tool its workers advertise as idempotent may be
+				// published again, as --retry-safe patterns are.
+				policy = append(policy, aggregator.WithRetrySafeFunc(func(method string) bool {
+					t, ok := reg.Lookup(method)
+					return ok && t.Idempotent && !t.Conflict
+				}))
 			}
 			agg, err := aggregator.New(nc, append([]aggregator.Option{
 				aggregator.WithPrefix(cfg.prefix),
@@ -227,9 +239,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				aggregator.WithBatchConcurrency(cfg.batchConcurrency),
 				aggregator.WithMaxInFlight(cfg.maxInFlight),
 				aggregator.WithLogger(log)}, policy...)...)
-			return agg, nc, err
+			return agg, nc, reg, err
 		}),
-		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
+		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
 			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
 				ingress.WithMaxTimeout(cfg.maxTimeout),
@@ -260,11 +272,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				}
 				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc))
 			}
-			if cfg.discovery {
-				reg, err := newRegistry(lc, nc, cfg.prefix, log)
-				if err != nil {
-					return nil, ingressAddr{}, err
-				}
+			if reg != nil {
 				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
 			}
 			srv, err := ingress.New(agg, opts...)
