@@ -91,8 +91,10 @@ type handleConfig struct {
 type HandleOption func(*handleConfig) error
 
 // Concurrency sets how many calls of this method run at once (default: the
-// runtime's, see [WithConcurrency]). A call that finds every slot taken waits
-// for one, at most until its deadline.
+// runtime's, see [WithConcurrency]). A call that finds every slot taken is
+// refused at once with a busy message when it carries the heartbeat header
+// (the aggregator then offers it to another worker, see PROTOCOL.md rule 8);
+// a call without it waits for a slot, at most until its deadline.
 func Concurrency(n int) HandleOption {
 	return func(c *handleConfig) error {
 		if n < 1 {
