@@ -85,12 +85,7 @@ func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) (
 	if cfg.Duration == 0 {
 		cfg.Duration = 2 * time.Second
 	}
-	switch {
-	case cfg.Warmup == 0:
-		cfg.Warmup = 250 * time.Millisecond
-	case cfg.Warmup < 0:
-		cfg.Warmup = 0
-	}
+	cfg.Warmup = warmup(cfg.Warmup)
 	if cfg.Body == nil {
 		cfg.Body = []byte(EchoRequest)
 	}
@@ -162,4 +157,19 @@ func median[T ~int64 | ~float64](xs []T) T {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// defaultWarmup is the warmup of the scenarios that compare rounds.
+const defaultWarmup = 250 * time.Millisecond
+
+// warmup reads a configured warmup: zero means [defaultWarmup], a negative
+// value none.
+func warmup(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return defaultWarmup
+	case d < 0:
+		return 0
+	}
+	return d
 }

@@ -84,12 +84,7 @@ func Jobs(ctx context.Context, cfg JobsConfig) (JobsResult, error) {
 	if cfg.Duration == 0 {
 		cfg.Duration = 2 * time.Second
 	}
-	switch {
-	case cfg.Warmup == 0:
-		cfg.Warmup = 250 * time.Millisecond
-	case cfg.Warmup < 0:
-		cfg.Warmup = 0
-	}
+	cfg.Warmup = warmup(cfg.Warmup)
 	if cfg.Drain == 0 {
 		cfg.Drain = time.Minute
 	}

@@ -67,12 +67,7 @@ func WebSocket(ctx context.Context, cfg WebSocketConfig) (WebSocketResult, error
 	if cfg.Duration == 0 {
 		cfg.Duration = 2 * time.Second
 	}
-	switch {
-	case cfg.Warmup == 0:
-		cfg.Warmup = 250 * time.Millisecond
-	case cfg.Warmup < 0:
-		cfg.Warmup = 0
-	}
+	cfg.Warmup = warmup(cfg.Warmup)
 	sides := []Target{{Name: "HTTP", URL: cfg.HTTPURL}, {Name: "WebSocket", URL: cfg.WSURL}}
 	rounds := make([][]Result, len(sides))
 	for range cfg.Rounds {
