@@ -367,7 +367,7 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 		}
 	}
 	deadline, _ := ctx.Deadline()
-	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, "")
+	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, c.TraceParent)
 	if err != nil {
 		return nil, schema.Errorf(schema.CodeInternal, "internal error: encode call: %v", err)
 	}
@@ -450,7 +450,7 @@ func (a *Aggregator) notify(c *schema.Call, start time.Time) {
 		return
 	}
 	timeout := a.Timeout(c.Method, c.Timeout)
-	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{Method: c.Method, Params: c.Params, Caller: c.Caller}, start.Add(timeout), "")
+	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{Method: c.Method, Params: c.Params, Caller: c.Caller}, start.Add(timeout), c.TraceParent)
 	if err == nil {
 		err = a.nc.PublishMsg(msg)
 	}

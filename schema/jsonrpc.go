@@ -40,6 +40,9 @@ type Call struct {
 	// call of a job-capable tool which misses its deadline go on as a job,
 	// answered with the job's id, rather than be abandoned.
 	Async bool
+	// TraceParent is the W3C traceparent of the call's span, sent to the
+	// worker in the traceparent header; empty when the call is not traced.
+	TraceParent string
 }
 
 // Item is one element of a parsed message: either a valid request, or the

@@ -1,0 +1,299 @@
+// Package callstats keeps what an operator asks of recent calls: per method,
+// the rate, error rate, in-flight count and latency percentiles over the
+// last minute, and the newest error answers. The ingress's dashboard and the
+// status answers of ingresses and workers read it; Prometheus reads the
+// counters and histograms each component exports on its own.
+//
+// Memory is bounded: a method costs a fixed few kilobytes, the number of
+// methods is capped (names past the cap are counted under [Other]), and the
+// error list is a ring.
+package callstats
+
+import (
+	"math"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Defaults of [New].
+const (
+	// DefaultMaxMethods is how many method names are kept apart; calls of
+	// further names are counted under [Other].
+	DefaultMaxMethods = 500
+	// DefaultRecentErrors is how many error answers are kept.
+	DefaultRecentErrors = 50
+)
+
+// Other is the name under which calls of methods past the cap are counted.
+const Other = "_other"
+
+// The window is slots × slotWidth; a slot is reused once it is older.
+const (
+	slots     = 12
+	slotWidth = 5 * time.Second
+	// Window is the span that rates and percentiles cover.
+	Window = slots * slotWidth
+)
+
+// Latency buckets are quarter-octaves from minLatency: bucket i holds
+// latencies below minLatency·2^((i+1)/4), so a percentile read from them is
+// within 19% of the true value. The last bucket holds everything above.
+const (
+	minLatency = 10 * time.Microsecond
+	buckets    = 100 // up to 10µs·2^25 ≈ 5.6 minutes
+)
+
+// Stats is what [Stats.Snapshot] reports of one method.
+type Stats struct {
+	Method string
+	// Calls and Errors count the window's finished calls and those that
+	// were answered with an error.
+	Calls, Errors int64
+	// Rate is Calls per second over the window (or over the time since
+	// the first observation, when that is shorter).
+	Rate float64
+	// P50 and P99 are latency percentiles over the window; zero when it
+	// holds no call.
+	P50, P99 time.Duration
+	// InFlight counts calls begun and not finished.
+	InFlight int64
+	// Total and TotalErrors count since the start.
+	Total, TotalErrors int64
+}
+
+// ErrorAnswer is one error answer as [Stats.RecordError] keeps it.
+type ErrorAnswer struct {
+	Time    time.Time
+	ID      string
+	Method  string
+	Code    int
+	Message string
+	TraceID string
+}
+
+// Set holds the statistics of many methods. Make one with [New]; its
+// methods are safe for concurrent use.
+type Set struct {
+	now        func() time.Time
+	maxMethods int
+	started    time.Time
+
+	mu      sync.Mutex
+	methods map[string]*method
+	errs    []ErrorAnswer // ring of cap len
+	errNext int           // where the next error goes
+	errN    int           // how many are held
+}
+
+type method struct {
+	inFlight     int64
+	total, fails int64
+	ring         [slots]slot
+}
+
+type slot struct {
+	start  int64 // unix nanoseconds of the slot's start; 0 when unused
+	calls  uint32
+	errors uint32
+	lat    [buckets]uint32
+}
+
+// Option configures [New].
+type Option func(*Set)
+
+// WithClock sets the clock (tests).
+func WithClock(now func() time.Time) Option { return func(s *Set) { s.now = now } }
+
+// WithMaxMethods sets how many method names are kept apart (default
+// [DefaultMaxMethods]).
+func WithMaxMethods(n int) Option {
+	return func(s *Set) {
+		if n > 0 {
+			s.maxMethods = n
+		}
+	}
+}
+
+// WithRecentErrors sets how many error answers are kept (default
+// [DefaultRecentErrors]).
+func WithRecentErrors(n int) Option {
+	return func(s *Set) {
+		if n > 0 {
+			s.errs = make([]ErrorAnswer, n)
+		}
+	}
+}
+
+// New returns an empty set.
+func New(opts ...Option) *Set {
+	s := &Set{
+		now:        time.Now,
+		maxMethods: DefaultMaxMethods,
+		methods:    map[string]*method{},
+		errs:       make([]ErrorAnswer, DefaultRecentErrors),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.started = s.now()
+	return s
+}
+
+// Started is when the set was made.
+func (s *Set) Started() time.Time { return s.started }
+
+// methodLocked returns the entry of name, counting it under [Other] once
+// the cap is reached.
+func (s *Set) methodLocked(name string) *method {
+	if m, ok := s.methods[name]; ok {
+		return m
+	}
+	if len(s.methods) >= s.maxMethods {
+		name = Other
+		if m, ok := s.methods[name]; ok {
+			return m
+		}
+	}
+	m := &method{}
+	s.methods[name] = m
+	return m
+}
+
+// Begin counts a call of name as in flight until [Set.End].
+func (s *Set) Begin(name string) {
+	s.mu.Lock()
+	s.methodLocked(name).inFlight++
+	s.mu.Unlock()
+}
+
+// End records the end of a call begun with [Set.Begin]: its latency and
+// whether it was answered with an error.
+func (s *Set) End(name string, d time.Duration, failed bool) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.methodLocked(name)
+	if m.inFlight > 0 {
+		m.inFlight--
+	}
+	m.total++
+	if failed {
+		m.fails++
+	}
+	sl := m.slotLocked(now)
+	sl.calls++
+	if failed {
+		sl.errors++
+	}
+	sl.lat[bucketOf(d)]++
+}
+
+// slotLocked returns the slot for now, clearing it when it holds an older
+// period.
+func (m *method) slotLocked(now time.Time) *slot {
+	start := now.Truncate(slotWidth).UnixNano()
+	sl := &m.ring[(start/int64(slotWidth))%slots]
+	if sl.start != start {
+		*sl = slot{start: start}
+	}
+	return sl
+}
+
+func bucketOf(d time.Duration) int {
+	if d < minLatency {
+		return 0
+	}
+	i := int(4 * math.Log2(float64(d)/float64(minLatency)))
+	if i >= buckets {
+		return buckets - 1
+	}
+	return i
+}
+
+// upper is the upper bound of bucket i.
+func upper(i int) time.Duration {
+	return time.Duration(float64(minLatency) * math.Exp2(float64(i+1)/4))
+}
+
+// RecordError keeps e among the recent error answers, dropping the oldest
+// when the ring is full.
+func (s *Set) RecordError(e ErrorAnswer) {
+	if e.Time.IsZero() {
+		e.Time = s.now()
+	}
+	s.mu.Lock()
+	s.errs[s.errNext] = e
+	s.errNext = (s.errNext + 1) % len(s.errs)
+	if s.errN < len(s.errs) {
+		s.errN++
+	}
+	s.mu.Unlock()
+}
+
+// RecentErrors returns the kept error answers, newest first.
+func (s *Set) RecentErrors() []ErrorAnswer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ErrorAnswer, 0, s.errN)
+	for k := 1; k <= s.errN; k++ {
+		out = append(out, s.errs[(s.errNext-k+len(s.errs))%len(s.errs)])
+	}
+	return out
+}
+
+// Snapshot returns every method's statistics, sorted by name.
+func (s *Set) Snapshot() []Stats {
+	now := s.now()
+	oldest := now.Truncate(slotWidth).Add(-(slots - 1) * slotWidth).UnixNano()
+	span := now.Sub(time.Unix(0, oldest)).Seconds()
+	if since := now.Sub(s.started).Seconds(); since < span {
+		span = since
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Stats, 0, len(s.methods))
+	var lat [buckets]uint64
+	for name, m := range s.methods {
+		st := Stats{Method: name, InFlight: m.inFlight, Total: m.total, TotalErrors: m.fails}
+		lat = [buckets]uint64{}
+		for i := range m.ring {
+			sl := &m.ring[i]
+			if sl.start < oldest || sl.calls == 0 {
+				continue
+			}
+			st.Calls += int64(sl.calls)
+			st.Errors += int64(sl.errors)
+			for b, n := range sl.lat {
+				lat[b] += uint64(n)
+			}
+		}
+		if st.Calls > 0 {
+			if span > 0 {
+				st.Rate = float64(st.Calls) / max(span, 1)
+			}
+			st.P50 = percentile(&lat, st.Calls, 0.50)
+			st.P99 = percentile(&lat, st.Calls, 0.99)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Method < out[j].Method })
+	return out
+}
+
+// percentile returns the upper bound of the bucket that holds the q-th
+// latency of n.
+func percentile(lat *[buckets]uint64, n int64, q float64) time.Duration {
+	rank := uint64(math.Ceil(q * float64(n)))
+	if rank == 0 {
+		rank = 1
+	}
+	var seen uint64
+	for i, c := range lat {
+		seen += c
+		if seen >= rank {
+			return upper(i)
+		}
+	}
+	return upper(buckets - 1)
+}
