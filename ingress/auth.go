@@ -394,7 +394,7 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] {
+		if openPaths[r.URL.Path] || (s.cfg.metrics != nil && r.URL.Path == "/metrics") || (!s.cfg.noDashboard && uiOpen(r.URL.Path)) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"path"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of [New].
@@ -62,6 +65,14 @@ type config struct {
 	auth        *authenticator
 	rate        *RateLimit
 	callerRates map[string]RateLimit
+
+	// Observability: see observe.go, metrics.go, msglog.go and ui.go.
+	id             string
+	metrics        *prometheus.Registry
+	tracerProvider trace.TracerProvider
+	msglog         *msgLog
+	noDashboard    bool
+	jobStats       func(ctx context.Context, recent int) (JobsState, error)
 }
 
 func defaultConfig() config {

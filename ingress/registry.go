@@ -525,3 +525,20 @@ func WithValidation(on bool) Option {
 		return nil
 	}
 }
+
+// workerStates returns the live workers and their methods, sorted by id.
+func (r *Registry) workerStates() []WorkerState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]WorkerState, 0, len(r.workers))
+	for id, w := range r.workers {
+		ws := WorkerState{ID: id, Expires: w.expires, Methods: make([]string, 0, len(w.tools))}
+		for _, c := range w.tools {
+			ws.Methods = append(ws.Methods, c.desc.Name)
+		}
+		slices.Sort(ws.Methods)
+		out = append(out, ws)
+	}
+	slices.SortFunc(out, func(a, b WorkerState) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}

@@ -11,6 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -54,6 +59,16 @@ type Server struct {
 	// once they are hijacked, for Shutdown to drain.
 	wsMu sync.Mutex
 	ws   map[*wsConn]struct{}
+
+	// Observability (observe.go): the replica's id, its tracer, its
+	// metrics (nil without [WithMetrics]), the dashboard's statistics, the
+	// bounded method labels, and the calls in flight.
+	id       string
+	tracer   trace.Tracer
+	metrics  *metrics
+	stats    *callstats.Set
+	labels   labelSet
+	inFlight atomic.Int64
 }
 
 // New returns a server that hands calls to d. It fails when d is nil or an
@@ -76,7 +91,19 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 	if cfg.registry != nil {
 		d = &guard{next: d, reg: cfg.registry, validate: !cfg.noValidate}
 	}
+	tp := cfg.tracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	id := cfg.id
+	if id == "" {
+		id = nuid.Next()
+	}
 	s := &Server{
+		id:      id,
+		tracer:  tp.Tracer(tracerName),
+		stats:   callstats.New(),
+		labels:  labelSet{max: DefaultMetricsMaxMethods, seen: map[string]struct{}{}},
 		d:       d,
 		router:  router,
 		cfg:     cfg,
@@ -96,7 +123,12 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		s.mcp = newMCPDoor(s)
 		s.mux.Handle("/mcp", s.mcp)
 	}
-	s.handler = s.authMiddleware(s.idempotency(s.mux))
+	s.d = &observer{next: d, s: s}
+	if err := s.setupMetrics(); err != nil {
+		return nil, fmt.Errorf("ingress: metrics: %w", err)
+	}
+	s.setupDashboard()
+	s.handler = traced(s.authMiddleware(s.idempotency(s.mux)))
 	s.srv = &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,

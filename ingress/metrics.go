@@ -1,0 +1,135 @@
+package ingress
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// metrics are the ingress's Prometheus collectors. Every method label is
+// bounded (see [DefaultMetricsMaxMethods]).
+type metrics struct {
+	calls        *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	inFlight     *prometheus.GaugeVec
+	batchSize    prometheus.Histogram
+	timeouts     *prometheus.CounterVec
+	noResponders *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolbus_ingress_calls_total",
+			Help: `Calls answered by the ingress, by method and outcome: code is "ok", "notification", or the JSON-RPC error code.`,
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolbus_ingress_call_duration_seconds",
+			Help:    "Time from dispatching a call to its answer, as the ingress sees it.",
+			Buckets: prometheus.ExponentialBucketsRange(0.0005, 300, 20),
+		}, []string{"method"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolbus_ingress_in_flight",
+			Help: "Calls dispatched and not yet answered.",
+		}, []string{"method"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "toolbus_ingress_batch_size",
+			Help:    "Calls per dispatched message (1 for a single request).",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolbus_ingress_timeouts_total",
+			Help: "Calls answered -32001 because they missed their deadline.",
+		}, []string{"method"}),
+		noResponders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolbus_ingress_no_responders_total",
+			Help: "Calls no worker was subscribed to take.",
+		}, []string{"method"}),
+	}
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.calls, m.duration, m.inFlight, m.batchSize, m.timeouts, m.noResponders} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workersCollector exports the registry's live workers per method.
+type workersCollector struct {
+	reg  *Registry
+	desc *prometheus.Desc
+}
+
+func (w *workersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- w.desc }
+
+func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range w.reg.Catalog().Tools {
+		ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(t.Workers), t.Name)
+	}
+}
+
+// WithMetrics registers the ingress's metrics on reg and serves everything
+// reg holds at GET /metrics, in the Prometheus text format (or OpenMetrics
+// when the scraper asks). The route is open like the probes, even with
+// [WithAuth], so that a scraper needs no key: it holds counts, durations
+// and method names, never bodies or callers. With [WithDiscovery],
+// toolbus_workers{method} counts the live workers per method.
+func WithMetrics(reg *prometheus.Registry) Option {
+	return func(c *config) error {
+		if reg == nil {
+			return errors.New("ingress: nil metrics registry")
+		}
+		c.metrics = reg
+		return nil
+	}
+}
+
+// WithTracerProvider sets where the ingress's spans go: one span per
+// dispatched message ("toolbus.batch") and one per call ("toolbus.call
+// <method>"), whose W3C traceparent travels with the call to the worker.
+// Without it the global provider is used (otel.GetTracerProvider), which
+// records nothing unless the program installs one. An incoming traceparent
+// header makes the batch span a child of the caller's.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return errors.New("ingress: nil tracer provider")
+		}
+		c.tracerProvider = tp
+		return nil
+	}
+}
+
+// setupMetrics registers the collectors and the /metrics route.
+func (s *Server) setupMetrics() error {
+	reg := s.cfg.metrics
+	if reg == nil {
+		return nil
+	}
+	s.metrics = newMetrics()
+	if err := s.metrics.register(reg); err != nil {
+		return err
+	}
+	if s.cfg.registry != nil {
+		wc := &workersCollector{reg: s.cfg.registry, desc: prometheus.NewDesc("toolbus_workers",
+			"Live workers advertising each method (discovery).", []string{"method"}, nil)}
+		if err := reg.Register(wc); err != nil {
+			return err
+		}
+	}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:          promLogger{s},
+		Registry:          reg,
+		EnableOpenMetrics: true,
+	}))
+	return nil
+}
+
+type promLogger struct{ s *Server }
+
+func (p promLogger) Println(v ...any) { p.s.log.Warn("metrics", "error", v) }

@@ -1,0 +1,324 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// tracerName names the ingress's tracer.
+const tracerName = "github.com/toolbus/toolbus/ingress"
+
+// traceContext reads and writes W3C trace context: incoming HTTP headers
+// and the traceparent of each call on the bus.
+var traceContext = propagation.TraceContext{}
+
+// DefaultMetricsMaxMethods is how many method names get a label of their
+// own in the ingress's metrics and dashboard (metrics_max_methods); calls
+// of further names are counted under "_other", so that clients sending
+// made-up names cannot grow the metrics without bound.
+const DefaultMetricsMaxMethods = 1000
+
+// Labels of calls whose method has no label of its own.
+const (
+	labelOther   = "_other"   // past metrics_max_methods
+	labelUnknown = "_unknown" // with discovery: never advertised
+	labelInvalid = "_invalid" // not a valid method name, or reserved
+)
+
+// observer is the outermost [Dispatcher]: it sees every call any transport
+// dispatches, extension methods such as rpc.jobs.* included. Around each
+// batch and each call it keeps a span, the metrics, the dashboard's
+// statistics and the message log, and it adds the trace id to every error
+// answer's data so that an agent's report leads an operator to the trace.
+type observer struct {
+	next Dispatcher
+	s    *Server
+}
+
+var _ Dispatcher = (*observer)(nil)
+
+// Dispatch implements [Dispatcher].
+func (o *observer) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
+	out := make([]schema.Response, len(calls))
+	o.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
+	return out
+}
+
+// open is what the observer holds of one call while it runs.
+type open struct {
+	label string
+	span  trace.Span
+	ctx   context.Context
+	start time.Time
+}
+
+// Stream implements [Dispatcher].
+func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	s := o.s
+	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.Int("toolbus.batch.size", len(calls))))
+	defer batch.End()
+	if s.metrics != nil {
+		s.metrics.batchSize.Observe(float64(len(calls)))
+	}
+	opened := make([]open, len(calls))
+	for i := range calls {
+		c := &calls[i]
+		label := s.methodLabel(c.Method)
+		attrs := []attribute.KeyValue{attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", c.Method)}
+		if !c.IsNotification() {
+			attrs = append(attrs, attribute.String("rpc.jsonrpc.request_id", string(c.ID)))
+		}
+		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+		if sc := span.SpanContext(); sc.IsValid() {
+			carrier := propagation.MapCarrier{}
+			traceContext.Inject(cctx, carrier)
+			c.TraceParent = carrier["traceparent"]
+		}
+		opened[i] = open{label: label, span: span, ctx: cctx, start: time.Now()}
+		if c.IsNotification() {
+			s.countCall(label, "notification")
+			continue
+		}
+		s.stats.Begin(label)
+		if s.metrics != nil {
+			s.metrics.inFlight.WithLabelValues(label).Inc()
+		}
+		s.logMessage(cctx, "request", c.ID, c.Method, c.Params)
+	}
+	s.inFlight.Add(int64(countAnswers(calls)))
+	answered := make([]bool, len(calls))
+	// Whatever the dispatcher does (panic included), every open call is
+	// closed here, so that the in-flight counts return to zero; the
+	// server answers such calls itself.
+	defer func() {
+		for i := range calls {
+			if !calls[i].IsNotification() && !answered[i] {
+				s.inFlight.Add(-1)
+				s.finish(opened[i].ctx, opened[i].label, &calls[i],
+					schema.Response{ID: calls[i].ID, Error: internalError()}, time.Since(opened[i].start))
+			}
+			if !answered[i] {
+				opened[i].span.End() // notifications' spans end with the batch
+			}
+		}
+	}()
+	o.next.Stream(ctx, calls, func(i int, r schema.Response) {
+		if i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
+			emit(i, r) // the server reports and drops it
+			return
+		}
+		answered[i] = true
+		op := &opened[i]
+		c := &calls[i]
+		d := time.Since(op.start)
+		s.inFlight.Add(-1)
+		if r.Error != nil {
+			r.Error = withTraceID(r.Error, op.span.SpanContext())
+		}
+		s.finish(op.ctx, op.label, c, r, d)
+		op.span.SetAttributes(attribute.Float64("toolbus.duration_ms", float64(d.Microseconds())/1000))
+		if r.Error != nil {
+			op.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", r.Error.Code))
+			op.span.SetStatus(codes.Error, r.Error.Message)
+		}
+		op.span.End()
+		emit(i, r)
+	})
+}
+
+func countAnswers(calls []schema.Call) int {
+	n := 0
+	for i := range calls {
+		if !calls[i].IsNotification() {
+			n++
+		}
+	}
+	return n
+}
+
+// finish records the end of a call that was dispatched: metrics, the
+// dashboard's statistics, recent errors and the message log.
+func (s *Server) finish(ctx context.Context, label string, c *schema.Call, r schema.Response, d time.Duration) {
+	code := "ok"
+	if r.Error != nil {
+		code = strconv.Itoa(r.Error.Code)
+	}
+	s.stats.End(label, d, r.Error != nil)
+	if s.metrics != nil {
+		s.metrics.inFlight.WithLabelValues(label).Dec()
+		s.metrics.duration.WithLabelValues(label).Observe(d.Seconds())
+	}
+	s.countCall(label, code)
+	if r.Error != nil {
+		s.countError(label, r.Error)
+		s.stats.RecordError(callstats.ErrorAnswer{
+			ID: string(c.ID), Method: c.Method, Code: r.Error.Code, Message: r.Error.Message,
+			TraceID: traceID(ctx),
+		})
+		s.logMessage(ctx, "response", c.ID, c.Method, errorBody(r.Error))
+		return
+	}
+	s.logMessage(ctx, "response", c.ID, c.Method, r.Result)
+}
+
+// refused records a call the ingress answered without dispatching it: a
+// method it never routes, or one admission refused. These count in the
+// metrics and the recent errors like any other error answer.
+func (s *Server) refused(ctx context.Context, req *schema.Request, e *schema.Error) {
+	label := labelInvalid
+	if schema.ValidateMethod(req.Method) == nil && !schema.IsReserved(req.Method) {
+		label = s.methodLabel(req.Method)
+	}
+	s.countCall(label, strconv.Itoa(e.Code))
+	if req.IsNotification() {
+		return
+	}
+	s.countError(label, e)
+	s.stats.RecordError(callstats.ErrorAnswer{
+		ID: string(req.ID), Method: req.Method, Code: e.Code, Message: e.Message, TraceID: traceID(ctx),
+	})
+}
+
+func (s *Server) countCall(label, code string) {
+	if s.metrics != nil {
+		s.metrics.calls.WithLabelValues(label, code).Inc()
+	}
+}
+
+// countError counts the errors the issue of an operator most often is:
+// timeouts and calls no worker took.
+func (s *Server) countError(label string, e *schema.Error) {
+	if s.metrics == nil {
+		return
+	}
+	switch {
+	case e.Code == schema.CodeTimeout:
+		s.metrics.timeouts.WithLabelValues(label).Inc()
+	case isNoResponders(e):
+		s.metrics.noResponders.WithLabelValues(label).Inc()
+	}
+}
+
+// methodLabel returns the label calls of method are counted under. With
+// discovery, a method no worker ever advertised is "_unknown"; otherwise
+// the first [DefaultMetricsMaxMethods] names seen get their own label and
+// the rest share "_other".
+func (s *Server) methodLabel(method string) string {
+	if schema.IsReserved(method) {
+		if s.router != nil && s.router.extension(method) != nil {
+			return method // the ingress's own methods are a fixed few
+		}
+		return labelInvalid
+	}
+	if s.cfg.registry != nil && !s.cfg.registry.Known(method) {
+		return labelUnknown
+	}
+	return s.labels.get(method)
+}
+
+// labelSet hands out at most max distinct labels.
+type labelSet struct {
+	mu   sync.RWMutex
+	max  int
+	seen map[string]struct{}
+}
+
+func (l *labelSet) get(method string) string {
+	l.mu.RLock()
+	_, ok := l.seen[method]
+	l.mu.RUnlock()
+	if ok {
+		return method
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[method]; ok {
+		return method
+	}
+	if len(l.seen) >= l.max {
+		return labelOther
+	}
+	l.seen[method] = struct{}{}
+	return method
+}
+
+// traceID returns the trace id of ctx's span, or "" when it has none.
+func traceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// withTraceID returns e with "trace_id" added to its data, when the call
+// was traced and its data is an object (or absent) without one. A tool's
+// own data of another JSON type is left as it is. e itself is not changed:
+// it may be shared.
+func withTraceID(e *schema.Error, sc trace.SpanContext) *schema.Error {
+	if !sc.HasTraceID() {
+		return e
+	}
+	tid := sc.TraceID().String()
+	data := bytes.TrimSpace(e.Data)
+	out := *e
+	switch {
+	case len(data) == 0 || bytes.Equal(data, []byte("null")):
+		out.Data = json.RawMessage(`{"trace_id":"` + tid + `"}`)
+	case data[0] == '{':
+		var probe map[string]json.RawMessage
+		if json.Unmarshal(data, &probe) != nil {
+			return e
+		}
+		if _, ok := probe["trace_id"]; ok {
+			return e
+		}
+		inner := bytes.TrimSpace(data[1:])
+		b := make([]byte, 0, len(data)+48)
+		b = append(b, `{"trace_id":"`...)
+		b = append(b, tid...)
+		b = append(b, '"')
+		if len(inner) > 0 && inner[0] != '}' {
+			b = append(b, ',')
+		}
+		b = append(b, inner...)
+		out.Data = b
+	default:
+		return e
+	}
+	return &out
+}
+
+// traced extracts the caller's W3C trace context from the request's
+// headers, so that the ingress's spans join the agent's trace.
+func traced(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("traceparent") != "" {
+			r = r.WithContext(traceContext.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// logCallAttrs are the attributes every line about one call carries.
+func logCallAttrs(ctx context.Context, id json.RawMessage, method string) []slog.Attr {
+	attrs := []slog.Attr{slog.String("id", string(id)), slog.String("method", method)}
+	if tid := traceID(ctx); tid != "" {
+		attrs = append(attrs, slog.String("trace_id", tid))
+	}
+	return attrs
+}

@@ -1,0 +1,180 @@
+package ingress
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// ui holds the dashboard's page, embedded so that the binary serves it
+// with no files beside it and no build step.
+//
+//go:embed ui
+var ui embed.FS
+
+// dashboardRecentJobs is how many jobs the dashboard lists.
+const dashboardRecentJobs = 20
+
+// jobStatsTimeout bounds reading the jobs for one dashboard answer.
+const jobStatsTimeout = 2 * time.Second
+
+// WithDashboard turns the dashboard at /ui/ on or off (default on). The
+// page and its files are served without credentials, since they hold no
+// data; GET /ui/api/state, which does, needs them like every other route
+// when [WithAuth] is on (the page asks for an API key then).
+func WithDashboard(on bool) Option {
+	return func(c *config) error {
+		c.noDashboard = !on
+		return nil
+	}
+}
+
+// WithJobStats gives the dashboard its jobs section: stats reads the
+// counts by state and the newest recent jobs.
+func WithJobStats(stats func(ctx context.Context, recent int) (JobsState, error)) Option {
+	return func(c *config) error {
+		if stats == nil {
+			return errors.New("ingress: nil job stats")
+		}
+		c.jobStats = stats
+		return nil
+	}
+}
+
+// WithID names this ingress replica in its dashboard and status answers
+// (default: a random id made at [New]).
+func WithID(id string) Option {
+	return func(c *config) error {
+		if id == "" {
+			return errors.New("ingress: empty id")
+		}
+		c.id = id
+		return nil
+	}
+}
+
+// setupDashboard adds the routes of the dashboard.
+func (s *Server) setupDashboard() {
+	if s.cfg.noDashboard {
+		return
+	}
+	files, err := fs.Sub(ui, "ui")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	s.mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(files)))
+	s.mux.HandleFunc("GET /ui/api/state", s.serveDashboardState)
+	s.mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+	})
+}
+
+// uiOpen reports whether path is one of the dashboard's static files,
+// which need no credentials.
+func uiOpen(path string) bool {
+	return path == "/ui" || (len(path) >= 4 && path[:4] == "/ui/" && path != "/ui/api/state")
+}
+
+func (s *Server) serveDashboardState(w http.ResponseWriter, r *http.Request) {
+	st := s.Dashboard(r.Context())
+	b, err := json.Marshal(st)
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+// Dashboard returns what the dashboard shows now (see [DashboardState]),
+// reading the jobs within a bound of its own (2s).
+func (s *Server) Dashboard(ctx context.Context) DashboardState {
+	st := s.Overview()
+	if s.cfg.jobStats != nil {
+		jctx, cancel := context.WithTimeout(ctx, jobStatsTimeout)
+		js, err := s.cfg.jobStats(jctx, dashboardRecentJobs)
+		cancel()
+		if err != nil {
+			js = JobsState{Error: err.Error()}
+		}
+		st.Jobs = &js
+	}
+	return st
+}
+
+// Overview is [Server.Dashboard] without the jobs, which cost reads of the
+// job store: only what the ingress holds in memory.
+func (s *Server) Overview() DashboardState {
+	now := time.Now()
+	var st DashboardState
+	st.Now = now
+	st.WindowSeconds = int(windowSeconds)
+	st.Ingress.ID = s.id
+	st.Ingress.Started = s.stats.Started()
+	st.Ingress.UptimeSeconds = now.Sub(s.stats.Started()).Seconds()
+	st.Ingress.InFlight = s.inFlight.Load()
+
+	var workers map[string]int
+	if reg := s.cfg.registry; reg != nil {
+		st.Discovery = true
+		workers = map[string]int{}
+		for _, t := range reg.Catalog().Tools {
+			workers[t.Name] = t.Workers
+		}
+		st.Workers = reg.workerStates()
+	}
+	seen := map[string]bool{}
+	for _, m := range s.stats.Snapshot() {
+		ms := MethodState{
+			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors,
+			P50Ms: ms(m.P50), P99Ms: ms(m.P99), InFlight: m.InFlight, Total: m.Total,
+		}
+		if m.Calls > 0 {
+			ms.ErrorRate = float64(m.Errors) / float64(m.Calls)
+		}
+		if n, ok := workers[m.Method]; ok {
+			ms.Workers = &n
+		} else if workers != nil && !strings.HasPrefix(m.Method, "_") && !schema.IsReserved(m.Method) {
+			// A method of its own that no live worker serves; the
+			// ingress's rpc.* methods and the grouped labels have none.
+			zero := 0
+			ms.Workers = &zero
+		}
+		seen[m.Method] = true
+		st.Methods = append(st.Methods, ms)
+	}
+	for name, n := range workers {
+		if !seen[name] {
+			n := n
+			st.Methods = append(st.Methods, MethodState{Method: name, Workers: &n})
+		}
+	}
+	sortMethods(st.Methods)
+	for _, e := range s.stats.RecentErrors() {
+		st.RecentErrors = append(st.RecentErrors, ErrorState{
+			Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID,
+		})
+	}
+	if st.Methods == nil {
+		st.Methods = []MethodState{}
+	}
+	if st.Workers == nil {
+		st.Workers = []WorkerState{}
+	}
+	if st.RecentErrors == nil {
+		st.RecentErrors = []ErrorState{}
+	}
+	return st
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,455 @@
+// The toolbus operator dashboard: polls api/state (ingress.DashboardState)
+// and renders it. Everything in the state is untrusted text (ids, messages
+// and method names come from callers and tools), so it only ever reaches
+// the page through textContent and attribute values, never as markup.
+'use strict';
+
+(() => {
+  const POLL_MS = 2000;
+  const TIMEOUT_MS = 5000;
+  const KEY_STORE = 'toolbus.dashboard.apiKey';
+
+  const JOB_STATES = ['queued', 'running', 'succeeded', 'failed', 'canceled'];
+
+  // Names of the JSON-RPC and toolbus error codes, shown as a tooltip.
+  const CODE_NAMES = {
+    '-32700': 'parse error',
+    '-32600': 'invalid request',
+    '-32601': 'method not found',
+    '-32602': 'invalid params',
+    '-32603': 'internal error',
+    '-32000': 'tool error',
+    '-32001': 'timed out',
+    '-32002': 'overloaded or rate limited',
+    '-32003': 'unavailable',
+    '-32004': 'canceled',
+    '-32005': 'forbidden',
+    '-32006': 'limit exceeded',
+  };
+
+  const $ = (sel) => document.querySelector(sel);
+
+  // The API key lives in sessionStorage, which a browser may refuse to
+  // open; the page then works without remembering it.
+  const keyStore = {
+    get() {
+      try { return sessionStorage.getItem(KEY_STORE) || ''; } catch { return ''; }
+    },
+    set(v) {
+      try { sessionStorage.setItem(KEY_STORE, v); } catch { /* not kept */ }
+    },
+    clear() {
+      try { sessionStorage.removeItem(KEY_STORE); } catch { /* nothing kept */ }
+    },
+  };
+
+  // ---- formatting ----
+
+  const dash = '—';
+
+  function fixed(n, digits) {
+    return Number.isFinite(n) ? n.toFixed(digits) : dash;
+  }
+
+  function rate(n) {
+    if (!Number.isFinite(n)) return dash;
+    return n === 0 ? '0' : fixed(n, n < 10 ? 2 : 1);
+  }
+
+  function millis(n) {
+    if (!Number.isFinite(n)) return dash;
+    if (n < 1) return fixed(n, 2);
+    if (n < 100) return fixed(n, 1);
+    return fixed(n, 0);
+  }
+
+  function percent(fraction) {
+    if (!Number.isFinite(fraction)) return dash;
+    return fraction === 0 ? '0' : fixed(fraction * 100, 1);
+  }
+
+  function count(n) {
+    return Number.isFinite(n) ? n.toLocaleString('en-US') : dash;
+  }
+
+  function duration(seconds) {
+    if (!Number.isFinite(seconds) || seconds < 0) return dash;
+    const s = Math.floor(seconds);
+    const d = Math.floor(s / 86400);
+    const h = Math.floor((s % 86400) / 3600);
+    const m = Math.floor((s % 3600) / 60);
+    const pad = (x) => String(x).padStart(2, '0');
+    if (d > 0) return `${d}d ${h}h`;
+    if (h > 0) return `${h}h ${pad(m)}m`;
+    if (m > 0) return `${m}m ${pad(s % 60)}s`;
+    return `${s}s`;
+  }
+
+  function parseTime(v) {
+    const t = Date.parse(v);
+    return Number.isNaN(t) ? null : t;
+  }
+
+  // clock shows a time of day in the browser's zone, with milliseconds
+  // when asked; the full timestamp goes in the cell's title.
+  function clock(v, ms) {
+    const t = parseTime(v);
+    if (t === null) return dash;
+    const d = new Date(t);
+    const pad = (x, n = 2) => String(x).padStart(n, '0');
+    let s = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    if (ms) s += `.${pad(d.getMilliseconds(), 3)}`;
+    return s;
+  }
+
+  // ---- tables ----
+
+  // cell describes one td: its column (data-col, for tests and styling),
+  // its text, and optional class, title and child node.
+  function cell(col, text, opts = {}) {
+    return { col, text: text === null || text === undefined ? '' : String(text), ...opts };
+  }
+
+  const signatures = new WeakMap();
+
+  function buildRow(r) {
+    const tr = document.createElement('tr');
+    if (r.cls) tr.className = r.cls;
+    for (const c of r.cells) {
+      const td = document.createElement('td');
+      td.dataset.col = c.col;
+      if (c.cls) td.className = c.cls;
+      if (c.title) td.title = c.title;
+      if (c.node) {
+        td.append(c.node, document.createTextNode(c.text));
+      } else {
+        td.textContent = c.text;
+      }
+      tr.append(td);
+    }
+    return tr;
+  }
+
+  // fill puts rows in the section's tbody. A row whose content has not
+  // changed keeps its element, so that a selection in it (an id being
+  // copied) survives the next poll.
+  function fill(section, rows) {
+    const tbody = section.querySelector('tbody');
+    const old = Array.from(tbody.rows);
+    rows.forEach((r, i) => {
+      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.width])]);
+      const cur = old[i];
+      if (cur && signatures.get(cur) === sig) return;
+      const tr = buildRow(r);
+      signatures.set(tr, sig);
+      if (cur) cur.replaceWith(tr); else tbody.append(tr);
+    });
+    for (let i = rows.length; i < old.length; i++) old[i].remove();
+    section.classList.toggle('is-empty', rows.length === 0);
+  }
+
+  // ---- sections ----
+
+  function renderSummary(s) {
+    const ing = s.ingress || {};
+    $('#ingress-id').textContent = ing.id || dash;
+    // One page per replica: the tab says which.
+    document.title = ing.id ? `toolbus ${ing.id}` : 'toolbus dashboard';
+    $('#uptime').textContent = duration(ing.uptime_seconds);
+    $('#uptime').title = ing.started ? `started ${ing.started}` : '';
+    $('#inflight').textContent = count(ing.in_flight);
+    $('#updated').textContent = clock(s.now);
+    $('#updated').title = s.now || '';
+    $('#window').textContent = Number.isFinite(s.window_seconds) ? `last ${s.window_seconds} s` : '';
+  }
+
+  function renderMethods(s) {
+    const rows = (s.methods || []).map((m) => {
+      const idle = !(m.calls > 0);
+      const noWorkers = m.workers === 0;
+      const failing = m.error_rate > 0;
+      const cls = [failing && 'warn', noWorkers && 'bad'].filter(Boolean).join(' ');
+      return {
+        cls,
+        cells: [
+          cell('method', m.method, { cls: 'mono', title: m.method }),
+          cell('rate', rate(m.rate), { cls: 'num' }),
+          cell('p50', idle ? dash : millis(m.p50_ms), { cls: 'num' }),
+          cell('p99', idle ? dash : millis(m.p99_ms), { cls: 'num' }),
+          cell('error_rate', percent(m.error_rate), {
+            cls: failing ? 'num err' : 'num',
+            title: `${count(m.errors)} of ${count(m.calls)} calls in the window`,
+          }),
+          cell('in_flight', count(m.in_flight), { cls: 'num' }),
+          cell('workers', m.workers === null || m.workers === undefined ? dash : count(m.workers), {
+            cls: noWorkers ? 'num err' : 'num',
+            title: noWorkers ? 'no live worker serves this method' : '',
+          }),
+          cell('total', count(m.total), { cls: 'num' }),
+        ],
+      };
+    });
+    fill($('#methods'), rows);
+  }
+
+  function renderWorkers(s) {
+    const section = $('#workers');
+    const off = s.discovery === false;
+    section.classList.toggle('off', off);
+    $('#discovery-off').hidden = !off;
+    const now = parseTime(s.now);
+    const rows = (s.workers || []).map((w) => {
+      const exp = parseTime(w.expires);
+      let left = dash;
+      if (exp !== null && now !== null) {
+        const secs = (exp - now) / 1000;
+        left = secs > 0 ? `in ${secs.toFixed(1)} s` : 'expired';
+      }
+      const methods = (w.methods || []).join(', ');
+      return {
+        cells: [
+          cell('id', w.id, { cls: 'mono', title: w.id }),
+          cell('methods', methods, { cls: 'mono wrap' }),
+          cell('expires', left, { cls: 'num', title: w.expires || '' }),
+        ],
+      };
+    });
+    fill(section, rows);
+  }
+
+  function renderErrors(s) {
+    const rows = (s.recent_errors || []).map((e) => {
+      const code = String(e.code);
+      return {
+        cells: [
+          cell('time', clock(e.time, true), { cls: 'tnum', title: e.time || '' }),
+          cell('id', e.id, { cls: 'mono', title: e.id }),
+          cell('method', e.method, { cls: 'mono', title: e.method }),
+          cell('code', code, { cls: 'num err', title: CODE_NAMES[code] || 'tool code' }),
+          cell('message', e.message, { cls: 'clip', title: e.message }),
+          cell('trace_id', e.trace_id || '', { cls: 'mono clip', title: e.trace_id || '' }),
+        ],
+      };
+    });
+    fill($('#errors'), rows);
+  }
+
+  function progressBar(p) {
+    const bar = document.createElement('span');
+    bar.className = 'bar';
+    const fillEl = document.createElement('span');
+    fillEl.className = 'fill';
+    fillEl.style.width = `${Math.min(100, Math.max(0, p))}%`;
+    bar.append(fillEl);
+    return bar;
+  }
+
+  function renderJobCounts(byState) {
+    const states = JOB_STATES.concat(Object.keys(byState).filter((k) => !JOB_STATES.includes(k)).sort());
+    const list = $('#job-counts');
+    list.replaceChildren(...states.map((st) => {
+      const li = document.createElement('li');
+      li.dataset.state = st;
+      if (JOB_STATES.includes(st)) li.className = `state-${st}`;
+      const n = document.createElement('strong');
+      n.textContent = count(byState[st] || 0);
+      li.append(n, document.createTextNode(` ${st}`));
+      return li;
+    }));
+  }
+
+  function renderJobs(s) {
+    const section = $('#jobs');
+    const j = s.jobs;
+    section.classList.toggle('off', !j);
+    $('#jobs-off').hidden = !!j;
+    const errEl = $('#jobs-error');
+    errEl.hidden = !(j && j.error);
+    errEl.textContent = j && j.error ? `jobs could not be read: ${j.error}` : '';
+    $('#jobs-truncated').hidden = !(j && j.truncated);
+    if (!j) {
+      $('#job-counts').replaceChildren();
+      fill(section, []);
+      return;
+    }
+    renderJobCounts(j.by_state || {});
+    const rows = (j.recent || []).map((job) => {
+      const known = JOB_STATES.includes(job.state);
+      const p = job.percent;
+      const hasP = typeof p === 'number' && Number.isFinite(p);
+      return {
+        cells: [
+          cell('id', job.id, { cls: 'mono', title: job.id }),
+          cell('method', job.method, { cls: 'mono', title: job.method }),
+          cell('state', job.state, { cls: known ? `state state-${job.state}` : 'state' }),
+          hasP
+            ? cell('progress', `${Math.round(p)}%`, { cls: 'progress', node: progressBar(p), width: p })
+            : cell('progress', dash, { cls: 'progress' }),
+          cell('message', job.message || '', { cls: 'clip', title: job.message || '' }),
+          cell('created', clock(job.created), { cls: 'tnum', title: job.created || '' }),
+        ],
+      };
+    });
+    fill(section, rows);
+  }
+
+  function render(s) {
+    renderSummary(s);
+    renderMethods(s);
+    renderWorkers(s);
+    renderErrors(s);
+    renderJobs(s);
+    document.body.dataset.updated = s.now || '';
+  }
+
+  // ---- connection ----
+
+  function connected() {
+    $('#banner').hidden = true;
+    document.body.classList.remove('stale');
+  }
+
+  function disconnected(reason) {
+    const b = $('#banner');
+    b.textContent = `disconnected: ${reason}`;
+    b.hidden = false;
+    document.body.classList.add('stale');
+  }
+
+  function showForgetKey() {
+    $('#forget-key').hidden = !keyStore.get();
+  }
+
+  // askForKey shows the API key form; polling waits for it, since asking
+  // again without a key could only be refused again.
+  function askForKey(refused, reason) {
+    const form = $('#auth');
+    $('#auth-note').textContent = refused
+      ? `The key was refused${reason ? ` (${reason})` : ''}.`
+      : '';
+    form.hidden = false;
+    $('#auth-key').focus();
+  }
+
+  // errorText reads a short reason from an error answer: the JSON-RPC
+  // error's data.reason or message, or the start of the body.
+  async function errorText(resp) {
+    let body = '';
+    try { body = await resp.text(); } catch { return ''; }
+    try {
+      const v = JSON.parse(body);
+      const e = v && v.error;
+      if (e) return (e.data && e.data.reason) || e.message || '';
+    } catch { /* not JSON */ }
+    return body.trim().slice(0, 200);
+  }
+
+  // LoadError is a failed poll; its message is the reason the banner
+  // shows.
+  class LoadError extends Error {}
+
+  // load fetches the state. It returns {state}, or {unauthorized, reason}
+  // on a 401, and throws a LoadError on any other failure.
+  async function load(key) {
+    const ctrl = new AbortController();
+    let timedOut = false;
+    const deadline = setTimeout(() => { timedOut = true; ctrl.abort(); }, TIMEOUT_MS);
+    const fail = (err, what) => {
+      if (timedOut) return new LoadError(`no answer within ${TIMEOUT_MS / 1000} s`);
+      return new LoadError(`${what}: ${err && err.message ? err.message : err}`);
+    };
+    try {
+      const headers = { Accept: 'application/json' };
+      if (key) headers.Authorization = `Bearer ${key}`;
+      let resp;
+      try {
+        resp = await fetch('api/state', {
+          headers, cache: 'no-store', credentials: 'same-origin', signal: ctrl.signal,
+        });
+      } catch (err) {
+        throw fail(err, 'cannot reach the ingress');
+      }
+      if (resp.status === 401) {
+        return { unauthorized: true, reason: await errorText(resp) };
+      }
+      if (!resp.ok) {
+        const reason = await errorText(resp);
+        throw new LoadError(`HTTP ${resp.status}${reason ? `: ${reason}` : ''}`);
+      }
+      try {
+        return { state: await resp.json() };
+      } catch (err) {
+        throw fail(err, 'unreadable answer');
+      }
+    } finally {
+      clearTimeout(deadline);
+    }
+  }
+
+  let timer = 0;
+  let busy = false;
+
+  function pollIn(ms) {
+    clearTimeout(timer);
+    timer = setTimeout(poll, ms);
+  }
+
+  // poll loads and shows the state, then schedules the next poll. A
+  // failure to load shows the banner and polling goes on; a failure to
+  // render is a bug of the page and is thrown on to the console.
+  async function poll() {
+    if (busy) return;
+    busy = true;
+    let next = POLL_MS;
+    try {
+      const key = keyStore.get();
+      const got = await load(key);
+      if (got.unauthorized) {
+        keyStore.clear();
+        showForgetKey();
+        askForKey(Boolean(key), got.reason);
+        disconnected(key ? 'API key refused' : 'API key required');
+        next = 0;
+        return;
+      }
+      render(got.state);
+      connected();
+    } catch (err) {
+      if (!(err instanceof LoadError)) {
+        disconnected(`the page failed to show the state: ${err}`);
+        throw err;
+      }
+      disconnected(err.message);
+    } finally {
+      busy = false;
+      if (next) pollIn(next);
+    }
+  }
+
+  function start() {
+    $('#auth').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const input = $('#auth-key');
+      const key = input.value.trim();
+      if (!key) return;
+      keyStore.set(key);
+      input.value = '';
+      $('#auth').hidden = true;
+      showForgetKey();
+      pollIn(0);
+    });
+    $('#forget-key').addEventListener('click', () => {
+      keyStore.clear();
+      showForgetKey();
+      pollIn(0);
+    });
+    showForgetKey();
+    poll();
+  }
+
+  if (document.readyState === 'loading') {
+    document.addEventListener('DOMContentLoaded', start);
+  } else {
+    start();
+  }
+})();
