@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
@@ -57,7 +56,7 @@ type advertiser struct {
 func newAdvertiser(rt *Runtime) *advertiser {
 	return &advertiser{
 		rt:   rt,
-		id:   nuid.Next(),
+		id:   rt.id,
 		kick: make(chan struct{}, 1),
 		quit: make(chan struct{}),
 		done: make(chan struct{}),

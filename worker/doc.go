@@ -34,5 +34,14 @@
 // an aggregator that does not ask waits for a slot, at most until its
 // deadline.
 //
+// Every call, over the bus or through [Runtime.Invoke], runs inside a server
+// span that continues the caller's W3C trace ([WithTracerProvider]); the
+// handler's context holds it, and the runtime's log lines about a call carry
+// its trace_id. [WithMetrics] exports Prometheus counters, a latency
+// histogram and in-flight gauges per registered pattern. [Runtime.Status]
+// reports the last minute of calls per pattern and the newest error
+// answers, and [Runtime.Ready] tells a readiness probe whether the runtime
+// is serving.
+//
 // Built-in toolsets live in packages below this one, such as worker/demo.
 package worker

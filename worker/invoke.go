@@ -3,9 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"math"
-	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -61,8 +59,10 @@ func truncateUTF8(s string, n int) string {
 // Invoke does not take one of the method's concurrency slots: the job runner
 // bounds how many jobs run at once itself. A method no registered pattern
 // serves answers -32601, and a runtime that has been shut down -32003. The
-// handler's context is ctx, so cancelling ctx cancels the handler. Invoke
-// returns either a result of valid JSON or an error, never both.
+// handler's context is ctx, so cancelling ctx cancels the handler; its span
+// is a child of ctx's span, or when ctx has none, of call.TraceParent (see
+// [WithTracerProvider]). Invoke returns either a result of valid JSON or an
+// error, never both.
 func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error) {
 	r := rt.routeFor(call.Method)
 	if r == nil {
@@ -70,6 +70,7 @@ func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(p
 			map[string]any{"method": call.Method})
 	}
 	if rt.ctx.Err() != nil {
+		r.metrics.refuse(refusedShutdown)
 		return nil, unavailable()
 	}
 	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
@@ -79,16 +80,7 @@ func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(p
 	if progress != nil {
 		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(progress))
 	}
-	start := time.Now()
-	result, rpcErr := rt.run(ctx, r.handler, req)
-	if rt.log.Enabled(ctx, slog.LevelDebug) {
-		code := 0
-		if rpcErr != nil {
-			code = rpcErr.Code
-		}
-		rt.log.Debug("invoke", "method", req.Method, "id", string(req.ID), "duration", time.Since(start), "code", code)
-	}
-	return result, rpcErr
+	return rt.handle(invokeTrace(ctx, call.TraceParent), r, req, "invoke")
 }
 
 // Retryable reports whether method is served by a handler registered with

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -24,7 +27,9 @@ type config struct {
 	logger         *slog.Logger
 	concurrency    int
 	maxResultBytes int64
-	announce       time.Duration // zero: discovery off; see WithDiscovery
+	announce       time.Duration         // zero: discovery off; see WithDiscovery
+	registerer     prometheus.Registerer // nil: no metrics; see WithMetrics
+	tracerProvider trace.TracerProvider  // nil: the global one; see WithTracerProvider
 }
 
 // Option configures [New].

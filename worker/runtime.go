@@ -5,20 +5,33 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Errors of registering, starting and stopping a [Runtime].
+// Errors of registering, starting and stopping a [Runtime], and why
+// [Runtime.Ready] says it is not ready.
 var (
 	// ErrClosed means the runtime has been shut down.
 	ErrClosed = errors.New("worker: runtime is shut down")
+	// ErrNotStarted means the runtime has not been started yet.
+	ErrNotStarted = errors.New("worker: runtime not started")
+	// ErrDraining means the runtime's shutdown has begun: it takes no new
+	// calls, and may still be finishing those it holds.
+	ErrDraining = errors.New("worker: runtime is draining")
+	// ErrDisconnected means the runtime's NATS connection is not up now;
+	// it may come back by itself.
+	ErrDisconnected = errors.New("worker: nats connection is down")
 	// ErrStarted means Start was called on a runtime already started.
 	ErrStarted = errors.New("worker: runtime already started")
 	// ErrDuplicate means a pattern overlaps one registered before, so that
@@ -30,9 +43,15 @@ var (
 // register handlers, call [Runtime.Start], and [Runtime.Shutdown] when done.
 // Its methods are safe for concurrent use.
 type Runtime struct {
-	nc  *nats.Conn
-	cfg config
-	log *slog.Logger
+	nc     *nats.Conn
+	cfg    config
+	log    *slog.Logger
+	tracer trace.Tracer
+	// metrics is nil unless WithMetrics; stats is always kept.
+	metrics *metrics
+	stats   *callstats.Set
+	// id names the worker in discovery and Status; host is its host name.
+	id, host string
 
 	// ctx is the parent of every handler's context. It is not tied to any
 	// one call: Shutdown cancels it only once the drain has run out of time,
@@ -73,6 +92,10 @@ type route struct {
 	retryable bool
 	// desc is what discovery advertises of the route.
 	desc schema.Descriptor
+	// metrics holds the route's series; nil without WithMetrics.
+	metrics *routeMetrics
+	// span is how the spans of its calls start.
+	span spanStart
 
 	// sub and done are set under Runtime.mu when the route subscribes; done
 	// is closed when the subscription has delivered its last message.
@@ -97,16 +120,29 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	var m *metrics
+	if cfg.registerer != nil {
+		if m, err = newMetrics(cfg.registerer); err != nil {
+			return nil, err
+		}
+	}
+	// A host name that cannot be read only leaves Status without one.
+	host, _ := os.Hostname()
 	// The runtime's context spans its whole life rather than any request,
 	// so it starts from the background context.
 	ctx, cancel := context.WithCancel(context.Background())
 	rt := &Runtime{
-		nc:     nc,
-		cfg:    cfg,
-		log:    cfg.logger.With("component", "worker"),
-		ctx:    ctx,
-		cancel: cancel,
-		idle:   make(chan struct{}),
+		nc:      nc,
+		cfg:     cfg,
+		log:     cfg.logger.With("component", "worker"),
+		tracer:  newTracer(cfg.tracerProvider),
+		metrics: m,
+		stats:   callstats.New(),
+		id:      nuid.Next(),
+		host:    host,
+		ctx:     ctx,
+		cancel:  cancel,
+		idle:    make(chan struct{}),
 	}
 	if cfg.announce > 0 {
 		rt.ads = newAdvertiser(rt)
@@ -134,7 +170,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		return fmt.Errorf("worker: handle %q: %w", pattern, err)
 	}
 	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retryable: hc.retryable,
-		desc: descriptor(pattern, h, hc)}
+		desc: descriptor(pattern, h, hc), span: newSpanStart(pattern)}
 
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -146,6 +182,9 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 			return fmt.Errorf("worker: handle %q: overlaps %q: %w", pattern, other.pattern, ErrDuplicate)
 		}
 	}
+	// Only a pattern that is served gets series, so that a refused one
+	// leaves none behind.
+	r.metrics = rt.metrics.forRoute(pattern)
 	if rt.started {
 		if err := rt.subscribe(r); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -25,22 +26,27 @@ var nullResult = json.RawMessage("null")
 // than in goroutines of its own. The handler runs on a goroutine of its
 // own, acknowledged and with heartbeats when the aggregator asked for them.
 func (rt *Runtime) receive(r *route, msg *nats.Msg) {
+	// The call's trace context comes first, so that even the log line of
+	// a call that cannot be decoded names its trace.
+	ctx := remoteTrace(rt.ctx, msg.Header)
 	req, rpcErr := rt.readRequest(msg)
 	if rpcErr != nil {
-		rt.log.Warn("undecodable call", "subject", msg.Subject, "err", rpcErr.Message)
-		rt.reply(msg, nil, nil, rpcErr)
+		rt.logCall(ctx, slog.LevelWarn, "undecodable call", nil, "subject", msg.Subject, "err", rpcErr.Message)
+		r.metrics.refuse(refusedInvalid)
+		rt.reply(ctx, msg, nil, nil, rpcErr)
 		return
 	}
 	if rt.ctx.Err() != nil {
-		rt.reply(msg, req, nil, unavailable())
+		r.metrics.refuse(refusedShutdown)
+		rt.reply(ctx, msg, req, nil, unavailable())
 		return
 	}
 	if !req.Deadline.IsZero() && !time.Now().Before(req.Deadline) {
-		rt.log.Info("skipped a call already past its deadline", "method", req.Method, "id", string(req.ID),
-			"late", time.Since(req.Deadline))
+		rt.logCall(ctx, slog.LevelInfo, "skipped a call already past its deadline", req, "late", time.Since(req.Deadline))
+		r.metrics.refuse(refusedLate)
 		return
 	}
-	ctx, cancelCause := context.WithCancelCause(rt.ctx)
+	ctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
 	if !req.Deadline.IsZero() {
 		var cancelDeadline context.CancelFunc
@@ -55,6 +61,7 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 		if hb.asked() {
 			untrack()
 			cancel()
+			r.metrics.refuse(refusedBusy)
 			hb.busy()
 			return
 		}
@@ -63,7 +70,8 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 		case <-ctx.Done():
 			untrack()
 			cancel()
-			rt.reply(msg, req, nil, rt.errorFor(req, ctx.Err()))
+			r.metrics.refuse(rt.refusalOf(ctx.Err()))
+			rt.reply(ctx, msg, req, nil, rt.errorFor(req, ctx.Err()))
 			return
 		}
 	}
@@ -76,17 +84,34 @@ func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats
 	defer rt.release()
 	defer func() { <-r.sem }()
 	defer cancel()
+	result, rpcErr := rt.handle(ctx, r, req, "call")
+	hb.stop()
+	rt.reply(ctx, msg, req, result, rpcErr)
+}
+
+// handle runs r's handler for req inside the call's span and accounts for
+// it in the metrics and the call statistics; what names the call in the
+// debug log line.
+func (rt *Runtime) handle(ctx context.Context, r *route, req *Request, what string) (json.RawMessage, *schema.Error) {
+	ctx, span := rt.startSpan(ctx, r, req)
+	r.metrics.begin()
+	rt.stats.Begin(r.pattern)
 	start := time.Now()
 	result, rpcErr := rt.run(ctx, r.handler, req)
-	if rt.log.Enabled(ctx, slog.LevelDebug) {
-		code := 0
-		if rpcErr != nil {
-			code = rpcErr.Code
-		}
-		rt.log.Debug("call", "method", req.Method, "id", string(req.ID), "duration", time.Since(start), "code", code)
+	d := time.Since(start)
+	r.metrics.end(d, rpcErr)
+	rt.stats.End(r.pattern, d, rpcErr != nil)
+	code := 0
+	if rpcErr != nil {
+		code = rpcErr.Code
+		rt.stats.RecordError(callstats.ErrorAnswer{ID: string(req.ID), Method: req.Method,
+			Code: rpcErr.Code, Message: rpcErr.Message, TraceID: traceID(ctx)})
 	}
-	hb.stop()
-	rt.reply(msg, req, result, rpcErr)
+	if rt.log.Enabled(ctx, slog.LevelDebug) {
+		rt.logCall(ctx, slog.LevelDebug, what, req, "duration", d, "code", code)
+	}
+	endSpan(span, rpcErr)
+	return result, rpcErr
 }
 
 // run calls the handler and encodes what it returns. It returns either a
@@ -94,8 +119,7 @@ func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats
 func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result json.RawMessage, rpcErr *schema.Error) {
 	defer func() {
 		if p := recover(); p != nil {
-			rt.log.Error("handler panicked", "method", req.Method, "id", string(req.ID),
-				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			rt.logCall(ctx, slog.LevelError, "handler panicked", req, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			result, rpcErr = nil, schema.NewError(schema.CodeInternal, "internal error: the tool panicked", nil)
 		}
 	}()
@@ -105,7 +129,7 @@ func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result jso
 	}
 	b, err := encodeResult(v)
 	if err != nil {
-		rt.log.Error("cannot encode a result", "method", req.Method, "id", string(req.ID), "err", err)
+		rt.logCall(ctx, slog.LevelError, "cannot encode a result", req, "err", err)
 		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the result: "+err.Error(), nil)
 	}
 	if limit := rt.maxResultBytes(); int64(len(b)) > limit {
@@ -203,11 +227,11 @@ func (rt *Runtime) readRequest(msg *nats.Msg) (*Request, *schema.Error) {
 
 // reply answers msg with either result or rpcErr; req is nil when the call
 // could not be decoded. A notification is not answered, but its error is
-// logged so that it is never lost without a trace.
-func (rt *Runtime) reply(msg *nats.Msg, req *Request, result json.RawMessage, rpcErr *schema.Error) {
+// logged so that it is never lost without a trace. ctx serves the log lines.
+func (rt *Runtime) reply(ctx context.Context, msg *nats.Msg, req *Request, result json.RawMessage, rpcErr *schema.Error) {
 	if msg.Reply == "" {
 		if rpcErr != nil && req != nil {
-			rt.log.Warn("notification failed", "method", req.Method, "code", rpcErr.Code, "message", rpcErr.Message)
+			rt.logCall(ctx, slog.LevelWarn, "notification failed", req, "code", rpcErr.Code, "message", rpcErr.Message)
 		}
 		return
 	}
@@ -222,11 +246,7 @@ func (rt *Runtime) reply(msg *nats.Msg, req *Request, result json.RawMessage, rp
 		err = bus.Reply(msg, schema.ReplyError(schema.LimitError("max_payload", rt.nc.MaxPayload(), -1)))
 	}
 	if err != nil {
-		method := ""
-		if req != nil {
-			method = req.Method
-		}
-		rt.log.Error("cannot send a reply", "subject", msg.Subject, "method", method, "err", err)
+		rt.logCall(ctx, slog.LevelError, "cannot send a reply", req, "subject", msg.Subject, "err", err)
 	}
 }
 
