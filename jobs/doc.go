@@ -65,4 +65,13 @@
 // backoff, up to a bounded number of attempts; the result stays in the
 // record whatever happens to the callback. Callbacks are delivered at least
 // once: a receiver should key them on the job id ([JobIDHeader]).
+//
+// # Observability
+//
+// [Service.Stats] gives an operator the count of kept jobs by state and
+// the newest jobs, across callers, reading at most [MaxStatsRecords]
+// records. [Service.Collector] exports those counts to Prometheus, cached
+// between scrapes, with the [Counters] of jobs submitted and finished; a
+// [Runner] counts the jobs it ends into counters of its own or, in a
+// process that runs both, the service's ([WithRunnerCounters]).
 package jobs

@@ -53,6 +53,7 @@ type config struct {
 	listLimit      int
 	maxListLimit   int
 	maxListScan    int
+	counters       *Counters
 
 	callbackSecret   []byte
 	callbackClient   *http.Client

@@ -56,6 +56,7 @@ type runnerConfig struct {
 	progressInterval time.Duration
 	maxRunTime       time.Duration
 	fetchWait        time.Duration
+	counters         *Counters
 }
 
 // RunnerOption configures [NewRunner].
@@ -233,6 +234,9 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.counters == nil {
+		cfg.counters = NewCounters()
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Runner{
@@ -585,6 +589,7 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 	case err != nil:
 		r.log.Error("lost a job's outcome", "id", id, "err", err)
 	default:
+		r.cfg.counters.addFinished(rec.Method, rec.State)
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
 	}

@@ -44,8 +44,9 @@ type Service struct {
 	notifier *notifier
 	closed   bool
 
-	served servedFilters
-	ids    idSource
+	served    servedFilters
+	ids       idSource
+	collector *statsCollector
 }
 
 // New returns a service on js. It creates the cluster's queue stream and
@@ -73,7 +74,12 @@ func New(js jetstream.JetStream, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs")}, nil
+	if cfg.counters == nil {
+		cfg.counters = NewCounters()
+	}
+	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs")}
+	s.collector = newStatsCollector(s)
+	return s, nil
 }
 
 // setupTimeout bounds creating the stream, bucket and consumers.
@@ -287,7 +293,7 @@ func (s *Service) enqueue(ctx context.Context, rec *stored) *schema.Error {
 		return schema.NewError(schema.CodeInternal, "internal error: encode job: "+err.Error(), nil)
 	}
 	msg := &nats.Msg{Subject: s.st.names.runSubject(rec.Method), Data: b}
-	_, err = s.st.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.ID), jetstream.WithExpectStream(s.st.names.stream))
+	ack, err := s.st.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.ID), jetstream.WithExpectStream(s.st.names.stream))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages") {
 		return schema.LimitError("max_queued_jobs", s.cfg.store.maxQueued, -1)
@@ -297,6 +303,10 @@ func (s *Service) enqueue(ctx context.Context, rec *stored) *schema.Error {
 	}
 	if err != nil {
 		return unavailable("queue the job", err)
+	}
+	// A duplicate is a job an earlier submit of the same id queued.
+	if !ack.Duplicate {
+		s.cfg.counters.addSubmitted(rec.Method)
 	}
 	return nil
 }
@@ -375,6 +385,7 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schem
 			s.log.Warn("announce a cancel", "id", id, "err", err)
 		}
 	}
+	s.cfg.counters.addFinished(rec.Method, rec.State)
 	s.st.finished(ctx, rec, s.log)
 	return rec.public(), nil
 }

@@ -1,0 +1,129 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds of [Service.Stats].
+const (
+	// MaxStatsRecords is the most records one [Service.Stats] call reads:
+	// the newest ones. Past it, ByState counts only those and
+	// [Stats.Truncated] is set.
+	MaxStatsRecords = 2000
+	// DefaultStatsTimeout bounds a [Service.Stats] call whose context has
+	// no deadline.
+	DefaultStatsTimeout = 10 * time.Second
+	// statsConcurrency is how many records Stats reads at once: enough to
+	// hide the round trips, few enough not to crowd out the requests the
+	// service answers meanwhile.
+	statsConcurrency = 16
+)
+
+// Stats is an operator's view of the jobs kept in the cluster, across every
+// caller, as [Service.Stats] returns it.
+type Stats struct {
+	// ByState counts kept records by state. It holds every state, 0 when
+	// no record is in it.
+	ByState map[State]int
+	// Recent holds the newest jobs, newest first, without their params and
+	// results (as rpc.jobs.list returns them).
+	Recent []Record
+	// Truncated reports that more records are kept than one call reads, so
+	// ByState counts only the newest [MaxStatsRecords].
+	Truncated bool
+}
+
+// Stats counts the jobs kept in the cluster by state and returns the
+// newest recent of them (none when recent <= 0; at most
+// [MaxStatsRecords]). It sees every caller's jobs, so it is for operators
+// (a dashboard, [Service.Collector]) and never answers an agent.
+//
+// Its cost grows with the jobs kept, so call it at a human pace or through
+// the collector's cache. It lists the key of every kept record, not only
+// the newest, in stream-info requests the server pages (a few tens of
+// bytes per job), then reads the records it counts — the newest
+// [MaxStatsRecords] at most, one KV request each, 16 at a time — and each
+// read moves the whole record, params and result included. A record that expires or is deleted between the listing and
+// its read is not counted. ctx bounds the whole call; without a deadline
+// [DefaultStatsTimeout] applies. It returns an error when the listing or a
+// read fails, or ctx ends first.
+func (s *Service) Stats(ctx context.Context, recent int) (Stats, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStatsTimeout)
+		defer cancel()
+	}
+	ids, err := s.jobIDs(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("jobs: stats: list jobs: %w", err)
+	}
+	// Ids sort by creation time (see idSource), so the newest come first.
+	slices.SortFunc(ids, func(a, b string) int { return strings.Compare(b, a) })
+	st := Stats{ByState: make(map[State]int, len(allStates))}
+	for _, state := range allStates {
+		st.ByState[state] = 0
+	}
+	if len(ids) > MaxStatsRecords {
+		ids, st.Truncated = ids[:MaxStatsRecords], true
+	}
+	recent = min(max(recent, 0), len(ids))
+
+	// Every reader writes only the slots of the ids it took, so the slices
+	// need no lock; wg.Wait orders those writes before the reads below.
+	states := make([]State, len(ids)) // "" where the record was gone
+	summaries := make([]*Record, recent)
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	for range min(statsConcurrency, len(ids)) {
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) {
+					return
+				}
+				r, _, err := s.st.get(rctx, ids[i])
+				switch {
+				case errors.Is(err, errNotFound):
+				case err != nil:
+					cancel(err)
+					return
+				default:
+					states[i] = r.State
+					if i < recent {
+						summaries[i] = r.summary()
+					}
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	// A reader stops early only when a read failed or ctx ended.
+	if done.Load() < int64(len(ids)) {
+		return Stats{}, fmt.Errorf("jobs: stats: %w", context.Cause(rctx))
+	}
+	for _, state := range states {
+		if state != "" {
+			st.ByState[state]++
+		}
+	}
+	st.Recent = make([]Record, 0, recent)
+	for _, r := range summaries {
+		if r != nil {
+			st.Recent = append(st.Recent, *r)
+		}
+	}
+	return st, nil
+}
+
+// allStates lists every state in a job's order of life.
+var allStates = [...]State{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCanceled}
