@@ -1,0 +1,236 @@
+package bus_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// connectInProcess opens an in-process connection to e that the test closes.
+func connectInProcess(t *testing.T, e *bus.Embedded) *nats.Conn {
+	t.Helper()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func subjects(t *testing.T, prefix string) bus.Subjects {
+	t.Helper()
+	s, err := bus.NewSubjects(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// serveStatus serves a fake process's status on a connection of its own,
+// as a separate process would, until the test ends.
+func serveStatus(t *testing.T, e *bus.Embedded, prefix, kind, version string, snapshot func() bus.Status) micro.Service {
+	t.Helper()
+	svc, err := bus.ServeStatus(connectInProcess(t, e), subjects(t, prefix), kind, version, snapshot)
+	if err != nil {
+		t.Fatalf("ServeStatus(%s, %s): %v", kind, version, err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+	return svc
+}
+
+func TestGatherStatus(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	two := 2
+	started := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	w1 := serveStatus(t, e, "toolbus", bus.KindWorker, "v1.2.3", func() bus.Status {
+		return bus.Status{InFlight: 1, Started: started, Methods: []bus.MethodStatus{{Method: "math.add", Calls: 10, Rate: 0.5}}}
+	})
+	w2 := serveStatus(t, e, "toolbus", bus.KindWorker, "dev", func() bus.Status {
+		return bus.Status{Methods: []bus.MethodStatus{{Method: "math.add", Calls: 5}}, Extra: map[string]any{"pool": "gpu"}}
+	})
+	in := serveStatus(t, e, "toolbus", bus.KindIngress, "1.2.3", func() bus.Status {
+		return bus.Status{InFlight: 3, Methods: []bus.MethodStatus{{Method: "math.add", Calls: 15, Workers: &two}}}
+	})
+	other := serveStatus(t, e, "elsewhere", bus.KindWorker, "1.0.0", func() bus.Status { return bus.Status{} })
+
+	host, _ := os.Hostname()
+	got, err := bus.GatherStatus(context.Background(), connectInProcess(t, e), subjects(t, "toolbus"), 500*time.Millisecond)
+	if err != nil {
+		t.Fatalf("GatherStatus = %v", err)
+	}
+	byID := map[string]bus.Status{}
+	for _, st := range got {
+		byID[st.ID] = st
+		if st.Host != host {
+			t.Errorf("status %s host = %q, want %q", st.ID, st.Host, host)
+		}
+		if st.Extra["error"] != nil {
+			t.Errorf("status %s has error %v", st.ID, st.Extra["error"])
+		}
+	}
+	if len(got) != 3 || len(byID) != 3 {
+		t.Fatalf("GatherStatus found %d statuses %+v, want 3", len(got), got)
+	}
+	if _, ok := byID[other.Info().ID]; ok {
+		t.Errorf("GatherStatus found the instance of another prefix")
+	}
+	if got[0].Kind != bus.KindIngress || got[1].Kind != bus.KindWorker || got[1].ID > got[2].ID {
+		t.Errorf("order = %s %s, %s %s, %s %s; want the ingress, then workers by id",
+			got[0].Kind, got[0].ID, got[1].Kind, got[1].ID, got[2].Kind, got[2].ID)
+	}
+	if st := byID[in.Info().ID]; st.Kind != bus.KindIngress || st.InFlight != 3 || len(st.Methods) != 1 ||
+		st.Methods[0].Workers == nil || *st.Methods[0].Workers != 2 || st.Started.IsZero() {
+		t.Errorf("ingress status = %+v, want in-flight 3, math.add with 2 workers, a start time", st)
+	}
+	if st := byID[w1.Info().ID]; st.Version != "v1.2.3" || !st.Started.Equal(started) || st.Methods[0].Calls != 10 || st.Methods[0].Workers != nil {
+		t.Errorf("first worker status = %+v, want version v1.2.3, its start time, 10 calls", st)
+	}
+	if st := byID[w2.Info().ID]; st.Version != "dev" || st.Extra["pool"] != "gpu" {
+		t.Errorf("second worker status = %+v, want version dev and pool gpu", st)
+	}
+}
+
+func TestGatherStatusUnanswered(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	s := subjects(t, "toolbus")
+	broken := serveStatus(t, e, "toolbus", bus.KindWorker, "1.0.0", func() bus.Status { panic("broken snapshot") })
+	// A service that looks like a worker's but whose endpoint never
+	// answers, until the test ends.
+	release := make(chan struct{})
+	silent, err := micro.AddService(connectInProcess(t, e), micro.Config{
+		Name: "toolbus-worker", Version: "1.0.0",
+		Metadata: map[string]string{"prefix": "toolbus", "kind": bus.KindWorker, "host": "h2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(release); silent.Stop() })
+	if err := silent.AddEndpoint("status", micro.HandlerFunc(func(micro.Request) { <-release }),
+		micro.WithEndpointSubject(s.Status(bus.KindWorker, silent.Info().ID))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	got, err := bus.GatherStatus(ctx, connectInProcess(t, e), s, 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("GatherStatus = %v", err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("GatherStatus found %+v, want 2 statuses", got)
+	}
+	for _, st := range got {
+		if st.Extra["error"] == nil || st.Kind != bus.KindWorker {
+			t.Errorf("status %+v, want a worker with an error", st)
+		}
+		switch st.ID {
+		case broken.Info().ID:
+			if st.Version != "1.0.0" {
+				t.Errorf("broken worker version = %q, want 1.0.0", st.Version)
+			}
+		case silent.Info().ID:
+			if st.Host != "h2" {
+				t.Errorf("silent worker host = %q, want h2", st.Host)
+			}
+		default:
+			t.Errorf("unknown status %+v", st)
+		}
+	}
+}
+
+// TestGatherStatusBounded checks that gathering ends within its wait when
+// nobody of the prefix answers, whether no service exists at all or only
+// one of another prefix does.
+func TestGatherStatusBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other bool
+	}{
+		{"no service", false},
+		{"another prefix only", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEmbedded(t, bus.EmbeddedConfig{})
+			if tc.other {
+				serveStatus(t, e, "elsewhere", bus.KindIngress, "1.0.0", func() bus.Status { return bus.Status{} })
+			}
+			const wait = 300 * time.Millisecond
+			start := time.Now()
+			got, err := bus.GatherStatus(context.Background(), connectInProcess(t, e), subjects(t, "toolbus"), wait)
+			if err != nil || len(got) != 0 {
+				t.Fatalf("GatherStatus = %+v, %v; want none, nil", got, err)
+			}
+			if d := time.Since(start); d > wait+2*time.Second {
+				t.Errorf("GatherStatus took %v, want about %v at most", d, wait)
+			}
+		})
+	}
+}
+
+func TestGatherStatusCanceled(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	serveStatus(t, e, "toolbus", bus.KindWorker, "1.0.0", func() bus.Status { return bus.Status{} })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := bus.GatherStatus(ctx, connectInProcess(t, e), subjects(t, "toolbus"), time.Minute); err == nil {
+		t.Fatal("GatherStatus with a canceled context = nil, want an error")
+	}
+}
+
+func TestServeStatusVersion(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	for _, tc := range []struct {
+		name, version, want string
+	}{
+		{"semver", "1.2.3", "1.2.3"},
+		{"leading v", "v1.2.3", "1.2.3"},
+		{"prerelease and build", "v1.2.3-rc.1+dirty", "1.2.3-rc.1+dirty"},
+		{"pseudo-version", "v0.0.0-20260101120000-abcdef123456", "0.0.0-20260101120000-abcdef123456"},
+		{"word", "dev", "0.0.0+dev"},
+		{"go devel", "(devel)", "0.0.0+devel"},
+		{"partial", "1.2", "0.0.0+1.2"},
+		{"spaces and dots", "1.2.3 (abc..def)", "0.0.0+1.2.3-abc.def"},
+		{"empty", "", "0.0.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := serveStatus(t, e, "toolbus", bus.KindWorker, tc.version, func() bus.Status { return bus.Status{} })
+			info := svc.Info()
+			if info.Version != tc.want {
+				t.Errorf("ServeStatus(%q) service version = %q, want %q", tc.version, info.Version, tc.want)
+			}
+			if info.Metadata["version"] != tc.version {
+				t.Errorf("ServeStatus(%q) metadata version = %q, want it unchanged", tc.version, info.Metadata["version"])
+			}
+		})
+	}
+}
+
+func TestServeStatusInvalid(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	nc := connectInProcess(t, e)
+	snap := func() bus.Status { return bus.Status{} }
+	for _, tc := range []struct {
+		name     string
+		nc       *nats.Conn
+		s        bus.Subjects
+		kind     string
+		snapshot func() bus.Status
+	}{
+		{"nil connection", nil, subjects(t, "toolbus"), bus.KindWorker, snap},
+		{"zero subjects", nc, bus.Subjects{}, bus.KindWorker, snap},
+		{"unknown kind", nc, subjects(t, "toolbus"), "proxy", snap},
+		{"nil snapshot", nc, subjects(t, "toolbus"), bus.KindWorker, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if svc, err := bus.ServeStatus(tc.nc, tc.s, tc.kind, "1.0.0", tc.snapshot); err == nil {
+				svc.Stop()
+				t.Fatalf("ServeStatus succeeded, want an error")
+			}
+		})
+	}
+}
