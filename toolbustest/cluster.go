@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
@@ -209,7 +210,8 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	if o.jobs {
 		ing.Jobs = startJobs(t, nc, o)
-		ingOpts = append(ingOpts, ingress.WithExtension(jobs.MethodPrefix, ing.Jobs))
+		ingOpts = append(ingOpts, ingress.WithExtension(jobs.MethodPrefix, ing.Jobs),
+			ingress.WithJobStats(jobview.Func(ing.Jobs)))
 	}
 	if o.discovery {
 		ing.Registry = startRegistry(t, nc, o)

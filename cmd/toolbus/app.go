@@ -11,12 +11,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
@@ -51,6 +54,8 @@ type ingressConfig struct {
 	validate         bool
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
+	// obs is what the ingress shows of itself.
+	obs observeConfig
 }
 
 func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
@@ -78,6 +83,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
 	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
+	c.obs.flags(cmd)
 }
 
 // defaultIngressConfig is the configuration the in-process commands (demo,
@@ -103,13 +109,20 @@ type workerConfig struct {
 	mcpCommand      string
 	mcpURL          string
 	mcpPrefix       string
+	// metricsListen is where a standalone worker serves /metrics,
+	// /healthz and /readyz; empty for nowhere. In the one-process
+	// commands the ingress serves the worker's metrics.
+	metricsListen string
+	standalone    bool
 }
 
 // flags defines the worker's flags; standalone adds those that the dev
 // command shares with the ingress (--prefix, --jobs).
 func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f := cmd.Flags()
+	c.standalone = standalone
 	if standalone {
+		f.StringVar(&c.metricsListen, "metrics-listen", "0.0.0.0:9464", "HTTP address of the worker's /metrics, /healthz and /readyz (empty for none)")
 		f.StringVar(&c.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
 		f.BoolVar(&c.jobs, "jobs", true, "also run the toolsets' tools as durable jobs from JetStream (needs JetStream)")
 	} else {
@@ -241,7 +254,8 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				aggregator.WithLogger(log)}, policy...)...)
 			return agg, nc, reg, err
 		}),
-		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger) (*ingress.Server, ingressAddr, error) {
+		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger,
+			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters) (*ingress.Server, ingressAddr, error) {
 			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
 				ingress.WithMaxTimeout(cfg.maxTimeout),
@@ -265,18 +279,27 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				return nil, ingressAddr{}, err
 			}
 			opts = append(opts, sec...)
+			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
-				svc, err := newJobService(lc, nc, cfg, log)
+				svc, err := newJobService(lc, nc, cfg, log, counters)
 				if err != nil {
 					return nil, ingressAddr{}, err
 				}
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc))
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc), ingress.WithJobStats(jobview.Func(svc)))
+				if cfg.obs.metrics {
+					if err := metrics.Register(svc.Collector()); err != nil {
+						return nil, ingressAddr{}, fmt.Errorf("ingress: jobs metrics: %w", err)
+					}
+				}
 			}
 			if reg != nil {
 				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
 			}
 			srv, err := ingress.New(agg, opts...)
 			if err != nil {
+				return nil, ingressAddr{}, err
+			}
+			if err := serveStatus(lc, nc, cfg.prefix, bus.KindIngress, func() bus.Status { return ingressStatus(srv) }); err != nil {
 				return nil, ingressAddr{}, err
 			}
 			l, err := net.Listen("tcp", cfg.listen)
@@ -305,7 +328,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 }
 
 // newJobService starts the rpc.jobs.* service of an ingress.
-func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.Logger) (*jobs.Service, error) {
+func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.Logger, counters *jobs.Counters) (*jobs.Service, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("ingress: jobs: %w", err)
@@ -316,6 +339,7 @@ func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.
 		jobs.WithReplicas(cfg.jobReplicas),
 		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
 		jobs.WithLogger(log),
+		jobs.WithCounters(counters),
 	}
 	if cfg.callbackSecret != "" {
 		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)))
@@ -333,7 +357,8 @@ func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.
 
 // workerModule runs a worker runtime serving the configured toolsets.
 func workerModule(cfg workerConfig) fx.Option {
-	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger) error {
+	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger,
+		metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters) error {
 		if err := cfg.validate(); err != nil {
 			return err
 		}
@@ -341,7 +366,8 @@ func workerModule(cfg workerConfig) fx.Option {
 		if err != nil {
 			return err
 		}
-		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log)}
+		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
+			worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
 		if cfg.announce {
 			wopts = append(wopts, worker.WithDiscovery(0))
 		}
@@ -368,7 +394,23 @@ func workerModule(cfg workerConfig) fx.Option {
 		}
 		var runner *jobs.Runner
 		if cfg.jobs {
-			if runner, err = newRunner(nc, rt, cfg, log); err != nil {
+			if runner, err = newRunner(nc, rt, cfg, log, counters); err != nil {
+				nc.Close()
+				return err
+			}
+			// In one process with an ingress, the job service's
+			// collector reports these counters.
+			if cfg.standalone {
+				if err := metrics.Register(runner.Collector()); err != nil {
+					nc.Close()
+					return fmt.Errorf("worker: jobs metrics: %w", err)
+				}
+			}
+		}
+		// Registered before the worker's own hook, the probes stop after
+		// it: /readyz says why while the worker drains.
+		if cfg.metricsListen != "" {
+			if err := workerHTTP(lc, cfg.metricsListen, metrics, rt, log); err != nil {
 				nc.Close()
 				return err
 			}
@@ -402,12 +444,17 @@ func workerModule(cfg workerConfig) fx.Option {
 				return errors.Join(errs...)
 			},
 		})
+		// Appended after the worker's hook, the status service stops
+		// before the worker drains its connection.
+		if err := serveStatus(lc, nc, cfg.prefix, bus.KindWorker, func() bus.Status { return workerStatus(rt) }); err != nil {
+			return err
+		}
 		log.Info("worker serving", "methods", rt.Methods(), "jobs", cfg.jobs)
 		return nil
 	})
 }
 
-func newRunner(nc *nats.Conn, rt *worker.Runtime, cfg workerConfig, log *slog.Logger) (*jobs.Runner, error) {
+func newRunner(nc *nats.Conn, rt *worker.Runtime, cfg workerConfig, log *slog.Logger, counters *jobs.Counters) (*jobs.Runner, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: jobs: %w", err)
@@ -416,7 +463,8 @@ func newRunner(nc *nats.Conn, rt *worker.Runtime, cfg workerConfig, log *slog.Lo
 		jobs.WithRunnerPrefix(cfg.prefix),
 		jobs.WithLease(cfg.jobLease),
 		jobs.WithRunConcurrency(cfg.jobConcurrency),
-		jobs.WithRunnerLogger(log))
+		jobs.WithRunnerLogger(log),
+		jobs.WithRunnerCounters(counters))
 	if err != nil {
 		return nil, fmt.Errorf("worker: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
 	}
@@ -440,11 +488,18 @@ func drain(nc *nats.Conn) {
 }
 
 // newApp builds an fx application from modules, logging through the
-// default logger and quiet about fx's own events.
+// default logger and quiet about fx's own events, with tracing off.
 func newApp(modules ...fx.Option) *fx.App {
+	return newTracedApp(tracingConfig{exporter: traceOff, sample: 1}, "toolbus", modules...)
+}
+
+// newTracedApp is [newApp] with the tracing of tc, under the service name
+// service.
+func newTracedApp(tc tracingConfig, service string, modules ...fx.Option) *fx.App {
 	return fx.New(
 		fx.NopLogger,
 		fx.Provide(func() *slog.Logger { return slog.Default() }),
+		telemetryModule(tc, service),
 		fx.StartTimeout(30*time.Second),
 		fx.StopTimeout(2*time.Minute),
 		fx.Options(modules...),

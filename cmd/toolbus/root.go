@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/toolbus/toolbus/internal/tracelog"
 )
 
 // envOverrides names the environment variable of flags whose name alone
@@ -58,6 +60,7 @@ Every flag can also be set by an environment variable, named in its help.`,
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
 	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
+	root.AddCommand(newStatusCmd())
 	annotateEnv(root)
 	return root
 }
@@ -101,11 +104,12 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	// Every line written with a traced context carries its trace_id.
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(tracelog.Handler(slog.NewJSONHandler(os.Stderr, opts))), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(tracelog.Handler(slog.NewTextHandler(os.Stderr, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want json or text", format)
 }

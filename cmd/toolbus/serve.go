@@ -19,6 +19,7 @@ func newDevCmd() *cobra.Command {
 	var (
 		ic         ingressConfig
 		wc         workerConfig
+		tc         tracingConfig
 		natsListen string
 		dataDir    string
 	)
@@ -34,10 +35,13 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := wc.validate(); err != nil {
 				return err
 			}
+			if err := tc.validate(); err != nil {
+				return err
+			}
 			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded
-			app := newApp(
+			app := newTracedApp(tc, tracingService(cmd),
 				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, DataDir: dataDir}),
 				workerModule(wc),
 				ingressModule(ic),
@@ -45,6 +49,9 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			)
 			return runUntilSignal(cmd.Context(), app, func() {
 				fmt.Fprintf(cmd.OutOrStdout(), "toolbus dev ready: http://%s/rpc\n", addr)
+				if ic.obs.dashboard {
+					fmt.Fprintf(cmd.OutOrStdout(), "dashboard: http://%s/ui/\n", addr)
+				}
 				if u := emb.ClientURL(); u != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\n", u)
 				}
@@ -54,6 +61,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 	ic.flags(cmd, "127.0.0.1:8080")
 	ic.sec.flags(cmd, true)
 	wc.flags(cmd, false)
+	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
 	return cmd
@@ -62,6 +70,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 func newIngressCmd() *cobra.Command {
 	var (
 		ic      ingressConfig
+		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
 	)
@@ -74,8 +83,11 @@ func newIngressCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("ingress: %w", err)
 			}
+			if err := tc.validate(); err != nil {
+				return err
+			}
 			var addr ingressAddr
-			app := newApp(remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr))
+			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr))
 			return runUntilSignal(cmd.Context(), app, func() {
 				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
 			})
@@ -83,6 +95,7 @@ func newIngressCmd() *cobra.Command {
 	}
 	ic.flags(cmd, "0.0.0.0:8080")
 	ic.sec.flags(cmd, false)
+	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	auth.flags(cmd)
 	return cmd
@@ -91,6 +104,7 @@ func newIngressCmd() *cobra.Command {
 func newWorkerCmd() *cobra.Command {
 	var (
 		wc      workerConfig
+		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
 	)
@@ -106,13 +120,17 @@ func newWorkerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
-			app := newApp(remoteModule(natsURL, natsOpts...), workerModule(wc))
+			if err := tc.validate(); err != nil {
+				return err
+			}
+			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc))
 			return runUntilSignal(cmd.Context(), app, func() {
 				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.tools)
 			})
 		},
 	}
 	wc.flags(cmd, true)
+	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	auth.flags(cmd)
 	return cmd

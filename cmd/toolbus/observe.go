@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/fx"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// observeConfig is what the ingress shows of itself: metrics, the
+// dashboard and the message log.
+type observeConfig struct {
+	metrics        bool
+	dashboard      bool
+	msgLogMethods  []string
+	msgLogMaxBytes int
+	msgLogRedact   []string
+}
+
+// defaultRedact are the members the message log hides unless told
+// otherwise.
+var defaultRedact = []string{"password", "passwd", "secret", "token", "access_token", "refresh_token", "api_key", "apikey", "authorization", "cookie"}
+
+func (c *observeConfig) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&c.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (open without credentials, like the probes)")
+	f.BoolVar(&c.dashboard, "dashboard", true, "serve the live dashboard at /ui/ (its data needs credentials when auth is on)")
+	f.StringSliceVar(&c.msgLogMethods, "message-log", nil, `log the request and response bodies of these methods or patterns ("math.*", ">" for all); off when empty`)
+	f.IntVar(&c.msgLogMaxBytes, "message-log-max-bytes", ingress.DefaultMessageLogMaxBytes, "longest body a message log line holds; longer ones are cut and marked truncated")
+	f.StringSliceVar(&c.msgLogRedact, "message-log-redact", defaultRedact, "object members whose values the message log replaces with [REDACTED], at any depth, ignoring case")
+}
+
+// ingressOptions are the ingress options of c.
+func (c observeConfig) ingressOptions(reg *prometheus.Registry, tp trace.TracerProvider) []ingress.Option {
+	opts := []ingress.Option{ingress.WithTracerProvider(tp), ingress.WithDashboard(c.dashboard)}
+	if c.metrics {
+		opts = append(opts, ingress.WithMetrics(reg))
+	}
+	if len(c.msgLogMethods) > 0 {
+		opts = append(opts, ingress.WithMessageLog(ingress.MessageLog{
+			Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact,
+		}))
+	}
+	return opts
+}
+
+// telemetryModule provides the process's metrics registry (with the Go
+// runtime's and the process's own metrics) and its tracer provider, which
+// it also installs as the global one and flushes on stop.
+func telemetryModule(tc tracingConfig, service string) fx.Option {
+	return fx.Provide(
+		func() *prometheus.Registry {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			return reg
+		},
+		jobs.NewCounters,
+		func(lc fx.Lifecycle) (trace.TracerProvider, error) {
+			tp, shutdown, err := tc.provider(context.Background(), service, nil)
+			if err != nil {
+				return nil, err
+			}
+			otel.SetTracerProvider(tp)
+			lc.Append(fx.StopHook(shutdown))
+			return tp, nil
+		},
+	)
+}
+
+// serveStatus answers `toolbus status` for one part of the process until
+// it stops.
+func serveStatus(lc fx.Lifecycle, nc *nats.Conn, prefix, kind string, snapshot func() bus.Status) error {
+	subjects, err := bus.NewSubjects(prefix)
+	if err != nil {
+		return err
+	}
+	var svc interface{ Stop() error }
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			s, err := bus.ServeStatus(nc, subjects, kind, buildVersion(), snapshot)
+			if err != nil {
+				return fmt.Errorf("%s: status service: %w", kind, err)
+			}
+			svc = s
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			if svc == nil {
+				return nil
+			}
+			return svc.Stop()
+		},
+	})
+	return nil
+}
+
+// ingressStatus is the status answer of an ingress.
+func ingressStatus(srv *ingress.Server) bus.Status {
+	st := srv.Overview()
+	out := bus.Status{Kind: bus.KindIngress, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
+		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
+		Extra:   map[string]any{"ingress_id": st.Ingress.ID, "discovery": st.Discovery, "workers": len(st.Workers)}}
+	for _, m := range st.Methods {
+		out.Methods = append(out.Methods, bus.MethodStatus{
+			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
+			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total, Workers: m.Workers,
+		})
+	}
+	return out
+}
+
+// workerStatus is the status answer of a worker.
+func workerStatus(rt *worker.Runtime) bus.Status {
+	st := rt.Status()
+	out := bus.Status{Kind: bus.KindWorker, Host: st.Host, Started: st.Started, InFlight: st.InFlight,
+		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
+		Extra:   map[string]any{"worker_id": st.ID, "ready": st.Ready}}
+	if st.NotReady != "" {
+		out.Extra["not_ready"] = st.NotReady
+	}
+	for _, m := range st.Methods {
+		out.Methods = append(out.Methods, bus.MethodStatus{
+			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
+			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total,
+		})
+	}
+	return out
+}
+
+// workerHTTP serves a standalone worker's /metrics, /healthz and /readyz on
+// addr, so that Prometheus and a container orchestrator can reach a
+// process that otherwise speaks only NATS.
+func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *worker.Runtime, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if err := rt.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "{\"status\":\"not ready\",\"reason\":%q}\n", err.Error())
+			return
+		}
+		fmt.Fprintln(w, `{"status":"ready"}`)
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("worker: --metrics-listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go func() {
+				if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					log.Error("worker metrics server stopped", "err", err)
+				}
+			}()
+			log.Info("worker metrics and probes", "url", "http://"+l.Addr().String()+"/metrics")
+			return nil
+		},
+		// It stops last, so that /readyz says "draining" while the
+		// worker drains.
+		OnStop: func(ctx context.Context) error { return srv.Shutdown(ctx) },
+	})
+	return nil
+}

@@ -1,0 +1,44 @@
+// Package jobview turns the jobs service's statistics into the jobs part of
+// the ingress's dashboard, for the programs that wire the two together.
+package jobview
+
+import (
+	"context"
+
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
+)
+
+// Func returns what [ingress.WithJobStats] takes, reading svc.
+func Func(svc *jobs.Service) func(ctx context.Context, recent int) (ingress.JobsState, error) {
+	return func(ctx context.Context, recent int) (ingress.JobsState, error) {
+		st, err := svc.Stats(ctx, recent)
+		if err != nil {
+			return ingress.JobsState{}, err
+		}
+		return Convert(st), nil
+	}
+}
+
+// Convert turns jobs statistics into the dashboard's form.
+func Convert(st jobs.Stats) ingress.JobsState {
+	out := ingress.JobsState{ByState: make(map[string]int, len(st.ByState)), Truncated: st.Truncated,
+		Recent: make([]ingress.JobState, 0, len(st.Recent))}
+	for state, n := range st.ByState {
+		out.ByState[string(state)] = n
+	}
+	for _, r := range st.Recent {
+		j := ingress.JobState{ID: r.ID, Method: r.Method, State: string(r.State), Created: r.CreatedAt}
+		if r.Progress != nil {
+			p := r.Progress.Percent
+			j.Percent = &p
+			j.Message = r.Progress.Message
+		}
+		if r.State == jobs.StateSucceeded {
+			full := 100.0
+			j.Percent = &full
+		}
+		out.Recent = append(out.Recent, j)
+	}
+	return out
+}
