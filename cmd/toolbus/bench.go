@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/fx"
+	"golang.org/x/term"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/bench"
@@ -35,6 +36,7 @@ type benchFlags struct {
 	jobsConc      int
 	wsConc        int
 	cpuProfile    string
+	progress      string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -51,14 +53,22 @@ at each concurrency, then a fan-out scenario (one batch of 100 sleep calls of
 300ms deadline), each against its target. The jobs scenario measures
 rpc.jobs.get of a finished job and rpc.jobs.submit of echo jobs in a closed
 loop, against their targets; the WebSocket scenario sends echo calls from many
-callers over one WebSocket connection and the same over HTTP.`,
+callers over one WebSocket connection and the same over HTTP. After each
+scenario that measures latencies it draws their histogram.
+
+While a scenario runs, a progress line on standard error shows how far it has
+got, when standard error is a terminal (--progress auto).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			return runBench(ctx, cmd.OutOrStdout(), f)
+			progress, err := progressWriter(f.progress, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return runBench(ctx, cmd.OutOrStdout(), progress, f)
 		},
 	}
 	cmd.Flags().DurationVar(&f.duration, "duration", 2*time.Second, "length of each measured round")
@@ -75,10 +85,46 @@ callers over one WebSocket connection and the same over HTTP.`,
 	cmd.Flags().IntVar(&f.jobsConc, "jobs-concurrency", 16, "concurrent submitters of the jobs scenario")
 	cmd.Flags().IntVar(&f.wsConc, "ws-concurrency", 64, "concurrent callers of the WebSocket scenario")
 	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator included) to this file")
+	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress line on standard error while a scenario runs: auto (when standard error is a terminal), on or off")
 	return cmd
 }
 
-func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
+// progressWriter returns where the progress line of --progress mode goes:
+// stderr, or nil for none. Auto draws it only when stderr is a terminal, so
+// that CI logs and pipes get no carriage returns.
+func progressWriter(mode string, stderr io.Writer) (io.Writer, error) {
+	switch mode {
+	case "on":
+		return stderr, nil
+	case "off":
+		return nil, nil
+	case "auto":
+		if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return stderr, nil
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("--progress %q: want auto, on or off", mode)
+}
+
+// progressStarter starts the progress line of a scenario; it returns nil,
+// which shows nothing, when there is nowhere to draw it.
+type progressStarter func(name string) *bench.Progress
+
+func newProgressStarter(w io.Writer) progressStarter {
+	return func(name string) *bench.Progress {
+		if w == nil {
+			return nil
+		}
+		return bench.StartProgress(w, name)
+	}
+}
+
+// runBench runs the scenarios f selects and reports them on out, drawing
+// their progress on progress unless it is nil. Each progress line is
+// cleared before its scenario's report is printed.
+func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error {
+	startProgress := newProgressStarter(progress)
 	var natsModule fx.Option
 	switch f.busTransport {
 	case "in-process":
@@ -131,48 +177,58 @@ func runBench(ctx context.Context, out io.Writer, f benchFlags) error {
 	fmt.Fprintf(out, "toolbus bench: GOMAXPROCS=%d, %s/%s, %s; bus %s\n\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), f.busTransport)
 	var errs []error
 	if !f.skipCompare {
+		p := startProgress("echo")
 		cs, err := bench.Compare(ctx,
 			bench.Target{Name: "plain net/http", URL: "http://" + plainL.Addr().String() + "/"},
 			bench.Target{Name: "toolbus", URL: toolbusURL},
-			bench.CompareConfig{Concurrency: f.concurrency, Rounds: f.rounds, Duration: f.duration})
+			bench.CompareConfig{Concurrency: f.concurrency, Rounds: f.rounds, Duration: f.duration, Progress: p})
+		p.Stop()
 		if cs != nil {
 			bench.ReportCompare(out, cs)
 		}
 		errs = append(errs, err)
 	}
 	if !f.skipScenarios {
-		fo, err := bench.FanOut(ctx, bench.FanOutConfig{URL: toolbusURL, Repeats: f.repeats})
+		p := startProgress("fan-out")
+		fo, err := bench.FanOut(ctx, bench.FanOutConfig{URL: toolbusURL, Repeats: f.repeats, Progress: p})
+		p.Stop()
 		fmt.Fprintln(out)
 		bench.ReportFanOut(out, fo)
 		errs = append(errs, err)
-		sl, err := bench.SlowBackend(ctx, bench.SlowConfig{URL: toolbusURL, Repeats: f.repeats})
+		p = startProgress("slow backend")
+		sl, err := bench.SlowBackend(ctx, bench.SlowConfig{URL: toolbusURL, Repeats: f.repeats, Progress: p})
+		p.Stop()
 		fmt.Fprintln(out)
 		bench.ReportSlow(out, sl)
 		errs = append(errs, err)
 	}
 	if !f.skipJobs {
-		jr, err := bench.Jobs(ctx, bench.JobsConfig{URL: toolbusURL, Concurrency: f.jobsConc, Duration: f.duration})
+		p := startProgress("jobs")
+		jr, err := bench.Jobs(ctx, bench.JobsConfig{URL: toolbusURL, Concurrency: f.jobsConc, Duration: f.duration, Progress: p})
+		p.Stop()
 		fmt.Fprintln(out)
 		bench.ReportJobs(out, jr)
 		errs = append(errs, err)
 	}
 	if !f.skipWS {
+		p := startProgress("websocket")
 		wr, err := bench.WebSocket(ctx, bench.WebSocketConfig{HTTPURL: toolbusURL, WSURL: wsURL,
-			Concurrency: f.wsConc, Rounds: f.rounds, Duration: f.duration})
+			Concurrency: f.wsConc, Rounds: f.rounds, Duration: f.duration, Progress: p})
+		p.Stop()
 		fmt.Fprintln(out)
 		bench.ReportWebSocket(out, wr)
 		errs = append(errs, err)
 	}
 	if !f.skipOverload {
 		fmt.Fprintln(out)
-		errs = append(errs, runOverload(ctx, out, f, natsModule))
+		errs = append(errs, runOverload(ctx, out, startProgress, f, natsModule))
 	}
 	return errors.Join(errs...)
 }
 
 // runOverload measures admission control on a cluster of its own whose
 // aggregator admits only --overload-capacity sleep calls at once.
-func runOverload(ctx context.Context, out io.Writer, f benchFlags, natsModule fx.Option) error {
+func runOverload(ctx context.Context, out io.Writer, startProgress progressStarter, f benchFlags, natsModule fx.Option) error {
 	if f.overloadCap <= 0 {
 		return fmt.Errorf("--overload-capacity must be positive, got %d", f.overloadCap)
 	}
@@ -191,7 +247,9 @@ func runOverload(ctx context.Context, out io.Writer, f benchFlags, natsModule fx
 		return err
 	}
 	defer app.Stop(context.WithoutCancel(ctx))
-	r, err := bench.Overload(ctx, bench.OverloadConfig{URL: "http://" + addr.String() + "/rpc", Capacity: f.overloadCap, Duration: f.duration})
+	p := startProgress("overload")
+	r, err := bench.Overload(ctx, bench.OverloadConfig{URL: "http://" + addr.String() + "/rpc", Capacity: f.overloadCap, Duration: f.duration, Progress: p})
+	p.Stop()
 	bench.ReportOverload(out, r)
 	return err
 }

@@ -35,7 +35,9 @@ type batchCheck struct {
 
 // runBatches sends body to url repeats times, one after another, and checks
 // each answer. A batch gets at most timeout. It stops early when ctx ends.
-func runBatches(ctx context.Context, c *http.Client, url string, header http.Header, bc batchCheck, repeats int, timeout time.Duration) (Batches, error) {
+// It plans progress for repeats batches and counts each that ends.
+func runBatches(ctx context.Context, c *http.Client, url string, header http.Header, bc batchCheck, repeats int, timeout time.Duration, progress *Progress) (Batches, error) {
+	progress.planCount(repeats, "batches")
 	var b Batches
 	var buf bytes.Buffer
 	for i := range repeats {
@@ -47,6 +49,7 @@ func runBatches(ctx context.Context, c *http.Client, url string, header http.Hea
 		err := post(bctx, c, url, header, bc.body, &buf)
 		wall := time.Since(start)
 		cancel()
+		progress.add(1)
 		if err == nil || errors.Is(err, ErrStatus) {
 			b.Walls = append(b.Walls, wall)
 		}
@@ -103,6 +106,9 @@ type FanOutConfig struct {
 	// Client sends the batches. Default: a client of its own, closed when
 	// FanOut returns.
 	Client *http.Client
+	// Progress, when not nil, is planned for Repeats batches and counts
+	// them. Optional.
+	Progress *Progress
 }
 
 // FanOutResult is what [FanOut] measured.
@@ -160,7 +166,7 @@ func FanOut(ctx context.Context, cfg FanOutConfig) (FanOutResult, error) {
 	// A batch run one call after another would take Calls×Sleep; ten
 	// seconds past one Sleep is ample for any working fan-out and keeps a
 	// broken one from hanging the bench.
-	b, err := runBatches(ctx, client, cfg.URL, requestHeader(cfg.Header), bc, cfg.Repeats, time.Duration(ms)*time.Millisecond+10*time.Second)
+	b, err := runBatches(ctx, client, cfg.URL, requestHeader(cfg.Header), bc, cfg.Repeats, time.Duration(ms)*time.Millisecond+10*time.Second, cfg.Progress)
 	res := FanOutResult{Calls: cfg.Calls, Ideal: time.Duration(ms) * time.Millisecond, Batches: b}
 	if err != nil {
 		return res, fmt.Errorf("bench: fan-out: %w", err)
@@ -192,6 +198,9 @@ type SlowConfig struct {
 	// Client sends the batches. Default: a client of its own, closed when
 	// SlowBackend returns.
 	Client *http.Client
+	// Progress, when not nil, is planned for Repeats batches and counts
+	// them. Optional.
+	Progress *Progress
 }
 
 // SlowResult is what [SlowBackend] measured.
@@ -251,7 +260,7 @@ func SlowBackend(ctx context.Context, cfg SlowConfig) (SlowResult, error) {
 	}
 	// A toolbus that ignored the deadline would answer after Sleep: give it
 	// that long, and a little more, so that the check reports what it did.
-	b, err := runBatches(ctx, client, cfg.URL, header, bc, cfg.Repeats, cfg.Sleep+cfg.Timeout+5*time.Second)
+	b, err := runBatches(ctx, client, cfg.URL, header, bc, cfg.Repeats, cfg.Sleep+cfg.Timeout+5*time.Second, cfg.Progress)
 	res := SlowResult{Echoes: cfg.Echoes, Sleep: cfg.Sleep, Timeout: cfg.Timeout, Batches: b}
 	if err != nil {
 		return res, fmt.Errorf("bench: slow backend: %w", err)

@@ -38,6 +38,9 @@ type CompareConfig struct {
 	// Client sends the requests. Default: a client per round, as [Load]
 	// makes.
 	Client *http.Client
+	// Progress, when not nil, is planned for every round of both targets
+	// and counts their requests. Optional.
+	Progress *Progress
 }
 
 // Side is what one target measured at one concurrency.
@@ -90,6 +93,8 @@ func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) (
 		cfg.Body = []byte(EchoRequest)
 	}
 
+	perRound := cfg.Warmup + cfg.Duration
+	cfg.Progress.planTime(time.Duration(len(cfg.Concurrency)*cfg.Rounds*2)*perRound, "req")
 	var out []Comparison
 	for _, c := range cfg.Concurrency {
 		sides := []Target{baseline, subject}
@@ -104,6 +109,7 @@ func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) (
 					Duration:    cfg.Duration,
 					Warmup:      cfg.Warmup,
 					Client:      cfg.Client,
+					progress:    cfg.Progress,
 				})
 				if err != nil {
 					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)

@@ -21,7 +21,14 @@
 // rounds.
 //
 // The Report functions print the measurements as tables, with a [Verdict]
-// per goal of the bench command (see the Goal constants).
+// per goal of the bench command (see the Goal constants); those of scenarios
+// that measure latencies then draw them as a text histogram, log-spaced
+// buckets shared by the two sides compared, from the same bounded histogram
+// the percentiles come from.
+//
+// A [Progress] given to a scenario's config shows, on a terminal, how far
+// the scenario has got while it runs; the caller starts it before and stops
+// it after, which clears its line before the report is printed.
 //
 // Nothing here starts a toolbus cluster: the caller hands over the URLs.
 package bench

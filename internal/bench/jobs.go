@@ -36,6 +36,9 @@ type JobsConfig struct {
 	// Drain bounds how long Jobs waits, after submitting, for the last job
 	// of every submitter to succeed. Default 60s.
 	Drain time.Duration
+	// Progress, when not nil, is planned for the measured time of both
+	// phases (not the drain) and counts their calls. Optional.
+	Progress *Progress
 }
 
 // JobsResult is what [Jobs] measured.
@@ -96,6 +99,7 @@ func Jobs(ctx context.Context, cfg JobsConfig) (JobsResult, error) {
 	}
 	defer c.Close()
 
+	cfg.Progress.planTime(2*(cfg.Warmup+cfg.Duration), "req")
 	res := JobsResult{Method: cfg.Method}
 	if res.Poll, err = pollJob(ctx, c, cfg); err != nil {
 		return res, fmt.Errorf("bench: jobs: %w", err)
@@ -118,7 +122,7 @@ func pollJob(ctx context.Context, c *client.Client, cfg JobsConfig) (Result, err
 		return Result{}, err
 	}
 	params := map[string]string{"id": sub.ID}
-	res, err := Loop(ctx, LoopConfig{Concurrency: cfg.PollConcurrency, Duration: cfg.Duration, Warmup: cfg.Warmup},
+	res, err := Loop(ctx, LoopConfig{Concurrency: cfg.PollConcurrency, Duration: cfg.Duration, Warmup: cfg.Warmup, progress: cfg.Progress},
 		func(ctx context.Context, _ int) error {
 			var rec jobs.Record
 			if err := c.Call(ctx, jobs.MethodGet, params, &rec); err != nil {
@@ -141,7 +145,7 @@ func submitJobs(ctx context.Context, c *client.Client, cfg JobsConfig, res *Jobs
 	var n atomic.Int64
 	start := time.Now()
 	var err error
-	res.Submit, err = Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: cfg.Warmup},
+	res.Submit, err = Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: cfg.Warmup, progress: cfg.Progress},
 		func(ctx context.Context, worker int) error {
 			var sub jobs.SubmitResult
 			params := map[string]any{"method": cfg.Method, "params": map[string]int64{"n": n.Add(1)}}

@@ -37,6 +37,9 @@ type LoadConfig struct {
 	// Client sends the requests. Default: a client of its own keeping
 	// Concurrency connections alive, without proxy, closed when Load returns.
 	Client *http.Client
+
+	// progress counts every request that ends, as [LoopConfig]'s does.
+	progress *Progress
 }
 
 // Result is what [Load] measured. Only answers that arrived during the
@@ -88,7 +91,7 @@ func Load(ctx context.Context, cfg LoadConfig) (Result, error) {
 	}
 	header := requestHeader(cfg.Header)
 
-	res := runLoop(ctx, cfg.Concurrency, cfg.Warmup, cfg.Duration, cfg.Grace, func(runCtx context.Context, _ int) func() error {
+	res := runLoop(ctx, cfg.Concurrency, cfg.Warmup, cfg.Duration, cfg.Grace, cfg.progress, func(runCtx context.Context, _ int) func() error {
 		var buf bytes.Buffer
 		return func() error {
 			if err := post(runCtx, client, cfg.URL, header, cfg.Body, &buf); err != nil {

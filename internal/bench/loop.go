@@ -22,6 +22,11 @@ type LoopConfig struct {
 	// may take; the context of one still running then ends and it counts
 	// as an error. Default 5s.
 	Grace time.Duration
+
+	// progress counts every operation that ends, warmup included. It is
+	// set by the scenarios of this package, which plan it for all their
+	// loops together.
+	progress *Progress
 }
 
 // Op is one operation of [Loop], run by worker number worker (0 to
@@ -53,7 +58,7 @@ func Loop(ctx context.Context, cfg LoopConfig, op Op) (Result, error) {
 	if cfg.Grace == 0 {
 		cfg.Grace = 5 * time.Second
 	}
-	res := runLoop(ctx, cfg.Concurrency, cfg.Warmup, cfg.Duration, cfg.Grace, func(runCtx context.Context, i int) func() error {
+	res := runLoop(ctx, cfg.Concurrency, cfg.Warmup, cfg.Duration, cfg.Grace, cfg.progress, func(runCtx context.Context, i int) func() error {
 		return func() error { return op(runCtx, i) }
 	})
 	if err := ctx.Err(); err != nil {
@@ -65,8 +70,8 @@ func Loop(ctx context.Context, cfg LoopConfig, op Op) (Result, error) {
 // runLoop runs concurrency workers, each calling the function newCall
 // makes for it until warmup and duration have passed, and merges what they
 // measured. The context given to newCall ends grace after the measured
-// time.
-func runLoop(ctx context.Context, concurrency int, warmup, duration, grace time.Duration, newCall func(runCtx context.Context, worker int) func() error) Result {
+// time. Every call that ends is counted on progress.
+func runLoop(ctx context.Context, concurrency int, warmup, duration, grace time.Duration, progress *Progress, newCall func(runCtx context.Context, worker int) func() error) Result {
 	from := time.Now().Add(warmup)
 	end := from.Add(duration)
 	runCtx, cancel := context.WithDeadline(ctx, end.Add(grace))
@@ -77,6 +82,7 @@ func runLoop(ctx context.Context, concurrency int, warmup, duration, grace time.
 	for i := range workers {
 		w := &workers[i]
 		w.hist = new(histogram)
+		w.progress = progress
 		call := newCall(runCtx, i)
 		wg.Go(func() { w.run(runCtx, from, end, call) })
 	}
@@ -102,6 +108,7 @@ func runLoop(ctx context.Context, concurrency int, warmup, duration, grace time.
 // loopWorker is one closed loop and what it counted.
 type loopWorker struct {
 	hist     *histogram
+	progress *Progress
 	ok, errs int64
 	firstErr error
 }
@@ -114,6 +121,7 @@ func (w *loopWorker) run(ctx context.Context, from, end time.Time, call func() e
 		}
 		err := call()
 		done := time.Now()
+		w.progress.add(1)
 		if done.Before(from) {
 			continue // warmup
 		}

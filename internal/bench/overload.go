@@ -42,6 +42,9 @@ type OverloadConfig struct {
 	// (default: this process's, for the in-process cluster of toolbus
 	// bench).
 	Heap func() uint64
+	// Progress, when not nil, is planned for both phases and counts their
+	// calls, refused ones included. Optional.
+	Progress *Progress
 }
 
 // OverloadResult is what [Overload] measured.
@@ -125,8 +128,12 @@ func Overload(ctx context.Context, cfg OverloadConfig) (OverloadResult, error) {
 		return fail(&failed, &firstMu, &res.FirstFailure, ErrNotJSONRPC)
 	}
 
+	loop := func(clients int) LoopConfig {
+		return LoopConfig{Concurrency: clients, Duration: cfg.Duration, Warmup: cfg.Duration / 4, progress: cfg.Progress}
+	}
+	cfg.Progress.planTime(2*(cfg.Duration+cfg.Duration/4), "req")
 	var err error
-	res.AtCapacity, err = Loop(ctx, LoopConfig{Concurrency: cfg.Capacity, Duration: cfg.Duration, Warmup: cfg.Duration / 4}, op)
+	res.AtCapacity, err = Loop(ctx, loop(cfg.Capacity), op)
 	if err != nil {
 		return res, err
 	}
@@ -151,7 +158,7 @@ func Overload(ctx context.Context, cfg OverloadConfig) (OverloadResult, error) {
 			}
 		}
 	}()
-	res.Overloaded, err = Loop(ctx, LoopConfig{Concurrency: clients, Duration: cfg.Duration, Warmup: cfg.Duration / 4}, op)
+	res.Overloaded, err = Loop(ctx, loop(clients), op)
 	close(stop)
 	<-sampled
 	res.Refused, res.Failed = refused.Load(), failed.Load()
@@ -206,7 +213,8 @@ func (r OverloadResult) Verdicts() []Verdict {
 	return []Verdict{lat, mem}
 }
 
-// ReportOverload writes a table of r to w, then its verdicts.
+// ReportOverload writes a table of r to w, then its verdicts and a
+// histogram of the admitted calls' latencies in both phases.
 func ReportOverload(w io.Writer, r OverloadResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "overload: sleep %s calls, the cluster admits %d in flight; %d clients, then %d× as many honouring retry_after_ms\n",
@@ -225,5 +233,8 @@ func ReportOverload(w io.Writer, r OverloadResult) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeVerdicts(w, r.Verdicts()...)
+	if err := writeVerdicts(w, r.Verdicts()...); err != nil {
+		return err
+	}
+	return writeChart(w, "overload latency of admitted calls", chartSeries{"capacity", r.AtCapacity}, chartSeries{"overload", r.Overloaded})
 }

@@ -195,7 +195,8 @@ func (b Batches) verdict(goalText string, goal time.Duration) Verdict {
 
 // ReportCompare writes a table of cs to w: per concurrency, each target's
 // throughput, latencies, errors and per-round throughput, then the ratio b/a
-// and the added mean latency, and last the verdicts of [CompareVerdicts].
+// and the added mean latency, and the verdicts of [CompareVerdicts]; last,
+// per concurrency, a histogram of both targets' latencies.
 func ReportCompare(w io.Writer, cs []Comparison) error {
 	if len(cs) == 0 {
 		_, err := fmt.Fprintln(w, "no comparisons")
@@ -223,7 +224,17 @@ func ReportCompare(w io.Writer, cs []Comparison) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeVerdicts(w, CompareVerdicts(cs)...)
+	if err := writeVerdicts(w, CompareVerdicts(cs)...); err != nil {
+		return err
+	}
+	for _, c := range cs {
+		title := fmt.Sprintf("echo latency at concurrency %d", c.Concurrency)
+		if err := writeChart(w, title, chartSeries{c.Baseline.Target.Name, c.Baseline.Result},
+			chartSeries{c.Subject.Target.Name, c.Subject.Result}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReportFanOut writes the wall times of r's batches and its [FanOutResult.Verdict] to w.
@@ -240,7 +251,8 @@ func ReportSlow(w io.Writer, r SlowResult) error {
 }
 
 // ReportJobs writes the poll and submit measurements of r, how long the
-// submitted jobs took to run, and its [JobsResult.Verdicts] to w.
+// submitted jobs took to run, and its [JobsResult.Verdicts] to w, then a
+// histogram of the latencies of both phases.
 func ReportJobs(w io.Writer, r JobsResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "jobs: rpc.jobs.get of one finished job, then rpc.jobs.submit of %s jobs in a closed loop\n", r.Method)
@@ -262,12 +274,16 @@ func ReportJobs(w io.Writer, r JobsResult) error {
 	} else if r.Jobs > 0 {
 		fmt.Fprintf(w, "ran: %d jobs submitted; not all were seen to succeed\n", r.Jobs)
 	}
-	return writeVerdicts(w, r.Verdicts()...)
+	if err := writeVerdicts(w, r.Verdicts()...); err != nil {
+		return err
+	}
+	return writeChart(w, "jobs latency", chartSeries{"poll", r.Poll}, chartSeries{"submit", r.Submit})
 }
 
 // ReportWebSocket writes a table of r to w: per transport, throughput,
 // latencies, errors and per-round throughput, then the ratio WebSocket/HTTP
-// and the mean latency WebSocket adds (negative when it saves).
+// and the mean latency WebSocket adds (negative when it saves); then a
+// histogram of both transports' latencies.
 func ReportWebSocket(w io.Writer, r WebSocketResult) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "websocket: %d callers of echo sharing one WebSocket connection vs one HTTP client, %d alternating rounds each, req/s the median round\n",
@@ -284,7 +300,10 @@ func ReportWebSocket(w io.Writer, r WebSocketResult) error {
 			formatDuration(res.Mean), formatDuration(res.Max), res.Requests, res.Errors, strings.Join(rounds, " "))
 	}
 	fmt.Fprintf(tw, "WebSocket/HTTP\t%.2f×\t\t\t\t%s\n", r.Ratio, signed(r.AddedMean))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeChart(w, "websocket latency", chartSeries{r.HTTP.Target.Name, r.HTTP.Result}, chartSeries{r.WS.Target.Name, r.WS.Result})
 }
 
 func writeBatches(w io.Writer, title string, b Batches, v Verdict) error {

@@ -28,6 +28,9 @@ type WebSocketConfig struct {
 	// Warmup precedes every round. Default 250ms; a negative value means
 	// none.
 	Warmup time.Duration
+	// Progress, when not nil, is planned for every round of both
+	// transports and counts their calls. Optional.
+	Progress *Progress
 }
 
 // WebSocketResult is what [WebSocket] measured: one [Side] per transport,
@@ -68,6 +71,7 @@ func WebSocket(ctx context.Context, cfg WebSocketConfig) (WebSocketResult, error
 		cfg.Duration = 2 * time.Second
 	}
 	cfg.Warmup = warmup(cfg.Warmup)
+	cfg.Progress.planTime(time.Duration(cfg.Rounds*2)*(cfg.Warmup+cfg.Duration), "req")
 	sides := []Target{{Name: "HTTP", URL: cfg.HTTPURL}, {Name: "WebSocket", URL: cfg.WSURL}}
 	rounds := make([][]Result, len(sides))
 	for range cfg.Rounds {
@@ -111,7 +115,7 @@ func echoRound(ctx context.Context, rawURL string, cfg WebSocketConfig) (Result,
 	type echo struct {
 		N int `json:"n"`
 	}
-	return Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: cfg.Warmup},
+	return Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: cfg.Warmup, progress: cfg.Progress},
 		func(ctx context.Context, worker int) error {
 			var got echo
 			if err := c.Call(ctx, "echo", echo{N: worker}, &got); err != nil {

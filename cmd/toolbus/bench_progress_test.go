@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestProgressWriter(t *testing.T) {
+	var buf bytes.Buffer
+	tests := []struct {
+		name    string
+		mode    string
+		stderr  io.Writer
+		want    bool // whether the progress line is drawn
+		wantErr bool
+	}{
+		{name: "on draws on anything", mode: "on", stderr: &buf, want: true},
+		{name: "off draws nothing", mode: "off", stderr: &buf},
+		{name: "auto skips a buffer", mode: "auto", stderr: &buf},
+		{name: "auto skips a file that is not a terminal", mode: "auto", stderr: devNull(t)},
+		{name: "unknown mode", mode: "sometimes", stderr: &buf, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := progressWriter(tt.mode, tt.stderr)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("progressWriter(%q) error = %v, want error %v", tt.mode, err, tt.wantErr)
+			}
+			if got := w != nil; got != tt.want {
+				t.Errorf("progressWriter(%q) draws = %v, want %v", tt.mode, got, tt.want)
+			}
+		})
+	}
+}
+
+func devNull(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no %s to test with: %v", os.DevNull, err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// progressLineRE matches a progress line as bench draws it.
+var progressLineRE = regexp.MustCompile(`\[[█▏▎▍▌▋▊▉ ]{20}\] +\d+%`)
+
+// TestBenchProgress runs a short bench with the progress line on and off,
+// standard output and error into one buffer as on a terminal, and checks
+// what a terminal would show: the reports, and no progress line left over.
+// Whether a line was drawn at all depends on the machine's speed, so the
+// test does not ask for one.
+func TestBenchProgress(t *testing.T) {
+	args := []string{"bench", "--duration", "300ms", "--rounds", "1", "--concurrency", "1",
+		"--skip-scenarios", "--skip-jobs", "--skip-ws", "--skip-overload"}
+	for _, mode := range []string{"on", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			out, err := execute(t, context.Background(), append(args, "--progress", mode)...)
+			if err != nil {
+				t.Fatalf("bench --progress %s: %v\n%s", mode, err, out)
+			}
+			if mode == "off" && strings.Contains(out, "\r") {
+				t.Errorf("bench --progress off printed a carriage return:\n%q", out)
+			}
+			shown := terminal(out)
+			for _, l := range shown {
+				if progressLineRE.MatchString(l) {
+					t.Errorf("bench --progress %s left a progress line on the screen: %q", mode, l)
+				}
+			}
+			screen := strings.Join(shown, "\n")
+			for _, want := range []string{"echo: plain net/http (a) vs toolbus (b)", "added mean latency at concurrency 1", "echo latency at concurrency 1"} {
+				if !strings.Contains(screen, want) {
+					t.Errorf("bench --progress %s showed no %q:\n%s", mode, want, screen)
+				}
+			}
+		})
+	}
+}
+
+func TestBenchProgressRejectsUnknownMode(t *testing.T) {
+	t.Setenv("TOOLBUS_PROGRESS", "sometimes")
+	_, err := execute(t, context.Background(), "bench", "--skip-compare", "--skip-scenarios", "--skip-jobs", "--skip-ws", "--skip-overload")
+	if err == nil || !strings.Contains(err.Error(), "--progress") {
+		t.Fatalf("bench with TOOLBUS_PROGRESS=sometimes = %v, want an error naming --progress", err)
+	}
+}
+
+// terminal returns the lines a terminal shows for out: a carriage return
+// moves back to the start of the line, and what follows overwrites it.
+func terminal(out string) []string {
+	var lines []string
+	var line []rune
+	col := 0
+	for _, r := range out {
+		switch r {
+		case '\n':
+			lines = append(lines, strings.TrimRight(string(line), " "))
+			line, col = line[:0], 0
+		case '\r':
+			col = 0
+		default:
+			if col < len(line) {
+				line[col] = r
+			} else {
+				line = append(line, r)
+			}
+			col++
+		}
+	}
+	return append(lines, strings.TrimRight(string(line), " "))
+}
