@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -324,5 +325,25 @@ func TestDashboardState(t *testing.T) {
 	off, _ := newServer(t, WithDashboard(false))
 	if rec := serve(off.Handler(), httptest.NewRequest(http.MethodGet, "/ui/api/state", nil)); rec.Code != http.StatusNotFound {
 		t.Errorf("dashboard off: state answered %d, want 404", rec.Code)
+	}
+}
+
+// TestTraceContextPassedWithTracingOff checks that an ingress recording no
+// spans still hands the caller's trace context to the workers and names
+// its trace in error data.
+func TestTraceContextPassedWithTracingOff(t *testing.T) {
+	s, f := newServer(t, WithTracerProvider(noop.NewTracerProvider()))
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	resp := serve(s.Handler(), post(`{"jsonrpc":"2.0","method":"fail","id":1}`, "traceparent", parent))
+	if got := decodeOne(t, resp.Body.Bytes()); got.Data["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("error data %v, want the caller's trace id", got.Data)
+	}
+	if calls := f.dispatched(); len(calls) != 1 || calls[0].TraceParent != parent {
+		t.Errorf("dispatched %+v, want the caller's traceparent passed on", calls)
+	}
+	// Without a caller's trace there is nothing to pass on.
+	serve(s.Handler(), post(`{"jsonrpc":"2.0","method":"echo","id":2}`))
+	if calls := f.dispatched(); calls[len(calls)-1].TraceParent != "" {
+		t.Errorf("untraced call dispatched with traceparent %q", calls[len(calls)-1].TraceParent)
 	}
 }
