@@ -172,6 +172,21 @@ func TestWorkerManifest(t *testing.T) {
 	if grace <= drain {
 		t.Errorf("worker terminationGracePeriodSeconds = %v, want more than its drain timeout %v", grace, drain)
 	}
+	// The probes and the scrape annotation name the port the worker
+	// serves /metrics, /healthz and /readyz on (--metrics-listen).
+	if got := c.get("readinessProbe.httpGet.path"); got != "/readyz" {
+		t.Errorf("worker readiness probe path = %v, want /readyz", got)
+	}
+	if got := c.get("livenessProbe.httpGet.path"); got != "/healthz" {
+		t.Errorf("worker liveness probe path = %v, want /healthz", got)
+	}
+	if got := c.get("ports.0.containerPort"); intOf(got) != 9464 {
+		t.Errorf("worker port = %v, want 9464 (--metrics-listen)", got)
+	}
+	ann, _ := dep.get("spec.template.metadata.annotations").(map[string]any)
+	if got := ann["prometheus.io/port"]; got != "9464" {
+		t.Errorf("worker scrape annotation port = %v, want 9464", got)
+	}
 }
 
 func TestNATSValues(t *testing.T) {
