@@ -67,9 +67,15 @@ type workersCollector struct {
 
 func (w *workersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- w.desc }
 
+// Collect reports every method ever advertised, 0 for those whose workers
+// have all gone, so that "toolbus_workers == 0" finds them.
 func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
+	live := map[string]int{}
 	for _, t := range w.reg.Catalog().Tools {
-		ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(t.Workers), t.Name)
+		live[t.Name] = t.Workers
+	}
+	for _, name := range w.reg.knownNames() {
+		ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(live[name]), name)
 	}
 }
 

@@ -129,6 +129,36 @@ func errorBody(e *schema.Error) json.RawMessage {
 	return b
 }
 
+// hideFailedValue returns e, or, when e is an invalid-params answer about
+// a member the log hides, e with its message and reason (which may quote
+// the value that failed, e.g. a pattern mismatch) replaced. The client
+// still gets e as it was; only what toolbus keeps is changed.
+func (m *msgLog) hideFailedValue(e *schema.Error) *schema.Error {
+	if m == nil || len(m.redact) == 0 || e.Code != schema.CodeInvalidParams || len(e.Data) == 0 {
+		return e
+	}
+	var data map[string]any
+	if json.Unmarshal(e.Data, &data) != nil {
+		return e
+	}
+	field, _ := data["field"].(string)
+	hit := false
+	for _, seg := range strings.Split(field, "/") {
+		if m.redact[strings.ToLower(seg)] {
+			hit = true
+			break
+		}
+	}
+	if !hit {
+		return e
+	}
+	data["reason"] = redacted
+	out := *e
+	out.Message = "invalid params: " + field + ": " + redacted
+	out.Data, _ = json.Marshal(data)
+	return &out
+}
+
 // redactJSON returns raw with the value of every member named in fields
 // (lower case) replaced, at any depth. Numbers keep their spelling.
 func redactJSON(raw json.RawMessage, fields map[string]bool) ([]byte, error) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -27,9 +26,9 @@ const tracerName = "github.com/toolbus/toolbus/ingress"
 var traceContext = propagation.TraceContext{}
 
 // DefaultMetricsMaxMethods is how many method names get a label of their
-// own in the ingress's metrics and dashboard (metrics_max_methods); calls
-// of further names are counted under "_other", so that clients sending
-// made-up names cannot grow the metrics without bound.
+// own in the ingress's metrics; calls of further names are counted under
+// "_other", so that clients sending made-up names cannot grow the metrics
+// without bound. The dashboard keeps [callstats.DefaultMaxMethods] apart.
 const DefaultMetricsMaxMethods = 1000
 
 // Labels of calls whose method has no label of its own.
@@ -102,10 +101,15 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 	}
 	s.inFlight.Add(int64(countAnswers(calls)))
 	answered := make([]bool, len(calls))
+	var mu sync.Mutex
+	closed := false
 	// Whatever the dispatcher does (panic included), every open call is
 	// closed here, so that the in-flight counts return to zero; the
 	// server answers such calls itself.
 	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
 		for i := range calls {
 			if !calls[i].IsNotification() && !answered[i] {
 				s.inFlight.Add(-1)
@@ -118,7 +122,9 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 		}
 	}()
 	o.next.Stream(ctx, calls, func(i int, r schema.Response) {
-		if i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed || i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
 			emit(i, r) // the server reports and drops it
 			return
 		}
@@ -154,9 +160,13 @@ func countAnswers(calls []schema.Call) int {
 // finish records the end of a call that was dispatched: metrics, the
 // dashboard's statistics, recent errors and the message log.
 func (s *Server) finish(ctx context.Context, label string, c *schema.Call, r schema.Response, d time.Duration) {
+	if r.Error == nil && len(r.Result) == 0 {
+		r.Error = internalError() // what settle will answer
+	}
 	code := "ok"
 	if r.Error != nil {
-		code = strconv.Itoa(r.Error.Code)
+		r.Error = s.cfg.msglog.hideFailedValue(r.Error)
+		code = s.codes.Label(r.Error.Code)
 	}
 	s.stats.End(label, d, r.Error != nil)
 	if s.metrics != nil {
@@ -184,10 +194,11 @@ func (s *Server) refused(ctx context.Context, req *schema.Request, e *schema.Err
 	if schema.ValidateMethod(req.Method) == nil && !schema.IsReserved(req.Method) {
 		label = s.methodLabel(req.Method)
 	}
-	s.countCall(label, strconv.Itoa(e.Code))
+	s.countCall(label, s.codes.Label(e.Code))
 	if req.IsNotification() {
 		return
 	}
+	e = s.cfg.msglog.hideFailedValue(e)
 	s.countError(label, e)
 	s.stats.RecordError(callstats.ErrorAnswer{
 		ID: string(req.ID), Method: req.Method, Code: e.Code, Message: e.Message, TraceID: traceID(ctx),
@@ -209,7 +220,7 @@ func (s *Server) countError(label string, e *schema.Error) {
 	switch {
 	case e.Code == schema.CodeTimeout:
 		s.metrics.timeouts.WithLabelValues(label).Inc()
-	case isNoResponders(e):
+	case isNoResponders(e), isNoWorkers(e):
 		s.metrics.noResponders.WithLabelValues(label).Inc()
 	}
 }

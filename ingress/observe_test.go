@@ -347,3 +347,43 @@ func TestTraceContextPassedWithTracingOff(t *testing.T) {
 		t.Errorf("untraced call dispatched with traceparent %q", calls[len(calls)-1].TraceParent)
 	}
 }
+
+// TestFailedValueHidden checks that an invalid-params answer about a
+// redacted member, whose reason may quote the value, is kept with the
+// value hidden in the message log and the recent errors, while the
+// client gets it whole.
+func TestFailedValueHidden(t *testing.T) {
+	var buf bytes.Buffer
+	s, _ := newServer(t, WithLogger(slog.New(slog.NewJSONHandler(&buf, nil))),
+		WithMessageLog(MessageLog{Methods: []string{"error"}, Redact: []string{"password"}}))
+	body := `{"jsonrpc":"2.0","method":"error","params":{"code":-32602,"data":{"field":"/user/password","reason":"'hunter2' does not match pattern"}},"id":1}`
+	resp := serve(s.Handler(), post(body))
+	if !strings.Contains(resp.Body.String(), "hunter2") {
+		t.Fatalf("the client's answer was changed: %s", resp.Body)
+	}
+	// The request line hides nothing (the params hold no member named
+	// password); the response line and the recent errors must.
+	var resp2 []string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `"direction":"response"`) {
+			resp2 = append(resp2, l)
+		}
+	}
+	if len(resp2) != 1 || strings.Contains(resp2[0], "hunter2") || !strings.Contains(resp2[0], redacted) {
+		t.Errorf("response lines %q: want the failed value hidden", resp2)
+	}
+	errs := s.stats.RecentErrors()
+	if len(errs) != 1 || strings.Contains(errs[0].Message, "hunter2") {
+		t.Errorf("recent errors %+v: want the failed value hidden", errs)
+	}
+}
+
+// TestNoWorkersCounted checks that a known method without workers (-32003
+// no_workers) counts as a call no worker took.
+func TestNoWorkersCounted(t *testing.T) {
+	s, _ := newServer(t, WithMetrics(prometheus.NewRegistry()))
+	serve(s.Handler(), post(`{"jsonrpc":"2.0","method":"error","params":{"code":-32003,"data":{"reason":"no_workers"}},"id":1}`))
+	if got := testutil.ToFloat64(s.metrics.noResponders.WithLabelValues("error")); got != 1 {
+		t.Errorf("no_responders_total = %v, want 1", got)
+	}
+}

@@ -542,3 +542,16 @@ func (r *Registry) workerStates() []WorkerState {
 	slices.SortFunc(out, func(a, b WorkerState) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
+
+// knownNames returns every method or pattern ever advertised, sorted. The
+// set grows only with what workers advertise.
+func (r *Registry) knownNames() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.known))
+	for name := range r.known {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -68,6 +68,7 @@ type Server struct {
 	metrics  *metrics
 	stats    *callstats.Set
 	labels   labelSet
+	codes    callstats.Codes
 	inFlight atomic.Int64
 }
 

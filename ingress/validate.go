@@ -161,3 +161,15 @@ func memberOf(pointer string, k jsonschema.ErrorKind) string {
 	}
 	return pointer + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(names[0])
 }
+
+// isNoWorkers reports whether e is the guard's answer for a known method
+// no worker serves now.
+func isNoWorkers(e *schema.Error) bool {
+	if e.Code != schema.CodeUnavailable || len(e.Data) == 0 {
+		return false
+	}
+	var data struct {
+		Reason string `json:"reason"`
+	}
+	return json.Unmarshal(e.Data, &data) == nil && data.Reason == "no_workers"
+}

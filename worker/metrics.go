@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -77,6 +77,8 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
 	refused  *prometheus.CounterVec
+	// codes bounds the code label: a tool may answer any code.
+	codes *callstats.Codes
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -109,7 +111,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metrics{calls: calls, duration: duration, inFlight: inFlight, refused: refused}, nil
+	return &metrics{calls: calls, duration: duration, inFlight: inFlight, refused: refused, codes: &callstats.Codes{}}, nil
 }
 
 // register registers c with reg, or returns the collector of the same
@@ -134,6 +136,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // (metrics off) does nothing.
 type routeMetrics struct {
 	calls    *prometheus.CounterVec // curried with the route's method
+	codes    *callstats.Codes
 	ok       prometheus.Counter
 	duration prometheus.Observer
 	inFlight prometheus.Gauge
@@ -149,6 +152,7 @@ func (m *metrics) forRoute(pattern string) *routeMetrics {
 	labels := prometheus.Labels{"method": pattern}
 	rm := &routeMetrics{
 		calls:    m.calls.MustCurryWith(labels),
+		codes:    m.codes,
 		duration: m.duration.With(labels),
 		inFlight: m.inFlight.With(labels),
 	}
@@ -175,7 +179,7 @@ func (rm *routeMetrics) end(d time.Duration, rpcErr *schema.Error) {
 		rm.ok.Inc()
 		return
 	}
-	rm.calls.WithLabelValues(strconv.Itoa(rpcErr.Code)).Inc()
+	rm.calls.WithLabelValues(rm.codes.Label(rpcErr.Code)).Inc()
 }
 
 func (rm *routeMetrics) refuse(why refusal) {

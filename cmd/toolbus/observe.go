@@ -53,11 +53,11 @@ func (c observeConfig) ingressOptions(reg *prometheus.Registry, tp trace.TracerP
 	if c.metrics {
 		opts = append(opts, ingress.WithMetrics(reg))
 	}
-	if len(c.msgLogMethods) > 0 {
-		opts = append(opts, ingress.WithMessageLog(ingress.MessageLog{
-			Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact,
-		}))
-	}
+	// With no methods to log, the redaction list still hides failed
+	// values in the dashboard's recent errors.
+	opts = append(opts, ingress.WithMessageLog(ingress.MessageLog{
+		Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact,
+	}))
 	return opts
 }
 

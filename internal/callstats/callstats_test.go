@@ -166,3 +166,19 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatalf("total %d, want 1600", total)
 	}
 }
+
+func TestCodesBounded(t *testing.T) {
+	var c Codes
+	if c.Label(-32001) != "-32001" || c.Label(-32768) != "-32768" || c.Label(2001) != "2001" {
+		t.Fatal("codes within the cap keep their number")
+	}
+	for i := range 2 * DefaultMaxCodes {
+		c.Label(10000 + i)
+	}
+	if got := c.Label(99999); got != OtherCode {
+		t.Fatalf("a code past the cap is %q, want %q", got, OtherCode)
+	}
+	if c.Label(2001) != "2001" || c.Label(-32099) != "-32099" {
+		t.Fatal("codes seen before the cap, and reserved ones, keep their label")
+	}
+}
