@@ -42,7 +42,10 @@ const maxStatusRequests = 64
 type Status struct {
 	// Kind is [KindIngress] or [KindWorker].
 	Kind string `json:"kind"`
-	// ID is the process's status service id, unique per process.
+	// ID names the process: the id its snapshot gives (an ingress's or a
+	// worker's own id, as its dashboard and discovery announcements show
+	// it), else its status service's id. A process found but not read is
+	// listed under its status service's id.
 	ID string `json:"id"`
 	// Host is the host name the process runs on.
 	Host string `json:"host"`
@@ -155,7 +158,10 @@ func ServeStatus(nc *nats.Conn, s Subjects, kind, version string, snapshot func(
 	id := svc.Info().ID
 	handler := micro.HandlerFunc(func(req micro.Request) {
 		b, err := statusJSON(snapshot, func(st *Status) {
-			st.Kind, st.ID, st.Host, st.Version = kind, id, host, version
+			st.Kind, st.Host, st.Version = kind, host, version
+			if st.ID == "" {
+				st.ID = id
+			}
 			if st.Started.IsZero() {
 				st.Started = started
 			}

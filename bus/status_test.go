@@ -234,3 +234,14 @@ func TestServeStatusInvalid(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusKeepsOwnID checks that a process's own id, given by its
+// snapshot, names it, so that status and the dashboard agree.
+func TestStatusKeepsOwnID(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	serveStatus(t, e, "toolbus", bus.KindWorker, "dev", func() bus.Status { return bus.Status{ID: "worker-7"} })
+	got, err := bus.GatherStatus(context.Background(), connectInProcess(t, e), subjects(t, "toolbus"), 300*time.Millisecond)
+	if err != nil || len(got) != 1 || got[0].ID != "worker-7" {
+		t.Fatalf("GatherStatus = %+v, %v; want the worker under its own id", got, err)
+	}
+}

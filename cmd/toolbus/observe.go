@@ -114,9 +114,9 @@ func serveStatus(lc fx.Lifecycle, nc *nats.Conn, prefix, kind string, snapshot f
 // ingressStatus is the status answer of an ingress.
 func ingressStatus(srv *ingress.Server) bus.Status {
 	st := srv.Overview()
-	out := bus.Status{Kind: bus.KindIngress, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
+	out := bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
 		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
-		Extra:   map[string]any{"ingress_id": st.Ingress.ID, "discovery": st.Discovery, "workers": len(st.Workers)}}
+		Extra:   map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
 	for _, m := range st.Methods {
 		out.Methods = append(out.Methods, bus.MethodStatus{
 			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
@@ -129,9 +129,9 @@ func ingressStatus(srv *ingress.Server) bus.Status {
 // workerStatus is the status answer of a worker.
 func workerStatus(rt *worker.Runtime) bus.Status {
 	st := rt.Status()
-	out := bus.Status{Kind: bus.KindWorker, Host: st.Host, Started: st.Started, InFlight: st.InFlight,
+	out := bus.Status{Kind: bus.KindWorker, ID: st.ID, Host: st.Host, Started: st.Started, InFlight: st.InFlight,
 		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
-		Extra:   map[string]any{"worker_id": st.ID, "ready": st.Ready}}
+		Extra:   map[string]any{"ready": st.Ready}}
 	if st.NotReady != "" {
 		out.Extra["not_ready"] = st.NotReady
 	}
