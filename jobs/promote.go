@@ -98,7 +98,7 @@ func (s *Service) RunAsJob(ctx context.Context, call schema.Call, timeout time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sub, rpcErr := s.submit(ctx, schema.Call{Request: schema.Request{Method: MethodSubmit, Params: params}, Caller: call.Caller})
+	sub, rpcErr := s.submit(ctx, schema.Call{Request: schema.Request{Method: MethodSubmit, Params: params}, Caller: call.Caller, TraceParent: call.TraceParent})
 	if rpcErr != nil {
 		return nil, rpcErr
 	}

@@ -108,6 +108,9 @@ type stored struct {
 	// IdemKey is the bucket key of the idempotency entry that points at
 	// this job, so that it can be given the record's TTL when the job ends.
 	IdemKey string `json:"idem_key,omitempty"`
+	// TraceParent is the W3C traceparent of the call that submitted the
+	// job, so that the run joins the submitter's trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time.Second }

@@ -510,8 +510,9 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 	go func() { defer close(supDone); sup.loop(tctx) }()
 
 	call := schema.Call{
-		Request: schema.Request{ID: json.RawMessage(strconv.Quote(id)), Method: rec.Method, Params: rec.Params},
-		Caller:  rec.Caller,
+		Request:     schema.Request{ID: json.RawMessage(strconv.Quote(id)), Method: rec.Method, Params: rec.Params},
+		Caller:      rec.Caller,
+		TraceParent: rec.TraceParent,
 	}
 	result, rpcErr := r.inv.Invoke(tctx, call, sup.report)
 	close(sup.done)

@@ -170,7 +170,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		Caller:      call.Caller,
 		CreatedAt:   now,
 		TTLSeconds:  int64(s.cfg.ttl / time.Second),
-	}}
+	}, TraceParent: call.TraceParent}
 	if p.NotifyURL != nil {
 		if e := s.checkNotifyURL(*p.NotifyURL); e != nil {
 			return nil, e

@@ -126,3 +126,29 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestJobJoinsSubmittersTrace checks that a job's run, on whichever worker
+// and however much later, is traced under the call that submitted it.
+func TestJobJoinsSubmittersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	c := toolbustest.Start(t, toolbustest.WithJobs(nil),
+		toolbustest.WithIngressOptions(ingress.WithTracerProvider(tp)),
+		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
+
+	const agentTrace = "5b8aa5a2d2c872e8321cf37308d69df2"
+	r := c.Call(t, "rpc.jobs.submit", `{"method":"echo","params":["later"]}`,
+		"traceparent", "00-"+agentTrace+"-051581bf3cb55c13-01")
+	if r.Error != nil {
+		t.Fatalf("submit: %v", r.Error)
+	}
+	waitFor(t, func() bool {
+		for _, sp := range rec.Ended() {
+			if sp.Name() == "toolbus.worker echo" && sp.SpanContext().TraceID().String() == agentTrace {
+				return true
+			}
+		}
+		return false
+	})
+}
