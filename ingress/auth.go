@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -423,6 +425,7 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 func (s *Server) callHeaders(r *http.Request) (callHeaders, *schema.Error) {
 	hdr, err := parseCallHeaders(r.Header)
 	hdr.caller, _ = r.Context().Value(callerKey{}).(*principal)
+	hdr.trace = trace.SpanContextFromContext(r.Context())
 	return hdr, err
 }
 

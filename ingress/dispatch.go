@@ -98,14 +98,14 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			continue
 		}
 		if e := s.checkMethod(req.Method); e != nil {
-			s.refused(context.Background(), &req, e)
+			e = s.refused(hdr.trace, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
 			continue
 		}
 		if e := s.admit(hdr.caller, &req); e != nil {
-			s.refused(context.Background(), &req, e)
+			e = s.refused(hdr.trace, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}

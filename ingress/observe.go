@@ -188,21 +188,28 @@ func (s *Server) finish(ctx context.Context, label string, c *schema.Call, r sch
 
 // refused records a call the ingress answered without dispatching it: a
 // method it never routes, or one admission refused. These count in the
-// metrics and the recent errors like any other error answer.
-func (s *Server) refused(ctx context.Context, req *schema.Request, e *schema.Error) {
+// metrics and the recent errors like any other error answer, and carry
+// the caller's trace id, if it sent one. It returns the answer to send.
+func (s *Server) refused(sc trace.SpanContext, req *schema.Request, e *schema.Error) *schema.Error {
 	label := labelInvalid
 	if schema.ValidateMethod(req.Method) == nil && !schema.IsReserved(req.Method) {
 		label = s.methodLabel(req.Method)
 	}
 	s.countCall(label, s.codes.Label(e.Code))
 	if req.IsNotification() {
-		return
+		return e
 	}
-	e = s.cfg.msglog.hideFailedValue(e)
+	e = withTraceID(e, sc)
 	s.countError(label, e)
+	tid := ""
+	if sc.HasTraceID() {
+		tid = sc.TraceID().String()
+	}
+	kept := s.cfg.msglog.hideFailedValue(e)
 	s.stats.RecordError(callstats.ErrorAnswer{
-		ID: string(req.ID), Method: req.Method, Code: e.Code, Message: e.Message, TraceID: traceID(ctx),
+		ID: string(req.ID), Method: req.Method, Code: kept.Code, Message: kept.Message, TraceID: tid,
 	})
+	return e
 }
 
 func (s *Server) countCall(label, code string) {

@@ -387,3 +387,19 @@ func TestNoWorkersCounted(t *testing.T) {
 		t.Errorf("no_responders_total = %v, want 1", got)
 	}
 }
+
+// TestRefusedCallsCarryTheTrace checks that a call answered before
+// dispatch names the caller's trace in its error data and in the recent
+// errors.
+func TestRefusedCallsCarryTheTrace(t *testing.T) {
+	s, _ := newServer(t)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	resp := serve(s.Handler(), post(`{"jsonrpc":"2.0","method":"bad..name","id":9}`, "traceparent", parent))
+	got := decodeOne(t, resp.Body.Bytes())
+	if got.Code != schema.CodeMethodNotFound || got.Data["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("answer %+v, want -32601 with the caller's trace id", got)
+	}
+	if errs := s.stats.RecentErrors(); len(errs) != 1 || errs[0].TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("recent errors %+v", errs)
+	}
+}

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"io"
@@ -167,6 +169,10 @@ type callHeaders struct {
 	timeout time.Duration // Toolbus-Timeout; zero when absent
 	async   bool          // Prefer: respond-async
 	caller  *principal    // who sent the calls; nil without WithAuth
+	// trace is the caller's W3C trace context (traceparent), invalid
+	// when it sent none; a call refused before dispatch is logged and
+	// answered under it.
+	trace trace.SpanContext
 }
 
 // parseCallHeaders reads Toolbus-Timeout and Prefer.
