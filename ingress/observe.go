@@ -68,8 +68,12 @@ type open struct {
 // Stream implements [Dispatcher].
 func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	s := o.s
-	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.Int("toolbus.batch.size", len(calls))))
+	// Attributes are set only on spans that record: with tracing off a
+	// call costs no attribute at all.
+	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", trace.WithSpanKind(trace.SpanKindServer))
+	if batch.IsRecording() {
+		batch.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.Int("toolbus.batch.size", len(calls)))
+	}
 	defer batch.End()
 	if s.metrics != nil {
 		s.metrics.batchSize.Observe(float64(len(calls)))
@@ -78,11 +82,13 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 	for i := range calls {
 		c := &calls[i]
 		label := s.methodLabel(c.Method)
-		attrs := []attribute.KeyValue{attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", c.Method)}
-		if !c.IsNotification() {
-			attrs = append(attrs, attribute.String("rpc.jsonrpc.request_id", string(c.ID)))
+		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, trace.WithSpanKind(trace.SpanKindClient))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", c.Method))
+			if !c.IsNotification() {
+				span.SetAttributes(attribute.String("rpc.jsonrpc.request_id", string(c.ID)))
+			}
 		}
-		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 		if sc := span.SpanContext(); sc.IsValid() {
 			carrier := propagation.MapCarrier{}
 			traceContext.Inject(cctx, carrier)
@@ -137,8 +143,7 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 			r.Error = withTraceID(r.Error, op.span.SpanContext())
 		}
 		s.finish(op.ctx, op.label, c, r, d)
-		op.span.SetAttributes(attribute.Float64("toolbus.duration_ms", float64(d.Microseconds())/1000))
-		if r.Error != nil {
+		if r.Error != nil && op.span.IsRecording() {
 			op.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", r.Error.Code))
 			op.span.SetStatus(codes.Error, r.Error.Message)
 		}
