@@ -205,6 +205,45 @@ func TestSecurePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForViolation(t, ingressErrs, "ingress subscription to toolbus.call.>")
+
+	// Both serve their status, and `toolbus status` with the ingress's
+	// credentials finds them.
+	for _, p := range []struct {
+		nc   *nats.Conn
+		kind string
+	}{{ingressNC, bus.KindIngress}, {workerNC, bus.KindWorker}} {
+		st, err := bus.ServeStatus(p.nc, subjects, p.kind, "dev", func() bus.Status { return bus.Status{} })
+		if err != nil {
+			t.Fatalf("%s status service: %v", p.kind, err)
+		}
+		t.Cleanup(func() { st.Stop() })
+	}
+	found, err := bus.GatherStatus(ctx, ingressNC, subjects, time.Second)
+	if err != nil || len(found) != 2 {
+		t.Fatalf("GatherStatus as the ingress = %+v, %v; want the ingress and the worker", found, err)
+	}
+	for _, st := range found {
+		if st.Extra["error"] != nil {
+			t.Errorf("%s %s: %v", st.Kind, st.ID, st.Extra["error"])
+		}
+	}
+	noViolation(t, ingressErrs, "ingress")
+	noViolation(t, workerErrs, "worker")
+}
+
+// noViolation fails the test if errs holds a permission violation.
+func noViolation(t *testing.T, errs <-chan error, who string) {
+	t.Helper()
+	for {
+		select {
+		case err := <-errs:
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				t.Errorf("%s: %v", who, err)
+			}
+		default:
+			return
+		}
+	}
 }
 
 func waitForViolation(t *testing.T, errs <-chan error, what string) {

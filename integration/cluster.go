@@ -143,6 +143,7 @@ func Start(t *testing.T) *Cluster {
 				"--job-lease", JobLease.String(), "--job-concurrency", fmt.Sprint(JobConcurrency),
 				"--drain-timeout", DrainTimeout.String()},
 			Env:            env,
+			ExposedPorts:   []string{"9464/tcp"}, // /metrics, /healthz, /readyz
 			Networks:       []string{nw.Name},
 			NetworkAliases: map[string][]string{nw.Name: {fmt.Sprintf("worker-%d", i+1)}},
 			WaitingFor:     wait.ForLog(`"msg":"worker ready"`).WithStartupTimeout(time.Minute),
