@@ -165,7 +165,7 @@ func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *work
 	})
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("worker: --metrics-listen %s: %w", addr, err)
+		return fmt.Errorf("worker: --metrics-listen %s: %w (another worker on this host? give each its own port, e.g. 127.0.0.1:0, or \"\" for none)", addr, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	lc.Append(fx.Hook{
