@@ -39,26 +39,37 @@ type MessageLog struct {
 	Redact []string
 }
 
-// WithMessageLog turns the message log on (see [MessageLog]). A pattern
-// outside the method grammar, or a negative MaxBytes, is an error.
+// Validate reports what is wrong with m: a pattern outside the method
+// grammar, a negative MaxBytes, or an empty field name to redact.
+func (m MessageLog) Validate() error {
+	for _, p := range m.Methods {
+		if err := schema.ValidatePattern(p); err != nil {
+			return fmt.Errorf("ingress: message log method %q: %w", p, err)
+		}
+	}
+	if m.MaxBytes < 0 {
+		return fmt.Errorf("ingress: message log max bytes must not be negative, got %d", m.MaxBytes)
+	}
+	for _, f := range m.Redact {
+		if f == "" {
+			return fmt.Errorf("ingress: empty field name in message log redact list")
+		}
+	}
+	return nil
+}
+
+// WithMessageLog turns the message log on (see [MessageLog]); it fails
+// when [MessageLog.Validate] does.
 func WithMessageLog(m MessageLog) Option {
 	return func(c *config) error {
-		for _, p := range m.Methods {
-			if err := schema.ValidatePattern(p); err != nil {
-				return fmt.Errorf("ingress: message log method %q: %w", p, err)
-			}
-		}
-		if m.MaxBytes < 0 {
-			return fmt.Errorf("ingress: message log max bytes must not be negative, got %d", m.MaxBytes)
+		if err := m.Validate(); err != nil {
+			return err
 		}
 		if m.MaxBytes == 0 {
 			m.MaxBytes = DefaultMessageLogMaxBytes
 		}
 		red := make(map[string]bool, len(m.Redact))
 		for _, f := range m.Redact {
-			if f == "" {
-				return fmt.Errorf("ingress: empty field name in message log redact list")
-			}
 			red[strings.ToLower(f)] = true
 		}
 		c.msglog = &msgLog{methods: m.Methods, max: m.MaxBytes, redact: red}

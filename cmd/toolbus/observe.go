@@ -47,6 +47,20 @@ func (c *observeConfig) flags(cmd *cobra.Command) {
 	f.StringSliceVar(&c.msgLogRedact, "message-log-redact", defaultRedact, "object members whose values the message log replaces with [REDACTED], at any depth, ignoring case")
 }
 
+// messageLog is the message log configuration of c.
+func (c observeConfig) messageLog() ingress.MessageLog {
+	return ingress.MessageLog{Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact}
+}
+
+// validate checks c before anything starts, so that a mistake is reported
+// as such and nothing is left running.
+func (c observeConfig) validate() error {
+	if err := c.messageLog().Validate(); err != nil {
+		return fmt.Errorf("--message-log: %w", err)
+	}
+	return nil
+}
+
 // ingressOptions are the ingress options of c.
 func (c observeConfig) ingressOptions(reg *prometheus.Registry, tp trace.TracerProvider) []ingress.Option {
 	opts := []ingress.Option{ingress.WithTracerProvider(tp), ingress.WithDashboard(c.dashboard)}
@@ -55,9 +69,7 @@ func (c observeConfig) ingressOptions(reg *prometheus.Registry, tp trace.TracerP
 	}
 	// With no methods to log, the redaction list still hides failed
 	// values in the dashboard's recent errors.
-	opts = append(opts, ingress.WithMessageLog(ingress.MessageLog{
-		Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact,
-	}))
+	opts = append(opts, ingress.WithMessageLog(c.messageLog()))
 	return opts
 }
 

@@ -38,6 +38,9 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := tc.validate(); err != nil {
 				return err
 			}
+			if err := ic.obs.validate(); err != nil {
+				return err
+			}
 			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded
@@ -84,6 +87,9 @@ func newIngressCmd() *cobra.Command {
 				return fmt.Errorf("ingress: %w", err)
 			}
 			if err := tc.validate(); err != nil {
+				return err
+			}
+			if err := ic.obs.validate(); err != nil {
 				return err
 			}
 			var addr ingressAddr

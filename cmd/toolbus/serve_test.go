@@ -119,7 +119,7 @@ func TestDev(t *testing.T) {
 	// A worker process joins over the embedded server's TCP port. It
 	// serves its own prefix, so an answer can only come from it.
 	t.Run("worker joins", func(t *testing.T) {
-		w := runCommand(t, "worker", "--nats", natsURL, "--prefix", "joined", "--tools", "demo")
+		w := runCommand(t, "worker", "--nats", natsURL, "--prefix", "joined", "--tools", "demo", "--metrics-listen", "127.0.0.1:0")
 		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"))
 		if err != nil {
 			t.Fatal(err)
