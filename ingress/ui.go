@@ -142,13 +142,15 @@ func (s *Server) Overview() DashboardState {
 		if m.Calls > 0 {
 			ms.ErrorRate = float64(m.Errors) / float64(m.Calls)
 		}
-		if n, ok := workers[m.Method]; ok {
+		if reg := s.cfg.registry; reg != nil && !strings.HasPrefix(m.Method, "_") && !schema.IsReserved(m.Method) {
+			// The workers of the name or pattern that serves it, 0
+			// when none does now; the ingress's rpc.* methods and the
+			// grouped labels have none.
+			n := 0
+			if t, ok := reg.Lookup(m.Method); ok {
+				n = t.Workers
+			}
 			ms.Workers = &n
-		} else if workers != nil && !strings.HasPrefix(m.Method, "_") && !schema.IsReserved(m.Method) {
-			// A method of its own that no live worker serves; the
-			// ingress's rpc.* methods and the grouped labels have none.
-			zero := 0
-			ms.Workers = &zero
 		}
 		seen[m.Method] = true
 		st.Methods = append(st.Methods, ms)

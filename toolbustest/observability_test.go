@@ -152,3 +152,27 @@ func TestJobJoinsSubmittersTrace(t *testing.T) {
 		return false
 	})
 }
+
+// TestDashboardCountsPatternWorkers checks that a method served by a
+// pattern handler shows the pattern's workers, not none.
+func TestDashboardCountsPatternWorkers(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(func(rt *worker.Runtime) error {
+		return rt.Handle("calc.*", worker.HandlerFunc(func(_ context.Context, r *worker.Request) (any, error) {
+			return r.Method, nil
+		}))
+	}))
+	waitFor(t, func() bool { return c.Registry.Known("calc.add") })
+	if r := c.Call(t, "calc.add", `[]`); r.Error != nil {
+		t.Fatalf("calc.add: %v", r.Error)
+	}
+	st := c.Ingress.Dashboard(context.Background())
+	for _, m := range st.Methods {
+		if m.Method == "calc.add" {
+			if m.Workers == nil || *m.Workers != 1 || m.Total != 1 {
+				t.Errorf("calc.add row %+v, want one call and the pattern's one worker", m)
+			}
+			return
+		}
+	}
+	t.Errorf("no calc.add row in %+v", st.Methods)
+}
