@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -136,11 +137,8 @@ func (s *Server) Overview() DashboardState {
 	seen := map[string]bool{}
 	for _, m := range s.stats.Snapshot() {
 		ms := MethodState{
-			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors,
-			P50Ms: ms(m.P50), P99Ms: ms(m.P99), InFlight: m.InFlight, Total: m.Total,
-		}
-		if m.Calls > 0 {
-			ms.ErrorRate = float64(m.Errors) / float64(m.Calls)
+			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate(),
+			P50Ms: callstats.Millis(m.P50), P99Ms: callstats.Millis(m.P99), InFlight: m.InFlight, Total: m.Total,
 		}
 		if reg := s.cfg.registry; reg != nil && !strings.HasPrefix(m.Method, "_") && !schema.IsReserved(m.Method) {
 			// The workers of the name or pattern that serves it, 0
@@ -178,5 +176,3 @@ func (s *Server) Overview() DashboardState {
 	}
 	return st
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
 )
 
@@ -34,31 +35,19 @@ type Status struct {
 	RecentErrors []ErrorAnswer `json:"recent_errors"`
 }
 
-// MethodStatus is one registered name or pattern in a [Status]. Its counts
-// cover the calls of every method the pattern serves, over the bus and
-// through [Runtime.Invoke].
+// MethodStatus is one registered name or pattern in a [Status]: what
+// every toolbus process reports of a method ([bus.MethodStatus], whose
+// Method is here the name or pattern the handler was registered under and
+// whose latencies are handler times), and the worker's own slots. Its
+// counts cover the calls of every method the pattern serves, over the bus
+// and through [Runtime.Invoke].
 type MethodStatus struct {
-	// Method is the name or pattern the handler was registered under.
-	Method string `json:"method"`
+	bus.MethodStatus
 	// Concurrency is how many calls over the bus may run at once; Busy
 	// how many of those slots are taken now.
 	Concurrency int `json:"concurrency"`
 	Busy        int `json:"busy"`
-	// Rate is calls per second over the window.
-	Rate float64 `json:"rate"`
-	// Calls and Errors count the window's finished calls and error
-	// answers; ErrorRate is Errors/Calls (0 when there were none).
-	Calls     int64   `json:"calls"`
-	Errors    int64   `json:"errors"`
-	ErrorRate float64 `json:"error_rate"`
-	// P50Ms and P99Ms are handler latencies in milliseconds over the
-	// window, 0 when it holds no call.
-	P50Ms float64 `json:"p50_ms"`
-	P99Ms float64 `json:"p99_ms"`
-	// InFlight counts the handlers running now.
-	InFlight int64 `json:"in_flight"`
-	// Total and TotalErrors count since the runtime was made.
-	Total       int64 `json:"total"`
+	// TotalErrors counts the error answers since the runtime was made.
 	TotalErrors int64 `json:"total_errors"`
 }
 
@@ -159,19 +148,11 @@ func (rt *Runtime) Status() Status {
 }
 
 func methodStatus(name string, s callstats.Stats) MethodStatus {
-	row := MethodStatus{
-		Method:      name,
-		Rate:        s.Rate,
-		Calls:       s.Calls,
-		Errors:      s.Errors,
-		P50Ms:       float64(s.P50) / float64(time.Millisecond),
-		P99Ms:       float64(s.P99) / float64(time.Millisecond),
-		InFlight:    s.InFlight,
-		Total:       s.Total,
+	return MethodStatus{
+		MethodStatus: bus.MethodStatus{
+			Method: name, Rate: s.Rate, Calls: s.Calls, Errors: s.Errors, ErrorRate: s.ErrorRate(),
+			P50Ms: callstats.Millis(s.P50), P99Ms: callstats.Millis(s.P99), InFlight: s.InFlight, Total: s.Total,
+		},
 		TotalErrors: s.TotalErrors,
 	}
-	if s.Calls > 0 {
-		row.ErrorRate = float64(s.Errors) / float64(s.Calls)
-	}
-	return row
 }

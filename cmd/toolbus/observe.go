@@ -148,10 +148,7 @@ func workerStatus(rt *worker.Runtime) bus.Status {
 		out.Extra["not_ready"] = st.NotReady
 	}
 	for _, m := range st.Methods {
-		out.Methods = append(out.Methods, bus.MethodStatus{
-			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
-			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total,
-		})
+		out.Methods = append(out.Methods, m.MethodStatus)
 	}
 	return out
 }

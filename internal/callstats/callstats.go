@@ -62,6 +62,18 @@ type Stats struct {
 	Total, TotalErrors int64
 }
 
+// ErrorRate is Errors/Calls, 0 when the window holds no call.
+func (s Stats) ErrorRate() float64 {
+	if s.Calls == 0 {
+		return 0
+	}
+	return float64(s.Errors) / float64(s.Calls)
+}
+
+// Millis is d in milliseconds, as status answers and the dashboard give
+// latencies.
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
 // ErrorAnswer is one error answer as [Stats.RecordError] keeps it.
 type ErrorAnswer struct {
 	Time    time.Time
