@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -11,6 +12,9 @@ import (
 // metrics are the ingress's Prometheus collectors. Every method label is
 // bounded (see [DefaultMetricsMaxMethods]).
 type metrics struct {
+	// byLabel caches each method label's series (*labelMetrics), so that
+	// a call resolves them once rather than one by one.
+	byLabel      sync.Map
 	calls        *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	inFlight     *prometheus.GaugeVec
@@ -48,6 +52,39 @@ func newMetrics() *metrics {
 			Help: "Calls no worker was subscribed to take.",
 		}, []string{"method"}),
 	}
+}
+
+// labelMetrics are the series of one method label that every call uses.
+type labelMetrics struct {
+	inFlight prometheus.Gauge
+	duration prometheus.Observer
+	// ok is made with the label's first success, so that a label only
+	// ever answered with errors has no series of successes.
+	okOnce sync.Once
+	ok     prometheus.Counter
+	calls  *prometheus.CounterVec
+	label  string
+}
+
+// succeeded counts one call answered with a result.
+func (lm *labelMetrics) succeeded() {
+	lm.okOnce.Do(func() { lm.ok = lm.calls.WithLabelValues(lm.label, "ok") })
+	lm.ok.Inc()
+}
+
+// forLabel returns the series of label, made on first use. Labels are
+// bounded (see [DefaultMetricsMaxMethods]), and so is the cache.
+func (m *metrics) forLabel(label string) *labelMetrics {
+	if v, ok := m.byLabel.Load(label); ok {
+		return v.(*labelMetrics)
+	}
+	v, _ := m.byLabel.LoadOrStore(label, &labelMetrics{
+		inFlight: m.inFlight.WithLabelValues(label),
+		duration: m.duration.WithLabelValues(label),
+		calls:    m.calls,
+		label:    label,
+	})
+	return v.(*labelMetrics)
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {

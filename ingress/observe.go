@@ -60,6 +60,7 @@ func (o *observer) Dispatch(ctx context.Context, calls []schema.Call) []schema.R
 // open is what the observer holds of one call while it runs.
 type open struct {
 	label string
+	lm    *labelMetrics // nil without metrics
 	span  trace.Span
 	ctx   context.Context
 	start time.Time
@@ -101,7 +102,8 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 		}
 		s.stats.Begin(label)
 		if s.metrics != nil {
-			s.metrics.inFlight.WithLabelValues(label).Inc()
+			opened[i].lm = s.metrics.forLabel(label)
+			opened[i].lm.inFlight.Inc()
 		}
 		s.logMessage(cctx, "request", c.ID, c.Method, c.Params)
 	}
@@ -119,7 +121,7 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 		for i := range calls {
 			if !calls[i].IsNotification() && !answered[i] {
 				s.inFlight.Add(-1)
-				s.finish(opened[i].ctx, opened[i].label, &calls[i],
+				s.finish(opened[i].ctx, opened[i].label, opened[i].lm, &calls[i],
 					schema.Response{ID: calls[i].ID, Error: internalError()}, time.Since(opened[i].start))
 			}
 			if !answered[i] {
@@ -142,7 +144,7 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 		if r.Error != nil {
 			r.Error = withTraceID(r.Error, op.span.SpanContext())
 		}
-		s.finish(op.ctx, op.label, c, r, d)
+		s.finish(op.ctx, op.label, op.lm, c, r, d)
 		if r.Error != nil && op.span.IsRecording() {
 			op.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", r.Error.Code))
 			op.span.SetStatus(codes.Error, r.Error.Message)
@@ -164,7 +166,7 @@ func countAnswers(calls []schema.Call) int {
 
 // finish records the end of a call that was dispatched: metrics, the
 // dashboard's statistics, recent errors and the message log.
-func (s *Server) finish(ctx context.Context, label string, c *schema.Call, r schema.Response, d time.Duration) {
+func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *schema.Call, r schema.Response, d time.Duration) {
 	if r.Error == nil && len(r.Result) == 0 {
 		r.Error = internalError() // what settle will answer
 	}
@@ -174,11 +176,16 @@ func (s *Server) finish(ctx context.Context, label string, c *schema.Call, r sch
 		code = s.codes.Label(r.Error.Code)
 	}
 	s.stats.End(label, d, r.Error != nil)
-	if s.metrics != nil {
-		s.metrics.inFlight.WithLabelValues(label).Dec()
-		s.metrics.duration.WithLabelValues(label).Observe(d.Seconds())
+	if lm != nil {
+		lm.inFlight.Dec()
+		lm.duration.Observe(d.Seconds())
+		if r.Error == nil {
+			lm.succeeded()
+		}
 	}
-	s.countCall(label, code)
+	if r.Error != nil {
+		s.countCall(label, code)
+	}
 	if r.Error != nil {
 		s.countError(label, r.Error)
 		s.stats.RecordError(callstats.ErrorAnswer{
@@ -251,33 +258,7 @@ func (s *Server) methodLabel(method string) string {
 	if s.cfg.registry != nil && !s.cfg.registry.Known(method) {
 		return labelUnknown
 	}
-	return s.labels.get(method)
-}
-
-// labelSet hands out at most max distinct labels.
-type labelSet struct {
-	mu   sync.RWMutex
-	max  int
-	seen map[string]struct{}
-}
-
-func (l *labelSet) get(method string) string {
-	l.mu.RLock()
-	_, ok := l.seen[method]
-	l.mu.RUnlock()
-	if ok {
-		return method
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.seen[method]; ok {
-		return method
-	}
-	if len(l.seen) >= l.max {
-		return labelOther
-	}
-	l.seen[method] = struct{}{}
-	return method
+	return s.labels.Label(method)
 }
 
 // traceID returns the trace id of ctx's span, or "" when it has none.

@@ -102,7 +102,7 @@ func TestMetricsOpenWithAuth(t *testing.T) {
 func TestMethodLabelsBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s, _ := newServer(t, WithMetrics(reg))
-	s.labels.max = 5
+	s.labels.Max = 5
 	var b strings.Builder
 	b.WriteString("[")
 	for i := range 20 {

@@ -67,7 +67,7 @@ type Server struct {
 	tracer   trace.Tracer
 	metrics  *metrics
 	stats    *callstats.Set
-	labels   labelSet
+	labels   callstats.Names
 	codes    callstats.Codes
 	inFlight atomic.Int64
 }
@@ -104,7 +104,7 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		id:      id,
 		tracer:  tp.Tracer(tracerName),
 		stats:   callstats.New(),
-		labels:  labelSet{max: DefaultMetricsMaxMethods, seen: map[string]struct{}{}},
+		labels:  callstats.Names{Max: DefaultMetricsMaxMethods, Other: labelOther},
 		d:       d,
 		router:  router,
 		cfg:     cfg,

@@ -182,3 +182,10 @@ func TestCodesBounded(t *testing.T) {
 		t.Fatal("codes seen before the cap, and reserved ones, keep their label")
 	}
 }
+
+func TestNamesBounded(t *testing.T) {
+	n := Names{Max: 2, Other: "_other"}
+	if n.Label("a") != "a" || n.Label("b") != "b" || n.Label("c") != "_other" || n.Label("a") != "a" {
+		t.Fatal("the first two names keep their labels, the third shares _other")
+	}
+}
