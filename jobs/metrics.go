@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/internal/callstats"
 )
 
 // Bounds of the Prometheus metrics.
@@ -46,9 +48,7 @@ const (
 type Counters struct {
 	submitted *prometheus.CounterVec
 	finished  *prometheus.CounterVec
-
-	mu      sync.Mutex
-	methods map[string]struct{}
+	methods   callstats.Names
 }
 
 var _ prometheus.Collector = (*Counters)(nil)
@@ -64,7 +64,7 @@ func NewCounters() *Counters {
 			Name: "toolbus_jobs_finished_total",
 			Help: "Jobs moved to a final state (succeeded, failed, canceled), by method and state.",
 		}, []string{"method", "state"}),
-		methods: map[string]struct{}{},
+		methods: callstats.Names{Max: MaxMethodLabels, Other: OtherMethod},
 	}
 }
 
@@ -90,18 +90,7 @@ func (c *Counters) addFinished(method string, state State) {
 
 // label is the method label of method: itself while fewer than
 // [MaxMethodLabels] methods have been seen, [OtherMethod] after.
-func (c *Counters) label(method string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.methods[method]; ok {
-		return method
-	}
-	if len(c.methods) >= MaxMethodLabels {
-		return OtherMethod
-	}
-	c.methods[method] = struct{}{}
-	return method
-}
+func (c *Counters) label(method string) string { return c.methods.Label(method) }
 
 // WithCounters makes the service count the jobs it queues and cancels into
 // c (default: counters of its own, see [Counters]).
