@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/internal/tracelog"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -190,7 +191,7 @@ func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *
 		s.countError(label, r.Error)
 		s.stats.RecordError(callstats.ErrorAnswer{
 			ID: string(c.ID), Method: c.Method, Code: r.Error.Code, Message: r.Error.Message,
-			TraceID: traceID(ctx),
+			TraceID: tracelog.TraceID(ctx),
 		})
 		s.logMessage(ctx, "response", c.ID, c.Method, errorBody(r.Error))
 		return
@@ -261,14 +262,6 @@ func (s *Server) methodLabel(method string) string {
 	return s.labels.Label(method)
 }
 
-// traceID returns the trace id of ctx's span, or "" when it has none.
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
-
 // withTraceID returns e with "trace_id" added to its data, when the call
 // was traced and its data is an object (or absent) without one. A tool's
 // own data of another JSON type is left as it is. e itself is not changed:
@@ -321,7 +314,7 @@ func traced(next http.Handler) http.Handler {
 // logCallAttrs are the attributes every line about one call carries.
 func logCallAttrs(ctx context.Context, id json.RawMessage, method string) []slog.Attr {
 	attrs := []slog.Attr{slog.String("id", string(id)), slog.String("method", method)}
-	if tid := traceID(ctx); tid != "" {
+	if tid := tracelog.TraceID(ctx); tid != "" {
 		attrs = append(attrs, slog.String("trace_id", tid))
 	}
 	return attrs

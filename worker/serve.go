@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/internal/tracelog"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -105,7 +106,7 @@ func (rt *Runtime) handle(ctx context.Context, r *route, req *Request, what stri
 	if rpcErr != nil {
 		code = rpcErr.Code
 		rt.stats.RecordError(callstats.ErrorAnswer{ID: string(req.ID), Method: req.Method,
-			Code: rpcErr.Code, Message: rpcErr.Message, TraceID: traceID(ctx)})
+			Code: rpcErr.Code, Message: rpcErr.Message, TraceID: tracelog.TraceID(ctx)})
 	}
 	if rt.log.Enabled(ctx, slog.LevelDebug) {
 		rt.logCall(ctx, slog.LevelDebug, what, req, "duration", d, "code", code)

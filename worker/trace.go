@@ -132,14 +132,6 @@ func endSpan(span trace.Span, rpcErr *schema.Error) {
 	span.End()
 }
 
-// traceID returns the trace id of ctx's span in hex, or "" when it has none.
-func traceID(ctx context.Context) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return sc.TraceID().String()
-	}
-	return ""
-}
-
 // logCall writes a log line about req (nil when the call could not be
 // decoded) with its method, id and, when ctx holds a span, trace_id and
 // span_id, followed by args.

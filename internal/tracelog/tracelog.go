@@ -26,6 +26,15 @@ func (h handler) Handle(ctx context.Context, r slog.Record) error {
 	return h.next.Handle(ctx, r)
 }
 
+// TraceID returns the trace id of ctx's span in hex, or "" when ctx
+// holds none.
+func TraceID(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
 func (h handler) WithAttrs(as []slog.Attr) slog.Handler { return handler{h.next.WithAttrs(as)} }
 func (h handler) WithGroup(name string) slog.Handler    { return handler{h.next.WithGroup(name)} }
 
