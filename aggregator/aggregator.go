@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/sony/gobreaker/v2"
 
@@ -50,7 +50,7 @@ type Aggregator struct {
 	retrySafePatterns []string
 	retrySafeFunc     func(method string) bool
 	methodInFlight    map[string]chan struct{}
-	idem              jetstream.KeyValue
+	idem              *IdempotencyStore
 	breakers          *breakers
 	hedge             time.Duration
 	busyWait          time.Duration
@@ -72,7 +72,7 @@ type config struct {
 	retrySafe      []string
 	retrySafeFunc  func(method string) bool
 	methodInFlight map[string]int
-	idem           jetstream.KeyValue
+	idem           *IdempotencyStore
 	breaker        *Breaker
 	hedge          time.Duration
 	busyWait       time.Duration
@@ -323,7 +323,11 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	var result []byte
 	var err *schema.Error
 	if k := idemKey(ctx, c, single); k != "" && a.idem != nil {
-		result, err = a.idempotent(ctx, c, k, timeout, run)
+		if kv, waiting := a.idem.bucket(); kv != nil {
+			result, err = a.idempotent(ctx, c, kv, k, timeout, run)
+		} else {
+			err = storeNotOpen(waiting)
+		}
 	} else {
 		result, err = run()
 	}
@@ -421,9 +425,13 @@ func (a *Aggregator) requestError(ctx context.Context, c *schema.Call, timeout t
 	case errors.Is(err, nats.ErrMaxPayload):
 		return schema.LimitError("max_payload", a.nc.MaxPayload(), -1)
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		return schema.NewError(schema.CodeUnavailable, "unavailable: bus connection: "+err.Error(),
-			map[string]any{"retryable": true, "reason": "bus_disconnected", "method": c.Method})
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
+		// A connection that has never reached a server does not know yet
+		// that it supports headers.
+		errors.Is(err, nats.ErrHeadersNotSupported) && !a.nc.IsConnected():
+		return schema.NewError(schema.CodeUnavailable, "unavailable: not connected to NATS (the connection is "+
+			strings.ToLower(a.nc.Status().String())+"); send the call again shortly",
+			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "bus_disconnected", "method": c.Method})
 	}
 	return schema.NewError(schema.CodeInternal, "internal error: publish call: "+err.Error(),
 		map[string]any{"method": c.Method})

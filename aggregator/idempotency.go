@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,9 +77,69 @@ func WithIdempotency(kv jetstream.KeyValue) Option {
 		if kv == nil {
 			return errors.New("aggregator: nil idempotency bucket")
 		}
-		c.idem = kv
+		s := &IdempotencyStore{}
+		s.Open(kv)
+		c.idem = s
 		return nil
 	}
+}
+
+// WithIdempotencyStore is [WithIdempotency] for a bucket that is opened
+// after the aggregator starts, as it is when JetStream is not up yet: a
+// call carrying an idempotency key is refused with -32003 (retryable,
+// naming what the store waits for) until [IdempotencyStore.Open] is
+// called. It never runs without its record.
+func WithIdempotencyStore(s *IdempotencyStore) Option {
+	return func(c *config) error {
+		if s == nil {
+			return errors.New("aggregator: nil idempotency store")
+		}
+		c.idem = s
+		return nil
+	}
+}
+
+// IdempotencyStore holds the bucket of idempotency records once it is
+// open (see [WithIdempotencyStore]). Its zero value is a store not open
+// yet. It is safe for concurrent use.
+type IdempotencyStore struct {
+	mu      sync.Mutex
+	kv      jetstream.KeyValue
+	waiting string
+}
+
+// Open makes the store use kv from now on.
+func (s *IdempotencyStore) Open(kv jetstream.KeyValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kv = kv
+}
+
+// Waiting records why the store is not open yet, for the refusals of the
+// calls that need it; the reason reads after "waiting for", e.g.
+// "JetStream: no suitable peers for placement".
+func (s *IdempotencyStore) Waiting(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting = reason
+}
+
+// bucket returns the bucket, or nil and what the store waits for.
+func (s *IdempotencyStore) bucket() (jetstream.KeyValue, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kv, s.waiting
+}
+
+// storeNotOpen is the refusal of a call with an idempotency key while the
+// store is not open.
+func storeNotOpen(waiting string) *schema.Error {
+	msg := "the idempotency store is not open yet; send the call again shortly"
+	if waiting != "" {
+		msg = "the idempotency store is not open yet (waiting for " + waiting + "); send the call again shortly"
+	}
+	return schema.NewError(schema.CodeUnavailable, msg, map[string]any{
+		"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_not_open"})
 }
 
 // idemRecord is the stored state of one idempotent call.
@@ -127,15 +188,15 @@ func fingerprint(c *schema.Call) string {
 // idempotent answers c through its idempotency record k: it runs the call
 // when it claims the record, and otherwise waits for, or replays, the
 // answer of the call that did.
-func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, k string, timeout time.Duration,
+func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, kv jetstream.KeyValue, k string, timeout time.Duration,
 	run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
 	fp := fingerprint(c)
 	deadline, _ := ctx.Deadline()
 	running, _ := json.Marshal(idemRecord{State: idemRunning, Fingerprint: fp, Until: deadline.UnixNano()})
 	for {
-		rev, err := a.idem.Create(ctx, k, running)
+		rev, err := kv.Create(ctx, k, running)
 		if err == nil {
-			return a.runAndStore(ctx, k, rev, fp, run)
+			return a.runAndStore(ctx, kv, k, rev, fp, run)
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			if ctx.Err() != nil {
@@ -144,9 +205,9 @@ func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, k string, t
 			a.log.Warn("idempotency store unavailable, running the call without it", "method", c.Method, "err", err)
 			return run()
 		}
-		result, rpcErr, claimed, rev := a.await(ctx, c, k, fp, running)
+		result, rpcErr, claimed, rev := a.await(ctx, c, kv, k, fp, running)
 		if claimed {
-			return a.runAndStore(ctx, k, rev, fp, run)
+			return a.runAndStore(ctx, kv, k, rev, fp, run)
 		}
 		if result != nil || rpcErr != nil {
 			return result, rpcErr
@@ -162,8 +223,8 @@ func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, k string, t
 // await watches record k held by another call until it is done (its
 // answer is returned), deleted (all results nil), or left running past its
 // deadline by an aggregator that is gone (claimed, with the new revision).
-func (a *Aggregator) await(ctx context.Context, c *schema.Call, k, fp string, running []byte) (result []byte, rpcErr *schema.Error, claimed bool, rev uint64) {
-	w, err := a.idem.Watch(ctx, k)
+func (a *Aggregator) await(ctx context.Context, c *schema.Call, kv jetstream.KeyValue, k, fp string, running []byte) (result []byte, rpcErr *schema.Error, claimed bool, rev uint64) {
+	w, err := kv.Watch(ctx, k)
 	if err != nil {
 		return nil, nil, false, 0
 	}
@@ -210,7 +271,7 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, k, fp string, ru
 			stale = time.NewTimer(time.Until(time.Unix(0, rec.Until)) + time.Second)
 			staleC = stale.C
 		case <-staleC:
-			rev, err := a.idem.Update(ctx, k, running, last.Revision())
+			rev, err := kv.Update(ctx, k, running, last.Revision())
 			if err == nil {
 				return nil, nil, true, rev
 			}
@@ -225,25 +286,25 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, k, fp string, ru
 // stores its answer, or deletes the record when the answer is a retryable
 // failure. The store is written even when the client has gone, so that
 // the duplicates waiting for it are answered.
-func (a *Aggregator) runAndStore(ctx context.Context, k string, rev uint64, fp string,
+func (a *Aggregator) runAndStore(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, fp string,
 	run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
 	result, rpcErr := run()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	if retryable(rpcErr) {
-		if err := a.idem.Delete(sctx, k, jetstream.LastRevision(rev)); err != nil {
+		if err := kv.Delete(sctx, k, jetstream.LastRevision(rev)); err != nil {
 			a.log.Warn("idempotency record not released", "err", err)
 		}
 		return result, rpcErr
 	}
 	done, err := json.Marshal(idemRecord{State: idemDone, Fingerprint: fp, Result: result, Error: rpcErr})
 	if err == nil {
-		_, err = a.idem.Update(sctx, k, done, rev)
+		_, err = kv.Update(sctx, k, done, rev)
 	}
 	if err != nil {
 		a.log.Warn("idempotency record not stored", "err", err)
 		// A duplicate must not wait on a record that will never finish.
-		_ = a.idem.Delete(sctx, k)
+		_ = kv.Delete(sctx, k)
 	}
 	return result, rpcErr
 }

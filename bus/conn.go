@@ -26,6 +26,7 @@ type connConfig struct {
 	logger       *slog.Logger
 	drainTimeout time.Duration
 	retryConnect bool
+	status       func(*nats.Conn, error)
 	auth         *auth
 	tls          *tlsSettings
 	extra        []nats.Option
@@ -79,6 +80,26 @@ func WithRetryOnFailedConnect() Option {
 	}
 }
 
+// WithStatusFunc has f told of the connection's state: nil each time it is
+// established (the first time and after every reconnect), and the error of
+// every failed attempt, of every loss of the connection and of its final
+// close, classified by [ConnectError] (so [Permanent] tells a refusal of
+// the credentials from a server that is not there yet). f runs on
+// nats.go's callback goroutine, one call at a time; it must not block.
+// With [WithRetryOnFailedConnect] it is how a process learns that NATS has
+// come up (default: no function). With a status function the connection
+// does not give up by itself after the same authentication error twice:
+// f is told of each, and decides.
+func WithStatusFunc(f func(nc *nats.Conn, err error)) Option {
+	return func(c *connConfig) error {
+		if f == nil {
+			return errors.New("bus: nil status func")
+		}
+		c.status = f
+		return nil
+	}
+}
+
 // WithNATSOptions appends raw nats.go options, applied after toolbus's own.
 func WithNATSOptions(opts ...nats.Option) Option {
 	return func(c *connConfig) error {
@@ -115,6 +136,11 @@ func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 		}
 	}
 	log := cfg.logger.With("component", "bus")
+	status := func(nc *nats.Conn, err error) {
+		if cfg.status != nil {
+			cfg.status(nc, ConnectError(err))
+		}
+	}
 	natsOpts := []nats.Option{
 		nats.Name(cfg.name),
 		nats.MaxReconnects(-1),
@@ -125,13 +151,15 @@ func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 		nats.PingInterval(DefaultPingInterval),
 		nats.MaxPingsOutstanding(DefaultMaxPingsOut),
 		nats.ReconnectBufSize(DefaultReconnectBuffer),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
+				status(nc, err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted())
+			status(nc, nil)
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
@@ -143,6 +171,24 @@ func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 	}
 	if cfg.retryConnect {
 		natsOpts = append(natsOpts, nats.RetryOnFailedConnect(true))
+	}
+	if cfg.status != nil {
+		natsOpts = append(natsOpts,
+			nats.IgnoreAuthErrorAbort(),
+			nats.ConnectHandler(func(nc *nats.Conn) { status(nc, nil) }),
+			nats.ReconnectErrHandler(func(nc *nats.Conn, err error) {
+				if err != nil {
+					status(nc, err)
+				}
+			}),
+			nats.ClosedHandler(func(nc *nats.Conn) {
+				// A close asked for by the process has no error; one
+				// that nats.go gave up on (the same authentication
+				// error twice) has.
+				if err := nc.LastError(); err != nil {
+					status(nc, err)
+				}
+			}))
 	}
 	natsOpts = append(natsOpts, cfg.securityOptions()...)
 	return cfg, append(natsOpts, cfg.extra...), nil

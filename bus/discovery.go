@@ -59,14 +59,23 @@ func (a *Announcements) Watch(fn func(data []byte)) (stop func(), err error) {
 		return nil, fmt.Errorf("bus: subscribe to announcements: %w", err)
 	}
 	// The ping must reach the workers after the subscription reached the
-	// server, or their answers could pass before it.
-	// When that fails the workers are heard at their next interval anyway.
-	if a.nc.Flush() == nil {
+	// server, or their answers could pass before it. When that fails, or
+	// the connection is not up yet, the workers are heard at their next
+	// interval anyway.
+	if a.nc.IsConnected() && a.nc.Flush() == nil {
 		_ = a.nc.Publish(a.s.DiscoveryPing(), nil)
 	}
 	done := make(chan struct{})
 	sub.SetClosedHandler(func(string) { close(done) })
 	return func() {
+		// A connection that is not up has no announcement of the server's
+		// to drain, and a drain would wait for the server.
+		if !a.nc.IsConnected() {
+			if sub.Unsubscribe() == nil {
+				<-done
+			}
+			return
+		}
 		if err := sub.Drain(); err != nil {
 			// Only an already closed subscription or connection fails to
 			// drain, and then its closed handler has run or will.

@@ -247,19 +247,6 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 	}, nil
 }
 
-// Retries of a runner's setup.
-const (
-	setupAttempts     = 8
-	setupRetryWait    = 250 * time.Millisecond
-	setupRetryMaxWait = 2 * time.Second
-)
-
-// retryableSetup reports whether a setup error may pass: anything but
-// JetStream being off.
-func retryableSetup(err error) bool {
-	return !errors.Is(err, jetstream.ErrJetStreamNotEnabled) && !errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount)
-}
-
 // setUp opens the store and creates the consumers of every served pattern.
 func (r *Runner) setUp(ctx context.Context, n names) ([]jetstream.Consumer, error) {
 	st, err := openStore(ctx, r.js, n, r.cfg.store, false)
@@ -308,7 +295,10 @@ func consumerName(pattern string) string {
 }
 
 // Start creates (or updates) a durable consumer for every method the
-// invoker serves and begins fetching jobs. ctx bounds the setup only.
+// invoker serves and begins fetching jobs. ctx bounds the setup only. It
+// fails on the first error of setting up and may then be called again: a
+// process that starts before JetStream is up retries it (see [bus.Retry]
+// and [bus.JetStreamError]).
 func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -327,21 +317,7 @@ func (r *Runner) Start(ctx context.Context) error {
 			return fmt.Errorf("jobs: serve %q: %w", pattern, err)
 		}
 	}
-	var consumers []jetstream.Consumer
-	// A JetStream cluster that has just formed may time out the first
-	// requests; setting up is retried a few times before giving up.
-	for attempt, wait := 1, setupRetryWait; ; attempt, wait = attempt+1, min(2*wait, setupRetryMaxWait) {
-		consumers, err = r.setUp(ctx, n)
-		if err == nil || attempt == setupAttempts || !retryableSetup(err) {
-			break
-		}
-		r.log.Warn("job runner setup failed, retrying", "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (after %d attempts: %w)", err, attempt, ctx.Err())
-		case <-time.After(wait):
-		}
-	}
+	consumers, err := r.setUp(ctx, n)
 	if err != nil {
 		return err
 	}

@@ -51,9 +51,18 @@ type Service struct {
 
 // New returns a service on js. It creates the cluster's queue stream and
 // record bucket, or brings existing ones to the configured limits, so the
-// first service to start sets them up. The caller owns js and its
-// connection.
+// first service to start sets them up; setting up takes at most
+// [setupTimeout]. The caller owns js and its connection.
 func New(js jetstream.JetStream, opts ...Option) (*Service, error) {
+	// Setting up is not tied to any request; bound it on its own.
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	return Open(ctx, js, opts...)
+}
+
+// Open is [New] with setting up bounded by ctx, for a process that retries
+// it until JetStream is up and must be able to stop meanwhile.
+func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service, error) {
 	if js == nil {
 		return nil, errors.New("jobs: nil JetStream")
 	}
@@ -67,9 +76,6 @@ func New(js jetstream.JetStream, opts ...Option) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Setting up is not tied to any request; bound it on its own.
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
 	st, err := openStore(ctx, js, n, cfg.store, true)
 	if err != nil {
 		return nil, err

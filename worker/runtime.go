@@ -274,9 +274,12 @@ func (rt *Runtime) subscribe(r *route) error {
 
 // flush makes sure the server knows of new subscriptions before Start
 // returns, so that a call sent right after finds its worker. A connection
-// that is down will subscribe again when it reconnects, so a failure is
-// only logged.
+// that is down will subscribe when it connects, so it is not waited for,
+// and a failure is only logged.
 func (rt *Runtime) flush() {
+	if !rt.nc.IsConnected() {
+		return
+	}
 	if err := rt.nc.Flush(); err != nil {
 		rt.log.Warn("flush after subscribing", "err", err)
 	}
@@ -295,6 +298,14 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.closed = true
 		for _, r := range rt.routes {
 			if r.sub == nil {
+				continue
+			}
+			// A connection that is not up holds no call of the server's
+			// to drain, and a drain would wait for the server.
+			if !rt.nc.IsConnected() {
+				if err := r.sub.Unsubscribe(); err != nil {
+					rt.log.Warn("unsubscribe", "subject", r.subject, "err", err)
+				}
 				continue
 			}
 			// Drain fails only when the subscription or the connection is

@@ -206,11 +206,17 @@ func embedded(cfg bus.EmbeddedConfig, connect func(e *bus.Embedded, name string)
 }
 
 // remoteModule connects to NATS servers over the network, with opts (the
-// authentication and TLS of [natsAuth]) after the client name.
+// authentication and TLS of [natsAuth]) after the client name. A
+// connection is returned at once even when no server answers yet: it keeps
+// trying in the background, and the process's [startup] says what it waits
+// for until it is connected, or stops the process when the server refuses
+// it for good.
 func remoteModule(url string, opts ...bus.Option) fx.Option {
-	return fx.Provide(func() connector {
+	return fx.Provide(func(st *startup) connector {
 		return func(name string) (*nats.Conn, error) {
-			return bus.Connect(url, append([]bus.Option{bus.WithName(name)}, opts...)...)
+			o := append([]bus.Option{bus.WithName(name)}, opts...)
+			o = append(o, bus.WithRetryOnFailedConnect(), bus.WithStatusFunc(st.watchConn(name, url)))
+			return bus.Connect(url, o...)
 		}
 	})
 }
@@ -222,16 +228,18 @@ type ingressAddr struct{ net.Addr }
 // ingressModule runs the HTTP ingress and its aggregator.
 func ingressModule(cfg ingressConfig) fx.Option {
 	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger) (*aggregator.Aggregator, *nats.Conn, *ingress.Registry, error) {
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *ingress.Registry, error) {
 			nc, err := connect("toolbus-ingress")
 			if err != nil {
 				return nil, nil, nil, err
 			}
 			lc.Append(fx.StopHook(func() { drain(nc) }))
-			// Startup, not a request: no caller context to follow.
-			policy, err := cfg.sec.aggregatorOptions(context.Background(), nc, cfg.prefix, cfg.jobReplicas)
+			policy, err := cfg.sec.aggregatorOptions()
 			if err != nil {
 				return nil, nil, nil, err
+			}
+			if cfg.sec.idempotency {
+				policy = append(policy, aggregator.WithIdempotencyStore(openIdempotency(lc, st, nc, cfg)))
 			}
 			var reg *ingress.Registry
 			if cfg.discovery {
@@ -255,7 +263,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			return agg, nc, reg, err
 		}),
 		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger,
-			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters) (*ingress.Server, ingressAddr, error) {
+			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) (*ingress.Server, ingressAddr, error) {
 			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
 				ingress.WithMaxTimeout(cfg.maxTimeout),
@@ -265,6 +273,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
 				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
 				ingress.WithReadiness(func(context.Context) error {
+					if err := st.err(); err != nil {
+						return err
+					}
 					if s := nc.Status(); s != nats.CONNECTED {
 						return fmt.Errorf("nats connection is %s", s)
 					}
@@ -281,16 +292,14 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, sec...)
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
-				svc, err := newJobService(lc, nc, cfg, log, counters)
-				if err != nil {
-					return nil, ingressAddr{}, err
-				}
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, svc), ingress.WithJobStats(jobview.Func(svc)))
-				if cfg.obs.metrics {
-					if err := metrics.Register(svc.Collector()); err != nil {
-						return nil, ingressAddr{}, fmt.Errorf("ingress: jobs metrics: %w", err)
+				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, recent int) (ingress.JobsState, error) {
+					svc := lj.svc.Load()
+					if svc == nil {
+						return ingress.JobsState{}, lj.unavailable()
 					}
-				}
+					return jobview.Func(svc)(ctx, recent)
+				}))
 			}
 			if reg != nil {
 				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
@@ -327,12 +336,13 @@ func ingressModule(cfg ingressConfig) fx.Option {
 	)
 }
 
-// newJobService starts the rpc.jobs.* service of an ingress.
-func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.Logger, counters *jobs.Counters) (*jobs.Service, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("ingress: jobs: %w", err)
-	}
+// newJobService starts the rpc.jobs.* service of an ingress: its stream and
+// bucket are opened in the background, and the jobs methods are refused as
+// not ready until they are.
+func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfig, log *slog.Logger,
+	counters *jobs.Counters, metrics *prometheus.Registry) *lazyJobs {
+	const part = "jobs"
+	lj := &lazyJobs{st: st, part: part}
 	opts := []jobs.Option{
 		jobs.WithPrefix(cfg.prefix),
 		jobs.WithTTL(cfg.jobTTL),
@@ -344,21 +354,74 @@ func newJobService(lc fx.Lifecycle, nc *nats.Conn, cfg ingressConfig, log *slog.
 	if cfg.callbackSecret != "" {
 		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)))
 	}
-	svc, err := jobs.New(js, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("ingress: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
-	}
+	var stop func()
 	lc.Append(fx.Hook{
-		OnStart: svc.Start,
-		OnStop:  svc.Shutdown,
+		OnStart: func(context.Context) error {
+			stop = st.setUp(part, nc, cfg.jobReplicas, func(ctx context.Context) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				svc, err := jobs.Open(ctx, js, opts...)
+				if err != nil {
+					return err
+				}
+				if err := svc.Start(ctx); err != nil {
+					return err
+				}
+				if cfg.obs.metrics {
+					if err := metrics.Register(svc.Collector()); err != nil {
+						log.Error("jobs metrics not served", "err", err)
+					}
+				}
+				lj.svc.Store(svc)
+				return nil
+			})
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			stop()
+			if svc := lj.svc.Load(); svc != nil {
+				return svc.Shutdown(ctx)
+			}
+			return nil
+		},
 	})
-	return svc, nil
+	return lj
+}
+
+// openIdempotency opens the ingress's idempotency bucket in the background;
+// until it is open, calls with an Idempotency-Key are refused as not ready.
+func openIdempotency(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfig) *aggregator.IdempotencyStore {
+	const part = "idempotency store"
+	store := &aggregator.IdempotencyStore{}
+	var stop func()
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			stop = st.setUp(part, nc, cfg.jobReplicas, func(ctx context.Context) error {
+				js, err := jetstream.New(nc)
+				if err != nil {
+					return err
+				}
+				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas)
+				if err != nil {
+					store.Waiting("JetStream: " + err.Error())
+					return err
+				}
+				store.Open(kv)
+				return nil
+			})
+			return nil
+		},
+		OnStop: func(context.Context) error { stop(); return nil },
+	})
+	return store
 }
 
 // workerModule runs a worker runtime serving the configured toolsets.
 func workerModule(cfg workerConfig) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger,
-		metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters) error {
+		metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) error {
 		if err := cfg.validate(); err != nil {
 			return err
 		}
@@ -410,31 +473,29 @@ func workerModule(cfg workerConfig) fx.Option {
 		// Registered before the worker's own hook, the probes stop after
 		// it: /readyz says why while the worker drains.
 		if cfg.metricsListen != "" {
-			if err := workerHTTP(lc, cfg.metricsListen, metrics, rt, log); err != nil {
+			if err := workerHTTP(lc, cfg.metricsListen, metrics, rt, st, log); err != nil {
 				nc.Close()
 				return err
 			}
 		}
+		stopRunner := func() {}
 		lc.Append(fx.Hook{
-			// The runner's consumers are set up first, so that a worker
-			// answering on the bus is a worker fully started.
-			OnStart: func(ctx context.Context) error {
-				if runner != nil {
-					if err := runner.Start(ctx); err != nil {
-						return err
-					}
-				}
+			// The runtime takes calls at once (its subscriptions reach
+			// the server when the connection is up); the runner's
+			// consumers are set up in the background once JetStream is.
+			OnStart: func(context.Context) error {
 				if err := rt.Start(); err != nil {
-					if runner != nil {
-						runner.Shutdown(ctx)
-					}
 					return err
+				}
+				if runner != nil {
+					stopRunner = st.setUp("job runner", nc, 1, runner.Start)
 				}
 				return nil
 			},
 			OnStop: func(ctx context.Context) error {
 				ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
 				defer cancel()
+				stopRunner()
 				var errs []error
 				if runner != nil {
 					errs = append(errs, runner.Shutdown(ctx))
@@ -499,6 +560,11 @@ func newTracedApp(tc tracingConfig, service string, modules ...fx.Option) *fx.Ap
 	return fx.New(
 		fx.NopLogger,
 		fx.Provide(func() *slog.Logger { return slog.Default() }),
+		fx.Provide(func(lc fx.Lifecycle, log *slog.Logger) *startup {
+			st := newStartup(log)
+			lc.Append(fx.StopHook(st.stop))
+			return st
+		}),
 		telemetryModule(tc, service),
 		fx.StartTimeout(30*time.Second),
 		fx.StopTimeout(2*time.Minute),

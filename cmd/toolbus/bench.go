@@ -148,14 +148,15 @@ func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error 
 	wc := defaultWorkerConfig()
 	wc.concurrency = 4096
 	var addr ingressAddr
+	var st *startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		natsModule,
 		workerModule(wc),
 		ingressModule(ic),
-		fx.Populate(&addr),
+		fx.Populate(&addr, &st),
 	)
-	if err := app.Start(ctx); err != nil {
+	if err := startReady(ctx, app, st); err != nil {
 		return err
 	}
 	defer app.Stop(context.WithoutCancel(ctx))
@@ -236,14 +237,15 @@ func runOverload(ctx context.Context, out io.Writer, startProgress progressStart
 	ic.sec.methodCaps = []string{fmt.Sprintf("sleep=%d", f.overloadCap)}
 	wc := defaultWorkerConfig()
 	var addr ingressAddr
+	var st *startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		natsModule,
 		workerModule(wc),
 		ingressModule(ic),
-		fx.Populate(&addr),
+		fx.Populate(&addr, &st),
 	)
-	if err := app.Start(ctx); err != nil {
+	if err := startReady(ctx, app, st); err != nil {
 		return err
 	}
 	defer app.Stop(context.WithoutCancel(ctx))

@@ -56,18 +56,19 @@ call had the outcome it should.`,
 			ic := defaultIngressConfig()
 			wc := defaultWorkerConfig()
 			var addr ingressAddr
+			var st *startup
 			app := newApp(
 				fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 				embeddedModule(bus.EmbeddedConfig{}),
 				workerModule(wc),
 				ingressModule(ic),
-				fx.Populate(&addr),
+				fx.Populate(&addr, &st),
 			)
 			ctx := cmd.Context()
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			if err := app.Start(ctx); err != nil {
+			if err := startReady(ctx, app, st); err != nil {
 				return err
 			}
 			defer app.Stop(context.WithoutCancel(ctx))

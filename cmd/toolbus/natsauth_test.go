@@ -57,7 +57,7 @@ func TestWorkerWrongPasswordFails(t *testing.T) {
 	url := startUserNATS(t, "w0rker-pass")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := execute(t, ctx, "worker", "--nats", url, "--nats-user", "worker", "--nats-password", "wrong", "--jobs=false")
+	_, err := execute(t, ctx, "worker", "--nats", url, "--nats-user", "worker", "--nats-password", "wrong", "--jobs=false", "--metrics-listen", "")
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("worker with a wrong password = %v, want %v", err, nats.ErrAuthorization)
 	}

@@ -156,7 +156,7 @@ func workerStatus(rt *worker.Runtime) bus.Status {
 // workerHTTP serves a standalone worker's /metrics, /healthz and /readyz on
 // addr, so that Prometheus and a container orchestrator can reach a
 // process that otherwise speaks only NATS.
-func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *worker.Runtime, log *slog.Logger) error {
+func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *worker.Runtime, st *startup, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -165,7 +165,11 @@ func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *work
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		if err := rt.Ready(); err != nil {
+		err := st.err()
+		if err == nil {
+			err = rt.Ready()
+		}
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "{\"status\":\"not ready\",\"reason\":%q}\n", err.Error())
 			return

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/aggregator"
@@ -120,6 +117,16 @@ func (c *securityConfig) ingressOptions(log *slog.Logger) ([]ingress.Option, err
 	return opts, nil
 }
 
+// validate checks the authentication flags and the policy's, so that a
+// command reports them before anything connects.
+func (c *securityConfig) validate() error {
+	if _, err := c.ingressOptions(discard); err != nil {
+		return err
+	}
+	_, err := c.aggregatorOptions()
+	return err
+}
+
 func (c *securityConfig) authConfig() (ingress.Auth, error) {
 	var a ingress.Auth
 	if c.authFile != "" {
@@ -154,9 +161,9 @@ func (c *securityConfig) authConfig() (ingress.Auth, error) {
 	return a, nil
 }
 
-// aggregatorOptions returns the aggregator options of c; the idempotency
-// bucket is opened on nc with replicas JetStream replicas.
-func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, prefix string, replicas int) ([]aggregator.Option, error) {
+// aggregatorOptions returns the aggregator options of c but idempotency,
+// whose bucket the ingress opens once JetStream is up.
+func (c *securityConfig) aggregatorOptions() ([]aggregator.Option, error) {
 	opts := []aggregator.Option{
 		aggregator.WithHeartbeat(c.heartbeat, c.heartbeatMisses),
 		aggregator.WithMaxAttempts(c.maxAttempts),
@@ -179,19 +186,6 @@ func (c *securityConfig) aggregatorOptions(ctx context.Context, nc *nats.Conn, p
 	if c.breakerFailures > 0 {
 		opts = append(opts, aggregator.WithBreaker(aggregator.Breaker{
 			Failures: c.breakerFailures, OpenFor: c.breakerOpenFor, Trials: c.breakerTrials}))
-	}
-	if c.idempotency {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return nil, fmt.Errorf("idempotency: %w", err)
-		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		kv, err := aggregator.IdempotencyBucket(ctx, js, prefix, c.idemTTL, replicas)
-		if err != nil {
-			return nil, fmt.Errorf("%w (run with --idempotency=false without JetStream)", err)
-		}
-		opts = append(opts, aggregator.WithIdempotency(kv))
 	}
 	return opts, nil
 }

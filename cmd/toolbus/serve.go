@@ -41,16 +41,20 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := ic.obs.validate(); err != nil {
 				return err
 			}
+			if err := ic.sec.validate(); err != nil {
+				return err
+			}
 			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded
+			var st *startup
 			app := newTracedApp(tc, tracingService(cmd),
 				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, DataDir: dataDir}),
 				workerModule(wc),
 				ingressModule(ic),
-				fx.Populate(&addr, &emb),
+				fx.Populate(&addr, &emb, &st),
 			)
-			return runUntilSignal(cmd.Context(), app, func() {
+			return runUntilSignal(cmd.Context(), app, st, func() {
 				fmt.Fprintf(cmd.OutOrStdout(), "toolbus dev ready: http://%s/rpc\n", addr)
 				if ic.obs.dashboard {
 					fmt.Fprintf(cmd.OutOrStdout(), "dashboard: http://%s/ui/\n", addr)
@@ -92,9 +96,13 @@ func newIngressCmd() *cobra.Command {
 			if err := ic.obs.validate(); err != nil {
 				return err
 			}
+			if err := ic.sec.validate(); err != nil {
+				return err
+			}
 			var addr ingressAddr
-			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr))
-			return runUntilSignal(cmd.Context(), app, func() {
+			var st *startup
+			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr, &st))
+			return runUntilSignal(cmd.Context(), app, st, func() {
 				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
 			})
 		},
@@ -129,8 +137,9 @@ func newWorkerCmd() *cobra.Command {
 			if err := tc.validate(); err != nil {
 				return err
 			}
-			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc))
-			return runUntilSignal(cmd.Context(), app, func() {
+			var st *startup
+			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc), fx.Populate(&st))
+			return runUntilSignal(cmd.Context(), app, st, func() {
 				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.tools)
 			})
 		},
@@ -142,21 +151,46 @@ func newWorkerCmd() *cobra.Command {
 	return cmd
 }
 
-// runUntilSignal starts app, calls ready, waits for SIGINT or SIGTERM (or
-// ctx), and stops app gracefully.
-func runUntilSignal(ctx context.Context, app *fx.App, ready func()) error {
+// runUntilSignal starts app, calls ready once st has nothing left to wait
+// for, and runs until SIGINT or SIGTERM (or ctx), or until st meets a
+// condition that will not pass; then it stops app gracefully. It returns
+// that condition, or why app could not start, as one line a person reads.
+func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func()) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if err := app.Start(ctx); err != nil {
-		return err
+	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	if err := app.Start(sig); err != nil {
+		return st.cause(err)
 	}
-	ready()
-	sig, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	<-sig.Done()
-	slog.Info("shutting down: draining calls in flight")
-	return app.Stop(context.WithoutCancel(ctx))
+	stop := func(cause error) error {
+		if cause == nil {
+			slog.Info("shutting down: draining calls in flight")
+		}
+		err := app.Stop(context.WithoutCancel(ctx))
+		if cause != nil {
+			return cause
+		}
+		return startError(err)
+	}
+	if err := st.err(); err != nil {
+		slog.Info("started, not ready yet", "reason", err.Error())
+	}
+	select {
+	case <-st.ready:
+		ready()
+	case err := <-st.fatal:
+		return stop(err)
+	case <-sig.Done():
+		return stop(nil)
+	}
+	select {
+	case err := <-st.fatal:
+		return stop(err)
+	case <-sig.Done():
+		return stop(nil)
+	}
 }
 
 // discard is a logger for the commands that print their own output.
