@@ -1,0 +1,518 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+const (
+	// defaultNatsData is the JetStream store of `toolbus nats` when neither
+	// --data nor the configuration file names one. It outlives the process,
+	// as jobs and idempotency records must survive a restart.
+	defaultNatsData = "toolbus-nats"
+	// maxNatsPayload is the largest --max-payload: the server's default
+	// limit of the bytes pending for one client, which a message must fit.
+	maxNatsPayload = 64 << 20
+	// natsReadyPoll is how often startup asks whether JetStream is ready.
+	natsReadyPoll = 20 * time.Millisecond
+	// natsPatience is how long startup waits before it logs why JetStream
+	// is not ready yet (in a cluster, the other nodes may not be up).
+	natsPatience = 5 * time.Second
+)
+
+// natsFlags are the flags of `toolbus nats`.
+type natsFlags struct {
+	listen     string
+	data       string
+	config     string
+	token      string
+	tokenFile  string
+	monitor    string
+	maxPayload int32
+	noAuth     bool
+}
+
+func newNatsCmd() *cobra.Command {
+	var f natsFlags
+	cmd := &cobra.Command{
+		Use:   "nats",
+		Short: "Run a NATS server with JetStream for an ingress and workers to join",
+		Long: `nats runs a NATS server with JetStream in the foreground until SIGINT or
+SIGTERM, for an ingress and workers started as processes of their own. Once
+JetStream is ready it prints the lines that join them.
+
+The bus is never open by accident. Without --config, clients must present a
+token: --nats-token, the one kept in --token-file, or else one generated at
+start and printed. --config reads a nats-server configuration file for cluster
+routes, accounts, users, permissions and TLS; the flags --nats-listen, --data,
+--monitor-listen and --max-payload, when given, override the file, and
+otherwise fill in what it leaves out. A file with no authorization of its own
+needs --nats-token or --token-file, or --no-auth to run an open bus on purpose.
+JetStream is always on.`,
+		Example: `  toolbus nats
+  toolbus nats --token-file toolbus-nats.token --data /var/lib/toolbus-nats
+  toolbus nats --config deploy/nats/cluster-secure.conf --data /data`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd.Context(), cmd.OutOrStdout(), cmd.Flags().Changed)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "nats-listen", "127.0.0.1:4222", "host:port NATS clients connect to (port 0 picks a free port)")
+	fl.StringVar(&f.data, "data", defaultNatsData, "directory of the JetStream store, kept across restarts (relative to the working directory)")
+	fl.StringVar(&f.config, "config", "", "nats-server configuration file: cluster routes, accounts, users, permissions, TLS")
+	fl.StringVar(&f.token, "nats-token", "", "token NATS clients must present (default: one generated at start and printed)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the token NATS clients must present; made with a generated token (mode 0600) when missing, and never printed")
+	fl.StringVar(&f.monitor, "monitor-listen", "", "host:port of the HTTP monitoring endpoints /healthz, /varz, /jsz (port 0 picks a free port; empty for none)")
+	fl.Int32Var(&f.maxPayload, "max-payload", bus.DefaultEmbeddedMaxPayload, "largest message in bytes, the same as toolbus dev's")
+	fl.BoolVar(&f.noAuth, "no-auth", false, "run an open bus: anyone who reaches it can act as any caller and any worker")
+	return cmd
+}
+
+// run starts the server, prints how to join it once JetStream is ready,
+// and shuts it down when ctx ends or SIGINT or SIGTERM arrives. given
+// reports whether a flag was set on the command line or by its variable.
+func (f *natsFlags) run(ctx context.Context, out io.Writer, given func(flag string) bool) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts, access, err := f.options(given)
+	if err != nil {
+		return err
+	}
+	log := slog.Default()
+	fatal := make(chan string, 1)
+	srv, err := startNats(ctx, opts, serverLog{log: log, fatal: fatal})
+	if err != nil || srv == nil {
+		return err
+	}
+	if access.open {
+		log.Warn("the NATS server is open (--no-auth): anyone who reaches it can act as any caller and any worker")
+	}
+	access.printReady(out, srv, opts)
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down the NATS server")
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil
+	case msg := <-fatal:
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return fmt.Errorf("the NATS server stopped: %s", msg)
+	}
+}
+
+// options reads the configuration file, if any, applies the flags given
+// and the defaults of what the file leaves out, settles how clients
+// authenticate, and checks that the server can store and listen where it
+// is told to.
+func (f *natsFlags) options(given func(flag string) bool) (*server.Options, natsAccess, error) {
+	opts := &server.Options{}
+	if f.config != "" {
+		if err := readConfig(opts, f.config); err != nil {
+			return nil, natsAccess{}, err
+		}
+	}
+	// fromFlag records the settings taken from a flag (given, or its
+	// default), so that an error names what to change.
+	fromFlag := map[string]bool{}
+	if given("nats-listen") || (opts.Host == "" && opts.Port == 0) {
+		host, port, err := splitListen("--nats-listen", f.listen)
+		if err != nil {
+			return nil, natsAccess{}, err
+		}
+		opts.Host, opts.Port, fromFlag["nats-listen"] = host, port, true
+	}
+	if given("monitor-listen") || f.config == "" {
+		opts.HTTPHost, opts.HTTPPort, opts.HTTPSPort, fromFlag["monitor-listen"] = "", 0, 0, true
+		if f.monitor != "" {
+			host, port, err := splitListen("--monitor-listen", f.monitor)
+			if err != nil {
+				return nil, natsAccess{}, err
+			}
+			opts.HTTPHost, opts.HTTPPort = host, port
+		}
+	}
+	if given("data") || opts.StoreDir == "" {
+		if f.data == "" {
+			return nil, natsAccess{}, errors.New("--data is empty: name the directory of the JetStream store")
+		}
+		opts.StoreDir, fromFlag["data"] = f.data, true
+	}
+	if given("max-payload") || opts.MaxPayload == 0 {
+		if f.maxPayload <= 0 || f.maxPayload > maxNatsPayload {
+			return nil, natsAccess{}, fmt.Errorf("--max-payload %d is out of range: give 1 to %d bytes", f.maxPayload, maxNatsPayload)
+		}
+		opts.MaxPayload = f.maxPayload
+	}
+	opts.JetStream = true
+	// This command handles the signals; the server's own handler would
+	// end the process without the orderly shutdown.
+	opts.NoSigs = true
+
+	access, err := f.access(opts)
+	if err != nil {
+		return nil, natsAccess{}, err
+	}
+	// fix says what to change about a setting: the flag it came from, or
+	// the file's item and the flag that overrides it.
+	fix := func(flag, item, noun string) string {
+		switch {
+		case fromFlag[flag]:
+			return fmt.Sprintf("choose another %s with --%s", noun, flag)
+		case flag != "":
+			return fmt.Sprintf("change %s in %s, or override it with --%s", item, f.config, flag)
+		}
+		return fmt.Sprintf("change %s in %s", item, f.config)
+	}
+	for _, l := range []struct {
+		host       string
+		port       int
+		flag, item string
+	}{
+		{opts.Host, opts.Port, "nats-listen", "listen"},
+		{opts.HTTPHost, max(opts.HTTPPort, opts.HTTPSPort), "monitor-listen", "http"},
+		{opts.Cluster.Host, opts.Cluster.Port, "", "the cluster's listen"},
+	} {
+		if l.port <= 0 {
+			continue // none, or a free port the server picks
+		}
+		if err := checkListen(net.JoinHostPort(l.host, strconv.Itoa(l.port)), fix(l.flag, l.item, "address")); err != nil {
+			return nil, natsAccess{}, err
+		}
+	}
+	// The store and the token file come last, so that a start refused for
+	// any other reason leaves nothing behind.
+	if err := os.MkdirAll(opts.StoreDir, 0o750); err != nil {
+		return nil, natsAccess{}, fmt.Errorf("cannot create the JetStream store %s (%v): %s", opts.StoreDir, rootCause(err), fix("data", "store_dir", "directory"))
+	}
+	if access.tokenFile != "" {
+		if access.token, err = tokenFromFile(access.tokenFile); err != nil {
+			return nil, natsAccess{}, err
+		}
+		opts.Authorization = access.token
+	}
+	return opts, access, nil
+}
+
+// readConfig reads the nats-server configuration file path into opts. It
+// logs the file's warnings (an unknown item, say) and returns its errors
+// as one line.
+func readConfig(opts *server.Options, path string) error {
+	err := opts.ProcessConfigFile(path)
+	if err == nil {
+		return nil
+	}
+	var list interface {
+		Errors() []error
+		Warnings() []error
+	}
+	if !errors.As(err, &list) {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("cannot read --config %s (%w): give the path of a nats-server configuration file", path, pe.Err)
+		}
+		return fmt.Errorf("--config %s is not a usable NATS configuration: %s", path, strings.TrimSpace(err.Error()))
+	}
+	for _, w := range list.Warnings() {
+		slog.Warn("NATS configuration", "config", path, "warning", w.Error())
+	}
+	if len(list.Errors()) == 0 {
+		return nil
+	}
+	errs := make([]string, len(list.Errors()))
+	for i, e := range list.Errors() {
+		errs[i] = e.Error()
+	}
+	return fmt.Errorf("--config %s is not a usable NATS configuration: %s", path, strings.Join(errs, "; "))
+}
+
+// splitListen reads the host:port address of flag; port 0 picks a free
+// port.
+func splitListen(flag, addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	port, perr := strconv.Atoi(p)
+	if err != nil || perr != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%s %q is not a host:port address such as 127.0.0.1:4222", flag, addr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// checkListen tries addr before the server does, so that an address in
+// use is reported as such, with fix, rather than as a server that never
+// becomes ready.
+func checkListen(addr, fix string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &listenError{addr: addr, fix: fix, err: err}
+	}
+	return l.Close()
+}
+
+// listenError is an address the server cannot listen on.
+type listenError struct {
+	addr string
+	fix  string // what to do about it, naming the flag or the file's item
+	err  error
+}
+
+func (e *listenError) Error() string {
+	switch {
+	case errors.Is(e.err, syscall.EADDRINUSE):
+		return fmt.Sprintf("%s is already in use by another program, perhaps another NATS server: stop it, or %s", e.addr, e.fix)
+	case errors.Is(e.err, syscall.EACCES):
+		return fmt.Sprintf("listening on %s needs privileges this process lacks: %s", e.addr, e.fix)
+	}
+	return fmt.Sprintf("cannot listen on %s (%v): %s", e.addr, rootCause(e.err), e.fix)
+}
+
+func (e *listenError) Unwrap() error { return e.err }
+
+// rootCause returns the innermost error of err, such as "permission
+// denied" of "mkdir /x: permission denied", for sentences that name the
+// path or address themselves.
+func rootCause(err error) error {
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err
+		}
+		err = inner
+	}
+}
+
+// natsAccess is how clients join the server, as the ready lines say.
+type natsAccess struct {
+	token     string // the token clients present, or "" for none
+	tokenFile string // the file keeping token; when set the token is not shown
+	users     string // the configuration file whose users clients join as
+	open      bool   // anyone may join (--no-auth)
+}
+
+// access settles how clients authenticate and sets opts to match: the
+// file's own authorization, a token, or, asked for explicitly, none.
+func (f *natsFlags) access(opts *server.Options) (natsAccess, error) {
+	own := f.config != "" && authorizes(opts)
+	token := f.token != "" || f.tokenFile != ""
+	switch {
+	case f.token != "" && f.tokenFile != "":
+		return natsAccess{}, errors.New("--nats-token and --token-file both give the token: keep one of them")
+	case f.noAuth && token:
+		return natsAccess{}, errors.New("--no-auth opens the bus that a token would close: keep one of them")
+	case own && f.noAuth:
+		return natsAccess{}, fmt.Errorf("%s has an authorization of its own, which --no-auth would not remove: drop --no-auth", f.config)
+	case own && token:
+		return natsAccess{}, fmt.Errorf("%s has an authorization of its own: drop --nats-token and --token-file, or put the token in the file", f.config)
+	case own:
+		return natsAccess{users: f.config}, nil
+	case f.noAuth:
+		return natsAccess{open: true}, nil
+	case f.config != "" && !token:
+		return natsAccess{}, fmt.Errorf("%s has no authorization, so anyone could use the bus: add users to it, give --nats-token or --token-file, or give --no-auth to run an open bus on purpose", f.config)
+	}
+	// A token file is read, or made, once every other check has passed.
+	a := natsAccess{token: f.token, tokenFile: f.tokenFile}
+	if a.token == "" && a.tokenFile == "" {
+		a.token = newToken()
+	}
+	opts.Authorization = a.token
+	return a, nil
+}
+
+// authorizes reports whether a server configuration authenticates clients
+// by itself: with users, nkeys, a token, operator JWTs, an auth callout or
+// client certificates it verifies.
+func authorizes(o *server.Options) bool {
+	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
+		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil || o.TLSVerify
+}
+
+// newToken returns 32 random bytes in URL-safe base64: usable as is on a
+// command line and in a nats://token@host URL.
+func newToken() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails: a broken random source crashes the program instead
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// tokenFromFile reads the token kept in path or, when there is no such
+// file, makes one and keeps it there, readable by this user alone, so
+// that a restart keeps the token its clients know.
+func tokenFromFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		token := strings.TrimSpace(string(b))
+		if token == "" {
+			return "", fmt.Errorf("--token-file %s is empty: put a token in it, or remove it to have one made", path)
+		}
+		return token, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("cannot read --token-file %s (%v): give a file this user can read", path, rootCause(err))
+	}
+	token := newToken()
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("cannot create --token-file %s (%v): give a path in a directory this user can write", path, rootCause(err))
+	}
+	_, err = fh.WriteString(token + "\n")
+	if cerr := fh.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return "", fmt.Errorf("cannot write --token-file %s (%v): give a path on a writable file system", path, rootCause(err))
+	}
+	return token, nil
+}
+
+// startNats starts a server with opts and waits until JetStream is ready
+// (in a cluster: until the nodes have elected a meta leader), as the
+// server's /healthz tells. It returns a nil server and error when ctx ends
+// first.
+func startNats(ctx context.Context, opts *server.Options, log serverLog) (*server.Server, error) {
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("the NATS server refused its settings (%v): fix the flags or the configuration file", err)
+	}
+	debug := opts.Debug || log.log.Enabled(ctx, slog.LevelDebug)
+	srv.SetLoggerV2(log, debug, opts.Trace, opts.TraceVerbose)
+	srv.Start()
+	stop := func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
+	tick := time.NewTicker(natsReadyPoll)
+	defer tick.Stop()
+	patient := time.Now().Add(natsPatience)
+	var waiting string
+	for {
+		h := srv.Healthz(nil)
+		if h.StatusCode == http.StatusOK {
+			return srv, nil
+		}
+		if time.Now().After(patient) && h.Error != waiting {
+			waiting = h.Error
+			log.log.Info("waiting for JetStream", "reason", waiting)
+		}
+		select {
+		case msg := <-log.fatal:
+			stop()
+			return nil, fmt.Errorf("the NATS server did not start: %s", msg)
+		case <-ctx.Done():
+			stop()
+			return nil, nil
+		case <-tick.C:
+		}
+	}
+}
+
+// serverLog passes the NATS server's log to slog, and its fatal errors,
+// which would end the process under the server's own logger, to fatal.
+type serverLog struct {
+	log   *slog.Logger
+	fatal chan string
+}
+
+var _ server.Logger = serverLog{}
+
+func (l serverLog) Noticef(format string, v ...any) { l.log.Info(fmt.Sprintf(format, v...)) }
+func (l serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+func (l serverLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.log.Error(msg)
+	select {
+	case l.fatal <- msg:
+	default: // the first fatal error is the one reported
+	}
+}
+
+// printReady writes the ready lines: the server's URL, its store and
+// monitoring address, and the commands that join an ingress and a worker
+// to it.
+func (a natsAccess) printReady(w io.Writer, srv *server.Server, opts *server.Options) {
+	scheme := "nats"
+	if opts.TLSConfig != nil {
+		scheme = "tls"
+	}
+	url := scheme + "://" + reachable(srv.Addr())
+	fmt.Fprintf(w, "toolbus nats ready: %s\n", url)
+	if store, err := filepath.Abs(opts.StoreDir); err == nil {
+		fmt.Fprintf(w, "JetStream store: %s\n", store)
+	}
+	if m := srv.MonitorAddr(); m != nil {
+		scheme := "http"
+		if opts.HTTPSPort != 0 {
+			scheme = "https"
+		}
+		fmt.Fprintf(w, "monitoring: %s://%s/healthz\n", scheme, reachable(m))
+	}
+	header, auth := "join with:", ""
+	switch {
+	case a.open:
+		fmt.Fprintln(w, "this bus is open (--no-auth): anyone who reaches it can act as any caller and any worker")
+	case a.users != "":
+		header = fmt.Sprintf("join as a user of %s (add --nats-user and --nats-password, --nats-nkey or --nats-creds):", a.users)
+	case a.tokenFile != "":
+		auth = ` --nats-token "$(cat ` + shellQuote(a.tokenFile) + `)"`
+	default:
+		auth = " --nats-token " + a.token
+	}
+	fmt.Fprintf(w, "%s\n  toolbus ingress --nats %s%s\n  toolbus worker --nats %s%s\n", header, url, auth, url, auth)
+}
+
+// reachable returns addr as a host:port a client on this machine can
+// dial: an unspecified address (0.0.0.0, ::) becomes the loopback one.
+func reachable(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return addr.String()
+	}
+	ip := tcp.IP
+	switch {
+	case ip == nil, ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
+}
+
+// shellSafe matches the words a POSIX shell reads unchanged.
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+-]+$`)
+
+// shellQuote returns s as one word for a POSIX shell.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
