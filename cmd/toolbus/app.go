@@ -311,9 +311,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if err := serveStatus(lc, nc, cfg.prefix, bus.KindIngress, func() bus.Status { return ingressStatus(srv) }); err != nil {
 				return nil, ingressAddr{}, err
 			}
-			l, err := net.Listen("tcp", cfg.listen)
+			l, err := listen(cfg.listen, "choose another address with --listen")
 			if err != nil {
-				return nil, ingressAddr{}, fmt.Errorf("ingress: listen on %s: %w", cfg.listen, err)
+				return nil, ingressAddr{}, err
 			}
 			lc.Append(fx.Hook{
 				OnStart: func(context.Context) error {

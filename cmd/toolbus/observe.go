@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -176,9 +175,9 @@ func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *work
 		}
 		fmt.Fprintln(w, `{"status":"ready"}`)
 	})
-	l, err := net.Listen("tcp", addr)
+	l, err := listen(addr, `give each worker on a host its own --metrics-listen, such as 127.0.0.1:0 for any free port, or "" for none`)
 	if err != nil {
-		return fmt.Errorf("worker: --metrics-listen %s: %w (another worker on this host? give each its own port, e.g. 127.0.0.1:0, or \"\" for none)", addr, err)
+		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	lc.Append(fx.Hook{

@@ -44,6 +44,11 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := ic.sec.validate(); err != nil {
 				return err
 			}
+			if natsListen != "" {
+				if err := checkListen(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
+					return err
+				}
+			}
 			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded

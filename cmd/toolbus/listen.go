@@ -1,0 +1,48 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// checkListen tries addr before a server does, so that an address in use
+// is reported as such, with fix, rather than as a server that never
+// becomes ready.
+func checkListen(addr, fix string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &listenError{addr: addr, fix: fix, err: err}
+	}
+	return l.Close()
+}
+
+// listenError is an address the server cannot listen on.
+type listenError struct {
+	addr string
+	fix  string // what to do about it, naming the flag or the file's item
+	err  error
+}
+
+func (e *listenError) Error() string {
+	switch {
+	case errors.Is(e.err, syscall.EADDRINUSE):
+		return fmt.Sprintf("%s is already in use by another program: stop it, or %s", e.addr, e.fix)
+	case errors.Is(e.err, syscall.EACCES):
+		return fmt.Sprintf("listening on %s needs privileges this process lacks: %s", e.addr, e.fix)
+	}
+	return fmt.Sprintf("cannot listen on %s (%v): %s", e.addr, rootCause(e.err), e.fix)
+}
+
+func (e *listenError) Unwrap() error { return e.err }
+
+// listen opens addr for a server, or says in one sentence why it cannot
+// and, with fix, what to do.
+func listen(addr, fix string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &listenError{addr: addr, fix: fix, err: err}
+	}
+	return l, nil
+}
