@@ -207,7 +207,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		}
 		// A runner took the job before this write, or another replica
 		// submitted it under the same idempotency key.
-		cur, _, err := s.st.get(ctx, rec.ID)
+		cur, _, err := s.st.getLatest(ctx, rec.ID)
 		if err != nil {
 			return nil, storeError(rec.ID, err)
 		}

@@ -163,11 +163,14 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 // expired.
 var errNotFound = errors.New("jobs: job not found")
 
-// get reads a record and its revision.
+// get reads a record and its revision; a record it does not find is
+// looked for again as the leader has it (see getLatest).
 func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
 	e, err := s.kv.Get(ctx, jobKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, errNotFound
+		// The replica that answered may lag behind: a job just submitted
+		// through another ingress is confirmed missing by the leader.
+		return s.getLatest(ctx, id)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
@@ -177,6 +180,36 @@ func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
 		return nil, 0, fmt.Errorf("jobs: decode job %s: %w", id, err)
 	}
 	return &r, e.Revision(), nil
+}
+
+// getLatest reads a record as the stream's leader has it. A plain get may
+// be answered by a replica that has not caught up yet, so a record known to
+// exist (its create was refused as a duplicate) is read through a watch,
+// whose consumer the leader serves.
+func (s *store) getLatest(ctx context.Context, id string) (*stored, uint64, error) {
+	w, err := s.kv.Watch(ctx, jobKey(id), jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return nil, 0, fmt.Errorf("jobs: read job %s: watch ended", id)
+			case e == nil: // every current value delivered: none
+				return nil, 0, errNotFound
+			}
+			var r stored
+			if err := json.Unmarshal(e.Value(), &r); err != nil {
+				return nil, 0, fmt.Errorf("jobs: decode job %s: %w", id, err)
+			}
+			return &r, e.Revision(), nil
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, ctx.Err())
+		}
+	}
 }
 
 // create writes a new record; it fails with jetstream.ErrKeyExists when the

@@ -169,6 +169,7 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func())
 	if err := app.Start(sig); err != nil {
 		return st.cause(err)
 	}
+	st.begin()
 	stop := func(cause error) error {
 		if cause == nil {
 			slog.Info("shutting down: draining calls in flight")

@@ -35,7 +35,8 @@ type startup struct {
 	mu      sync.Mutex
 	waiting map[string]string // part → what it waits for
 	parts   []string          // in the order they began to wait
-	ready   chan struct{}     // closed the first time nothing is waited for
+	ready   chan struct{}     // closed the first time nothing is waited for once begun
+	begun   bool              // every part has said what it waits for
 	isReady bool
 	fatal   chan error // the first permanent failure
 
@@ -72,7 +73,23 @@ func (s *startup) done(part string) {
 	defer s.mu.Unlock()
 	delete(s.waiting, part)
 	s.parts = removeString(s.parts, part)
-	if len(s.waiting) == 0 && !s.isReady {
+	s.checkReady()
+}
+
+// begin is called once the application has started, when every part has
+// said what it waits for: the process may be ready only from then on, as a
+// part done early (NATS connected) says nothing of those not begun yet.
+func (s *startup) begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begun = true
+	s.checkReady()
+}
+
+// checkReady closes ready the first time nothing is waited for after
+// begin. s.mu must be held.
+func (s *startup) checkReady() {
+	if s.begun && len(s.waiting) == 0 && !s.isReady {
 		s.isReady = true
 		close(s.ready)
 	}
@@ -264,6 +281,7 @@ func startReady(ctx context.Context, app *fx.App, st *startup) error {
 	if err := app.Start(ctx); err != nil {
 		return st.cause(err)
 	}
+	st.begin()
 	var err error
 	select {
 	case <-st.ready:

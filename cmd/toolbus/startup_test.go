@@ -178,6 +178,11 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 		if err := app.Start(ctx); err != nil {
 			t.Fatalf("start before NATS: %v", err)
 		}
+		if app == ingress {
+			ingSt.begin()
+		} else {
+			wrkSt.begin()
+		}
 		t.Cleanup(func() { app.Stop(context.Background()) })
 	}
 	base := "http://" + addr.String()
@@ -297,5 +302,39 @@ func TestStartupFailures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStartupReadyOnlyOnceBegun checks that a part done before the others
+// have said what they wait for does not make the process ready.
+func TestStartupReadyOnlyOnceBegun(t *testing.T) {
+	st := newStartup(discard)
+	isReady := func() bool {
+		select {
+		case <-st.ready:
+			return true
+		default:
+			return false
+		}
+	}
+	st.wait("nats", "connecting")
+	st.done("nats")
+	if isReady() {
+		t.Fatal("ready before begin, with nothing waited for yet")
+	}
+	st.wait("jobs", "waiting for JetStream")
+	st.begin()
+	if isReady() || st.err() == nil {
+		t.Fatalf("ready while jobs waits (err %v)", st.err())
+	}
+	st.done("jobs")
+	if !isReady() || st.err() != nil {
+		t.Fatalf("not ready with nothing waited for (err %v)", st.err())
+	}
+	// A part that waits again later makes the process not ready again,
+	// and ready stays closed.
+	st.wait("nats", "not connected")
+	if st.err() == nil || !isReady() {
+		t.Errorf("err() = %v after NATS went away, want a reason", st.err())
 	}
 }
