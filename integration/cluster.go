@@ -542,6 +542,47 @@ func (c *Cluster) Calls() []Served {
 	return out
 }
 
+// CallsLogged is [Cluster.Calls] once every id of want appears in some
+// worker's log, or after 30 seconds. Docker collects a container's output
+// after the process wrote it, so a call answered a moment ago may not be
+// in the log read at once.
+func (c *Cluster) CallsLogged(want []string) []Served {
+	return c.servedAll("call", want)
+}
+
+// JobRunsLogged is [Cluster.JobRuns] once every id of want appears in some
+// worker's log, or after 30 seconds (see [Cluster.CallsLogged]).
+func (c *Cluster) JobRunsLogged(want []string) []Served {
+	return c.servedAll("invoke", want)
+}
+
+func (c *Cluster) servedAll(msg string, want []string) []Served {
+	giveUp := time.Now().Add(30 * time.Second)
+	for {
+		out := make([]Served, len(c.Worker))
+		for i, w := range c.Worker {
+			out[i] = c.served(w, msg)
+		}
+		missing := 0
+		for _, id := range want {
+			found := false
+			for _, s := range out {
+				if len(s[id]) > 0 {
+					found = true
+					break
+				}
+			}
+			if !found {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(giveUp) {
+			return out
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // JobRuns returns what each worker's log says it ran of the jobs, by
 // worker index.
 func (c *Cluster) JobRuns() []Served {
