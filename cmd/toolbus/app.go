@@ -429,6 +429,10 @@ func workerModule(cfg workerConfig) fx.Option {
 		if err != nil {
 			return err
 		}
+		// Appended first, the connection closes last, and also when the
+		// application stops before the worker has started (a start that
+		// was canceled or failed in a later hook).
+		lc.Append(fx.StopHook(func() { drain(nc) }))
 		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
 			worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
 		if cfg.announce {
@@ -501,7 +505,6 @@ func workerModule(cfg workerConfig) fx.Option {
 					errs = append(errs, runner.Shutdown(ctx))
 				}
 				errs = append(errs, rt.Shutdown(ctx))
-				drain(nc)
 				return errors.Join(errs...)
 			},
 		})
