@@ -120,6 +120,12 @@ func statusServiceName(kind string) string { return "toolbus-" + kind }
 // only one, so every request reaches the process it names. On a shared
 // subject a queue group would hand each request to a random instance.
 //
+// ServeStatus returns once the server has the service's subscriptions, so
+// that a [GatherStatus] begun right after, on any connection, finds it; it
+// fails when the server does not confirm them within 10 seconds. On a
+// connection that is down it does not wait: the service subscribes when
+// the connection is back.
+//
 // Call Stop on the returned service when the process shuts down, before
 // draining or closing nc: the process stops answering, and micro puts back
 // the connection's closed and error handlers that it wrapped (a closed
@@ -176,7 +182,38 @@ func ServeStatus(nc *nats.Conn, s Subjects, kind, version string, snapshot func(
 		_ = svc.Stop() // the endpoint's error is the one to report
 		return nil, fmt.Errorf("bus: status endpoint: %w", err)
 	}
+	if err := confirmSubscriptions(nc); err != nil {
+		_ = svc.Stop() // the server's silence is the error to report
+		return nil, fmt.Errorf("bus: status service: %w", err)
+	}
 	return svc, nil
+}
+
+// subscribeConfirmTimeout bounds how long [ServeStatus] waits for the server
+// to confirm the service's subscriptions: a server that does not answer a
+// PING in that time is not serving anyone.
+const subscribeConfirmTimeout = 10 * time.Second
+
+// confirmSubscriptions waits until the server has processed everything nc
+// has sent, subscriptions included (a PING and its PONG: the server handles
+// one connection's messages in order). Until then a request from another
+// connection finds no responders, though nc has subscribed. A connection
+// that is down has nothing to wait for: nats.go sends every subscription
+// again when it connects, before anything else.
+func confirmSubscriptions(nc *nats.Conn) error {
+	if !nc.IsConnected() {
+		return nil
+	}
+	err := nc.FlushTimeout(subscribeConfirmTimeout)
+	if errors.Is(err, nats.ErrConnectionClosed) && !nc.IsClosed() {
+		// The connection dropped while waiting, which ends the PING
+		// rather than the connection; it subscribes again when back.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("confirm subscriptions: %w", err)
+	}
+	return nil
 }
 
 // statusJSON encodes snapshot() after fill, and turns a panic of snapshot

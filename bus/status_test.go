@@ -1,8 +1,14 @@
 package bus_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +102,125 @@ func TestGatherStatus(t *testing.T) {
 	}
 }
 
+// TestServeStatusReachable checks that a status service is reachable from
+// another connection as soon as ServeStatus returns. Its connection holds
+// back what it writes until it sends a PING, as a slow network or a busy
+// server would, so that without waiting for the server ServeStatus would
+// return before the server has its subscriptions: a connection left alone
+// pings only every two minutes.
+func TestServeStatusReachable(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	held := &heldUntilPing{srv: e.Server()}
+	nc, err := nats.Connect("", nats.InProcessServer(held))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s := subjects(t, "toolbus")
+	svc, err := bus.ServeStatus(nc, s, bus.KindWorker, "1.0.0", func() bus.Status { return bus.Status{} })
+	if err != nil {
+		t.Fatalf("ServeStatus: %v", err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+	// From here on the connection passes everything on, so that the
+	// service can answer.
+	held.release()
+	subject := s.Status(bus.KindWorker, svc.Info().ID)
+	m, reqErr := connectInProcess(t, e).Request(subject, nil, 10*time.Second)
+	if late := held.lateSubscriptions(); len(late) > 0 {
+		t.Errorf("the server got %q after ServeStatus returned", late)
+	}
+	if reqErr != nil {
+		t.Fatalf("request on %s from another connection: %v", subject, reqErr)
+	}
+	var st bus.Status
+	if err := json.Unmarshal(m.Data, &st); err != nil || st.Kind != bus.KindWorker {
+		t.Fatalf("status = %s, %v; want a worker's", m.Data, err)
+	}
+}
+
+// heldUntilPing makes one in-process connection to a server that passes on
+// what the client writes only up to its last PING, holding the rest back
+// until the next PING or until release. From then on it passes everything
+// on, and keeps a copy.
+type heldUntilPing struct {
+	srv interface{ InProcessConn() (net.Conn, error) }
+
+	mu       sync.Mutex
+	conn     net.Conn
+	held     []byte
+	released bool
+	late     []byte // passed on after release, what was held first
+}
+
+func (h *heldUntilPing) InProcessConn() (net.Conn, error) {
+	c, err := h.srv.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		c.Close()
+		return nil, errors.New("heldUntilPing makes one connection only")
+	}
+	h.conn = c
+	return heldConn{c, h}, nil
+}
+
+var ping = []byte("PING\r\n")
+
+func (h *heldUntilPing) write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		h.late = append(h.late, p...)
+		return h.conn.Write(p)
+	}
+	h.held = append(h.held, p...)
+	i := bytes.LastIndex(h.held, ping)
+	if i < 0 {
+		return len(p), nil
+	}
+	n := i + len(ping)
+	if _, err := h.conn.Write(h.held[:n]); err != nil {
+		return 0, err
+	}
+	h.held = append(h.held[:0], h.held[n:]...)
+	return len(p), nil
+}
+
+// release passes on what is held and everything written after.
+func (h *heldUntilPing) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = true
+	h.late, h.held = h.held, nil
+	if len(h.late) > 0 {
+		h.conn.Write(h.late) // a failure shows as the service unreachable
+	}
+}
+
+// lateSubscriptions returns the SUB lines passed on since release.
+func (h *heldUntilPing) lateSubscriptions() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var subs []string
+	for line := range strings.SplitSeq(string(h.late), "\r\n") {
+		if strings.HasPrefix(line, "SUB ") {
+			subs = append(subs, line)
+		}
+	}
+	return subs
+}
+
+type heldConn struct {
+	net.Conn
+	h *heldUntilPing
+}
+
+func (c heldConn) Write(p []byte) (int, error) { return c.h.write(p) }
+
 func TestGatherStatusUnanswered(t *testing.T) {
 	e := startEmbedded(t, bus.EmbeddedConfig{})
 	s := subjects(t, "toolbus")
@@ -103,7 +228,8 @@ func TestGatherStatusUnanswered(t *testing.T) {
 	// A service that looks like a worker's but whose endpoint never
 	// answers, until the test ends.
 	release := make(chan struct{})
-	silent, err := micro.AddService(connectInProcess(t, e), micro.Config{
+	silentNC := connectInProcess(t, e)
+	silent, err := micro.AddService(silentNC, micro.Config{
 		Name: "toolbus-worker", Version: "1.0.0",
 		Metadata: map[string]string{"prefix": "toolbus", "kind": bus.KindWorker, "host": "h2"},
 	})
@@ -113,6 +239,11 @@ func TestGatherStatusUnanswered(t *testing.T) {
 	t.Cleanup(func() { close(release); silent.Stop() })
 	if err := silent.AddEndpoint("status", micro.HandlerFunc(func(micro.Request) { <-release }),
 		micro.WithEndpointSubject(s.Status(bus.KindWorker, silent.Info().ID))); err != nil {
+		t.Fatal(err)
+	}
+	// As ServeStatus does, so that the server has the service before
+	// GatherStatus asks for it on another connection.
+	if err := silentNC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
