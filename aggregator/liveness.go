@@ -118,6 +118,14 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 			}
 			a.log.Info("call not acknowledged, published again", "method", c.Method, "attempt", attempts)
 		case <-live.C:
+			if len(p.progress) > 0 || len(p.reply) > 0 {
+				// The worker spoke while this goroutine waited to run,
+				// and select chose among the ready cases at random: a
+				// busy aggregator must not blame the worker for its own
+				// delay. Read what came first.
+				live.Reset(silence)
+				continue
+			}
 			if !safe || attempts >= a.maxAttempts {
 				a.log.Warn("worker lost a call", "method", c.Method, "id", string(c.ID), "silence", silence)
 				return nil, workerLost(c.Method, silence, attempts)

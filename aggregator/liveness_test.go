@@ -70,12 +70,17 @@ func TestLiveness(t *testing.T) {
 			timeout: long, wantCode: schema.CodeUnavailable, wantWhy: "worker_lost", wantTries: 1,
 		},
 		{
+			// The call outlives the silence that marks a worker lost
+			// twice over. Its beats come ten times an interval, so that
+			// only a pause of the whole 300ms of silence between two of
+			// them, not a busy machine's delay of a few, could lose it.
 			name: "beats keep a slow call alive",
+			opts: []aggregator.Option{aggregator.WithHeartbeat(100*time.Millisecond, 3)},
 			worker: func(m *nats.Msg, _ int) {
 				go func() {
 					progress(m, schema.ProgressAck)
-					for range 10 {
-						time.Sleep(20 * time.Millisecond)
+					for start := time.Now(); time.Since(start) < 600*time.Millisecond; {
+						time.Sleep(10 * time.Millisecond)
 						progress(m, schema.ProgressBeat)
 					}
 					bus.Reply(m, schema.ReplyResult([]byte(`"done"`)))
