@@ -22,15 +22,17 @@ import (
 )
 
 // wsServer is a small JSON-RPC server over WebSocket for the tests: echo
-// answers the params, sleep {"ms"} answers after a while, and every
-// message is handled on its own, so answers come in the order they are
-// ready. A batch is answered with one array, in reverse order. It can stop
+// answers the params, sleep {"ms"} answers after a while (and tells
+// sleeping when it begins), and every message is handled on its own, so
+// answers come in the order they are ready. A batch is answered with one array, in reverse order. It can stop
 // answering pings, and be stopped and started again on the same address.
 type wsServer struct {
 	t       *testing.T
 	addr    string
 	pong    atomic.Bool // answer pings
 	accepts atomic.Int32
+	// sleeping receives a value for each sleep call the server begins.
+	sleeping chan struct{}
 
 	mu      sync.Mutex
 	srv     *http.Server
@@ -41,7 +43,7 @@ type wsServer struct {
 
 func startWS(t *testing.T) *wsServer {
 	t.Helper()
-	s := &wsServer{t: t, addr: "127.0.0.1:0", conns: make(map[*websocket.Conn]bool)}
+	s := &wsServer{t: t, addr: "127.0.0.1:0", conns: make(map[*websocket.Conn]bool), sleeping: make(chan struct{}, 16)}
 	s.pong.Store(true)
 	s.start()
 	t.Cleanup(s.stop)
@@ -143,6 +145,10 @@ func (s *wsServer) handle(ctx context.Context, conn *websocket.Conn, data []byte
 			var p struct{ MS int }
 			json.Unmarshal(req.Params, &p)
 			select {
+			case s.sleeping <- struct{}{}:
+			default:
+			}
+			select {
 			case <-time.After(time.Duration(p.MS) * time.Millisecond):
 			case <-ctx.Done():
 				return
@@ -177,6 +183,16 @@ func (s *wsServer) pingAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// waitSleeping waits until the server has begun a sleep call.
+func (s *wsServer) waitSleeping(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.sleeping:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server got no sleep call within 10s")
+	}
 }
 
 func (s *wsServer) canceled() []string {
@@ -365,7 +381,7 @@ func TestWebSocketReconnect(t *testing.T) {
 	c := dialWS(t, s, client.WithLogger(slog.New(rec)))
 	inFlight := make(chan error, 1)
 	go func() { inFlight <- c.Call(t.Context(), "sleep", map[string]int{"ms": 10000}, nil) }()
-	time.Sleep(50 * time.Millisecond)
+	s.waitSleeping(t)
 
 	s.stop()
 	if err := <-inFlight; !errors.Is(err, client.ErrConnectionLost) {
@@ -380,7 +396,13 @@ func TestWebSocketReconnect(t *testing.T) {
 		}
 		waiting <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// The server comes back once the client has failed to dial a few
+	// times, so that the backoff shows.
+	waitFor(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.delays) >= 3
+	}, "three failed dials")
 	s.start()
 	if err := <-waiting; err != nil {
 		t.Fatalf("call made while disconnected = %v, want it to wait for the reconnection", err)
@@ -407,7 +429,7 @@ func TestWebSocketClose(t *testing.T) {
 	c := dialWS(t, s)
 	inFlight := make(chan error, 1)
 	go func() { inFlight <- c.Call(t.Context(), "sleep", map[string]int{"ms": 10000}, nil) }()
-	time.Sleep(50 * time.Millisecond)
+	s.waitSleeping(t)
 	c.Close()
 	if err := <-inFlight; !errors.Is(err, client.ErrClosed) {
 		t.Errorf("call in flight at Close = %v, want %v", err, client.ErrClosed)

@@ -39,6 +39,17 @@ func next(t *testing.T, sub *nats.Subscription) *nats.Msg {
 	return m
 }
 
+// reply returns the next message of sub that is not a progress message:
+// the call's answer, after the heartbeats sent before its handler returned.
+func reply(t *testing.T, sub *nats.Subscription) *nats.Msg {
+	t.Helper()
+	for {
+		if m := next(t, sub); m.Header.Get(schema.HeaderProgress) == "" {
+			return m
+		}
+	}
+}
+
 func TestHeartbeats(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})
 	release := make(chan struct{})
@@ -59,16 +70,9 @@ func TestHeartbeats(t *testing.T) {
 		}
 	}
 	close(release)
-	for {
-		m := next(t, sub)
-		if m.Header.Get(schema.HeaderProgress) != "" {
-			continue // a beat sent before the handler returned
-		}
-		r, err := bus.ReadReply(m)
-		if err != nil || string(r.Result) != `"done"` {
-			t.Fatalf("reply = %v, %v, want \"done\"", r, err)
-		}
-		break
+	r, err := bus.ReadReply(reply(t, sub))
+	if err != nil || string(r.Result) != `"done"` {
+		t.Fatalf("reply = %v, %v, want \"done\"", r, err)
 	}
 	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
 		t.Errorf("message after the reply: %v", m.Header)

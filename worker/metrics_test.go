@@ -201,7 +201,7 @@ func TestMetricsCountRefusals(t *testing.T) {
 		t.Errorf("refused_total{one,timeout} = %v, want 1", got)
 	}
 	close(release)
-	next(t, first) // the reply
+	reply(t, first)
 	if got := value(t, reg, "toolbus_worker_calls_total", calls("one", "ok")); got != 1 {
 		t.Errorf("calls_total{one,ok} = %v, want 1: refused calls are not calls", got)
 	}
