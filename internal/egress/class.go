@@ -69,6 +69,35 @@ func (c Class) Valid() bool {
 	return err == nil && code >= 100 && code <= 999
 }
 
+// Describe says what c means in a few words fit for an error message, such
+// as "the connection was refused" or "the answer had status 503".
+func (c Class) Describe() string {
+	switch c {
+	case ClassBlocked:
+		return "the address is not allowed"
+	case ClassDNS:
+		return "the host name did not resolve"
+	case ClassRefused:
+		return "the connection was refused"
+	case ClassUnreachable:
+		return "there is no route to the host"
+	case ClassTimeout:
+		return "there was no answer in time"
+	case ClassTLS:
+		return "the TLS handshake failed"
+	case ClassClosed:
+		return "the connection was closed without an answer"
+	case ClassProtocol:
+		return "the answer was not HTTP"
+	case ClassCanceled:
+		return "the request was canceled"
+	}
+	if n, ok := strings.CutPrefix(string(c), "status "); ok && c.Valid() {
+		return "the answer had status " + n
+	}
+	return "the request failed"
+}
+
 // Error is an outbound request that failed, with its class. Its text holds
 // the cause, which may quote the remote side: log it for the operator, and
 // show a caller only Class.

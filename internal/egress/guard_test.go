@@ -508,6 +508,18 @@ func TestClassValid(t *testing.T) {
 	if got := egress.StatusClass(503); got != "status 503" {
 		t.Errorf("StatusClass(503) = %q, want %q", got, "status 503")
 	}
+	for _, tc := range []struct {
+		class egress.Class
+		want  string
+	}{
+		{egress.ClassRefused, "the connection was refused"},
+		{egress.StatusClass(503), "the answer had status 503"},
+		{"malformed HTTP response", "the request failed"},
+	} {
+		if got := tc.class.Describe(); got != tc.want {
+			t.Errorf("Class(%q).Describe() = %q, want %q", tc.class, got, tc.want)
+		}
+	}
 	if got := egress.Classify(nil); got != "" {
 		t.Errorf("Classify(nil) = %q, want empty", got)
 	}
