@@ -14,7 +14,7 @@
 // applies the same rule to a URL before anything is sent, for a submit that
 // should be refused at once.
 //
-// The denied ranges ([Ranges]) are loopback, private (RFC 1918 and
+// The denied ranges ([Denied]) are loopback, private (RFC 1918 and
 // fc00::/7), link-local, CGNAT (100.64.0.0/10), multicast, unspecified,
 // broadcast and reserved addresses; an IPv4 address written in IPv6 form
 // (IPv4-mapped ::ffff:a.b.c.d, NAT64 64:ff9b::/96, 6to4 2002::/16) is judged

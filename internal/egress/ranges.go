@@ -13,11 +13,11 @@ type Range struct {
 	Prefix netip.Prefix
 }
 
-// Ranges are the denied blocks, the narrower before the wider where they
+// ranges are the denied blocks, the narrower before the wider where they
 // overlap, so that the first that holds an address names it best. IPv4
 // addresses written in IPv6 form are judged by the IPv4 address inside
 // (see [Denied]) and have no entry of their own.
-var Ranges = []Range{
+var ranges = []Range{
 	{"broadcast", netip.MustParsePrefix("255.255.255.255/32")},
 	{"unspecified", netip.MustParsePrefix("0.0.0.0/8")},
 	{"private", netip.MustParsePrefix("10.0.0.0/8")},
@@ -53,7 +53,7 @@ var (
 // ignored.
 func Denied(a netip.Addr) (Range, bool) {
 	a = embedded(a.WithZone(""))
-	for _, r := range Ranges {
+	for _, r := range ranges {
 		if r.Prefix.Contains(a) {
 			return r, true
 		}

@@ -61,11 +61,3 @@ func TestDenied(t *testing.T) {
 		})
 	}
 }
-
-func TestRangesAreWellFormed(t *testing.T) {
-	for _, r := range egress.Ranges {
-		if r.Kind == "" || !r.Prefix.IsValid() || r.Prefix != r.Prefix.Masked() {
-			t.Errorf("range %+v: want a kind and a masked prefix", r)
-		}
-	}
-}

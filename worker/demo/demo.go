@@ -27,6 +27,9 @@ type config struct {
 	fetchAllow    []string
 	fetchMaxBytes int64
 	fetchTimeout  time.Duration
+	// egress holds further options of fetch_page's guard (tests resolve
+	// and dial through hooks).
+	egress []egress.Option
 }
 
 // Option configures [Register].
@@ -83,7 +86,7 @@ func Register(rt *worker.Runtime, opts ...Option) error {
 			return err
 		}
 	}
-	guard, err := egress.New(egress.WithAllow(cfg.fetchAllow...))
+	guard, err := egress.New(append([]egress.Option{egress.WithAllow(cfg.fetchAllow...)}, cfg.egress...)...)
 	if err != nil {
 		return fmt.Errorf("demo: fetch allowlist: %w", err)
 	}

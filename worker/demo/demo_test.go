@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -348,15 +349,26 @@ func TestFetchPage(t *testing.T) {
 }
 
 // TestFetchPageRefusesLoopback: without the allowlist, a page on loopback
-// is refused, naming the rule and the flag that admits it.
+// is refused, also through a name that resolves there, naming the rule and
+// the flag that admits it; nothing is dialed.
 func TestFetchPageRefusesLoopback(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t.Errorf("fetch_page reached %s, want it refused", r.URL)
 	}))
 	t.Cleanup(srv.Close)
-	nc := startDemo(t)
-	for _, url := range []string{srv.URL + "/", "http://localhost:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:] + "/",
-		"http://[::ffff:127.0.0.1]:" + srv.URL[strings.LastIndex(srv.URL, ":")+1:] + "/"} {
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	resolve := resolverFunc(func(host string) ([]netip.Addr, error) {
+		if host == "inside.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	})
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		t.Errorf("dialed %s, want nothing dialed", address)
+		return nil, errors.New("test: no network")
+	}
+	nc := startDemo(t, demo.WithFetchNet(resolve, dial))
+	for _, url := range []string{srv.URL + "/", "http://inside.test:" + port + "/", "http://[::ffff:127.0.0.1]:" + port + "/"} {
 		params, _ := json.Marshal(map[string]string{"url": url})
 		r := call(t, nc, "fetch_page", string(params), 10*time.Second)
 		check(t, r, "", schema.CodeInvalidParams, "url")
@@ -364,6 +376,12 @@ func TestFetchPageRefusesLoopback(t *testing.T) {
 			t.Errorf("fetch_page(%s) = %v, want an error naming loopback and --fetch-allow", url, e)
 		}
 	}
+}
+
+type resolverFunc func(host string) ([]netip.Addr, error)
+
+func (f resolverFunc) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return f(host)
 }
 
 // bannerServer is a listener on loopback that greets every connection as
