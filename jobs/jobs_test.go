@@ -2,12 +2,8 @@ package jobs_test
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -376,63 +372,6 @@ func TestPollOnAnotherService(t *testing.T) {
 	}
 }
 
-func TestCallback(t *testing.T) {
-	secret := []byte("0123456789abcdef-secret")
-	var hits atomic.Int32
-	type delivery struct {
-		body []byte
-		sig  string
-		id   string
-	}
-	got := make(chan delivery, 10)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if hits.Add(1) <= 2 {
-			http.Error(w, "not yet", http.StatusServiceUnavailable)
-			return
-		}
-		got <- delivery{body, r.Header.Get(jobs.SignatureHeader), r.Header.Get(jobs.JobIDHeader)}
-	}))
-	defer srv.Close()
-
-	e := startServer(t, "")
-	nc, js := connect(t, e)
-	s := newService(t, js, jobs.WithCallbackSecret(secret), jobs.WithCallbackRetry(5, 10*time.Millisecond, 50*time.Millisecond))
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	startRunner(t, js, newRuntime(t, nc, echoTools))
-	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","params":{"a":1},"notify_url":%q}`, srv.URL+"/done"))
-	if rpcErr != nil {
-		t.Fatalf("submit: %v", rpcErr)
-	}
-	var sub jobs.SubmitResult
-	json.Unmarshal(res, &sub)
-	var d delivery
-	select {
-	case d = <-got:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no callback accepted after %d attempts", hits.Load())
-	}
-	if want := jobs.Sign(secret, d.body); !hmac.Equal([]byte(d.sig), []byte(want)) {
-		t.Errorf("signature = %q, want %q", d.sig, want)
-	}
-	var posted jobs.Record
-	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.id != sub.ID ||
-		posted.State != jobs.StateSucceeded || string(posted.Result) != `{"a":1}` {
-		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.id, sub.ID)
-	}
-	r := waitFor(t, s, sub.ID, "callback delivered", func(r *jobs.Record) bool {
-		return r.Callback != nil && r.Callback.State == jobs.CallbackDelivered
-	})
-	if r.Callback.Attempts != 3 || len(r.Callback.Failures) != 2 {
-		t.Errorf("callback = %+v, want 3 attempts and 2 recorded failures", r.Callback)
-	}
-	if string(r.Result) != `{"a":1}` {
-		t.Errorf("result after the callback = %s", r.Result)
-	}
-}
-
 func TestProgress(t *testing.T) {
 	e := startServer(t, "")
 	nc, js := connect(t, e)
@@ -609,7 +548,9 @@ func TestOptions(t *testing.T) {
 		{"params", jobs.WithMaxParamsBytes(0)},
 		{"list", jobs.WithListLimits(10, 5)},
 		{"secret", jobs.WithCallbackSecret([]byte("short"))},
-		{"client", jobs.WithCallbackClient(nil)},
+		{"callback timeout", jobs.WithCallbackTimeout(0)},
+		{"callback timeout too long", jobs.WithCallbackTimeout(time.Hour)},
+		{"callback allowlist", jobs.WithCallbackAllow("*.internal")},
 		{"retry", jobs.WithCallbackRetry(3, time.Second, time.Millisecond)},
 		{"logger", jobs.WithLogger(nil)},
 	} {

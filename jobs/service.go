@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -39,6 +41,8 @@ type Service struct {
 	st  *store
 	cfg config
 	log *slog.Logger
+	// guard judges notify_url at submit and every callback connection.
+	guard *egress.Guard
 
 	mu       sync.Mutex
 	notifier *notifier
@@ -76,6 +80,10 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 	if err != nil {
 		return nil, err
 	}
+	guard, err := egress.New(append([]egress.Option{egress.WithAllow(cfg.callbackAllow...)}, cfg.egress...)...)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: callbacks: %w", err)
+	}
 	st, err := openStore(ctx, js, n, cfg.store, true)
 	if err != nil {
 		return nil, err
@@ -83,7 +91,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 	if cfg.counters == nil {
 		cfg.counters = NewCounters()
 	}
-	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs")}
+	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs"), guard: guard}
 	s.collector = newStatsCollector(s)
 	return s, nil
 }
@@ -178,7 +186,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		TTLSeconds:  int64(s.cfg.ttl / time.Second),
 	}, TraceParent: call.TraceParent}
 	if p.NotifyURL != nil {
-		if e := s.checkNotifyURL(*p.NotifyURL); e != nil {
+		if e := s.checkNotifyURL(ctx, *p.NotifyURL); e != nil {
 			return nil, e
 		}
 		rec.NotifyURL = *p.NotifyURL
@@ -216,12 +224,17 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 	return &SubmitResult{ID: rec.ID, State: rec.State}, nil
 }
 
-func (s *Service) checkNotifyURL(raw string) *schema.Error {
+// checkNotifyURL refuses a notify_url that is not an http or https URL,
+// or whose host is, or resolves to, an address callbacks may not reach.
+// The callback's connection is checked again, so a name that resolves
+// elsewhere later gains nothing; a lookup that fails for want of an answer
+// (a timeout) therefore does not refuse the job.
+func (s *Service) checkNotifyURL(ctx context.Context, raw string) *schema.Error {
 	if len(raw) > MaxNotifyURLBytes {
 		return schema.LimitError("max_notify_url_bytes", MaxNotifyURLBytes, int64(len(raw)))
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return invalidParams("notify_url", "must be an absolute http or https URL")
 	}
 	if u.User != nil {
@@ -230,8 +243,30 @@ func (s *Service) checkNotifyURL(raw string) *schema.Error {
 	if s.cfg.callbackSecret == nil {
 		return invalidParams("notify_url", "completion callbacks are not enabled on this server")
 	}
+	lctx, cancel := context.WithTimeout(ctx, notifyLookupTimeout)
+	defer cancel()
+	err = s.guard.Check(lctx, u)
+	var blocked *egress.BlockedError
+	var dnsErr *net.DNSError
+	switch {
+	case err == nil:
+	case errors.As(err, &blocked):
+		reason := blocked.Reason() + "; job callbacks reach loopback, private, link-local and other internal " +
+			"addresses only when the operator allows them with --callback-allow"
+		return schema.NewError(schema.CodeInvalidParams, "invalid params: notify_url: "+reason,
+			map[string]string{"field": "notify_url", "reason": reason, "range": blocked.Range.Kind})
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return invalidParams("notify_url", "host "+u.Hostname()+" does not resolve; give a host name that resolves in DNS")
+	case egress.Classify(err) == egress.ClassDNS:
+		s.log.Info("notify_url not resolved at submit; its callback is checked when it connects", "host", u.Hostname(), "err", err)
+	default:
+		return invalidParams("notify_url", "must be an absolute http or https URL with a valid port")
+	}
 	return nil
 }
+
+// notifyLookupTimeout bounds resolving a notify_url's host at submit.
+const notifyLookupTimeout = 5 * time.Second
 
 // idemKey is the bucket key of the idempotency entry of caller's key. The
 // caller's length goes first so that no two (caller, key) pairs hash the

@@ -44,6 +44,9 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := ic.sec.validate(); err != nil {
 				return err
 			}
+			if err := ic.validateCallbacks(); err != nil {
+				return err
+			}
 			if natsListen != "" {
 				if err := checkListen(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
 					return err
@@ -102,6 +105,9 @@ func newIngressCmd() *cobra.Command {
 				return err
 			}
 			if err := ic.sec.validate(); err != nil {
+				return err
+			}
+			if err := ic.validateCallbacks(); err != nil {
 				return err
 			}
 			var addr ingressAddr
