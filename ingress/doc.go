@@ -42,8 +42,11 @@
 //     1009), the server pings the peer and closes it when pongs stop
 //     ([WithWebSocketPing]), and browsers from other origins are refused
 //     unless allowed ([WithWebSocketOrigins]). The [CancelMethod]
-//     rpc.cancel cancels one call in flight; closing the connection
-//     cancels all of them. A canceled call is answered -32004.
+//     rpc.cancel cancels one call in flight (it needs no allow pattern:
+//     it reaches only the connection's own calls); closing the connection
+//     cancels all of them. A canceled call is answered -32004. An
+//     extension's subscribe method, such as rpc.jobs.subscribe ([Subscriber]),
+//     streams notifications on the connection; it is admitted like any call.
 //
 //   - POST /v1/tools/{method}/invoke: a plain REST call for services that do
 //     not speak JSON-RPC. The body is the params (a JSON object or array;

@@ -3,10 +3,16 @@ package toolbustest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -122,5 +128,60 @@ func TestMCPNeedsCredentials(t *testing.T) {
 		"Accept", "application/json, text/event-stream")
 	if status != http.StatusUnauthorized {
 		t.Errorf("POST /mcp without credentials = HTTP %d %s, want 401", status, body)
+	}
+}
+
+// wsRoundTrip opens a WebSocket connection to c's /rpc with the given
+// header pairs and returns a function that sends one message and reads one
+// answer.
+func wsRoundTrip(t *testing.T, c *toolbustest.Cluster, header ...string) func(body string) schema.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	h := http.Header{}
+	for i := 0; i+1 < len(header); i += 2 {
+		h.Set(header[i], header[i+1])
+	}
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.URL, "http"), &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseNow() })
+	return func(body string) schema.Response {
+		t.Helper()
+		if err := conn.Write(ctx, websocket.MessageText, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		_, data, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r schema.Response
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatalf("answer %s: %v", data, err)
+		}
+		return r
+	}
+}
+
+// TestSubscribeToOwnJobsOnly checks rpc.jobs.subscribe with authentication
+// on: a caller follows its own job, and another caller's is not found.
+func TestSubscribeToOwnJobsOnly(t *testing.T) {
+	c := securedCluster(t)
+	r := c.Call(t, "rpc.jobs.submit", `{"method":"who.ami"}`, "X-Api-Key", "alice-key")
+	var job struct{ ID string }
+	if r.Error != nil || json.Unmarshal(r.Result, &job) != nil || job.ID == "" {
+		t.Fatalf("alice's submit = %s %v", r.Result, r.Error)
+	}
+	subscribe := `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.subscribe","params":{"id":"` + job.ID + `"}}`
+
+	r = wsRoundTrip(t, c, "X-Api-Key", "alice-key")(subscribe)
+	var rec jobs.Record
+	if r.Error != nil || json.Unmarshal(r.Result, &rec) != nil || rec.ID != job.ID {
+		t.Errorf("alice's subscribe to her job = %s %v, want its record", r.Result, r.Error)
+	}
+	r = wsRoundTrip(t, c, "X-Api-Key", "bob-key")(subscribe)
+	if !errors.Is(r.Error, schema.ErrJobNotFound) {
+		t.Errorf("bob's subscribe to alice's job = %s %v, want -32007", r.Result, r.Error)
 	}
 }
