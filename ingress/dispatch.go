@@ -110,14 +110,14 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			continue
 		}
 		if e := s.checkMethod(req.Method); e != nil {
-			e = s.refused(hdr.trace, &req, e)
+			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
 			continue
 		}
 		if e := s.admit(hdr.caller, &req); e != nil {
-			e = s.refused(hdr.trace, &req, e)
+			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}

@@ -185,3 +185,63 @@ func TestSubscribeToOwnJobsOnly(t *testing.T) {
 		t.Errorf("bob's subscribe to alice's job = %s %v, want -32007", r.Result, r.Error)
 	}
 }
+
+// getJSON GETs url with the given header pairs into v, failing the test on
+// anything but a 200.
+func getJSON(t *testing.T, url string, v any, header ...string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s = HTTP %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestDashboardShowsOwnJobs checks the dashboard's jobs on a cluster: a
+// caller sees its own, an operator everyone's.
+func TestDashboardShowsOwnJobs(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithJobs(nil),
+		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
+			{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+			{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+			{Name: "ops", SHA256: ingress.HashAPIKey("ops-key"), Operator: true},
+		}})))
+	r := c.Call(t, "rpc.jobs.submit", `{"method":"who.ami"}`, "X-Api-Key", "alice-key")
+	var job struct{ ID string }
+	if r.Error != nil || json.Unmarshal(r.Result, &job) != nil {
+		t.Fatalf("alice's submit = %s %v", r.Result, r.Error)
+	}
+	jobsOf := func(key string) []string {
+		var st ingress.DashboardState
+		getJSON(t, c.BaseURL+"/ui/api/state", &st, "X-Api-Key", key)
+		if st.Jobs == nil || st.Jobs.Error != "" {
+			t.Fatalf("dashboard jobs as %s = %+v", key, st.Jobs)
+		}
+		var ids []string
+		for _, j := range st.Jobs.Recent {
+			ids = append(ids, j.ID)
+		}
+		return ids
+	}
+	if got := jobsOf("bob-key"); len(got) != 0 {
+		t.Errorf("bob's dashboard lists jobs %q, want none of alice's", got)
+	}
+	for _, key := range []string{"alice-key", "ops-key"} {
+		if got := jobsOf(key); len(got) != 1 || got[0] != job.ID {
+			t.Errorf("dashboard as %s lists jobs %q, want alice's %s", key, got, job.ID)
+		}
+	}
+}
