@@ -69,7 +69,10 @@
 // answered 401 with a WWW-Authenticate challenge); each call is then
 // checked in plan against its caller's allowed method patterns (-32005
 // for that id alone) and its caller's token bucket ([WithRateLimit],
-// -32002 with retry_after_ms), and carries its caller to the workers. The
+// -32002 with retry_after_ms), and carries its caller to the workers. What
+// a caller is shown is its own ([Auth] says what an operator sees):
+// discovery lists the methods it may call, the dashboard its own errors and
+// jobs. The
 // [IdempotencyKeyHeader] header is handed to the dispatcher in the
 // request's context ([schema.WithIdempotencyKey]).
 //

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/schema"
@@ -56,14 +57,23 @@ func newMCPDoor(s *Server) *mcpDoor {
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	m.srv = mcp.NewServer(&mcp.Implementation{Name: "toolbus", Version: "1"}, &mcp.ServerOptions{
+	opts := &mcp.ServerOptions{
 		Logger: s.log.With("transport", "mcp"),
 		// Tools come and go with the workers, so the capability is
 		// announced even while there are none.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-	})
+	}
+	if s.auth != nil {
+		// A list shown to one caller is no other's to cache.
+		opts.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.CacheScope = "private" }
+	}
+	m.srv = mcp.NewServer(&mcp.Implementation{Name: "toolbus", Version: "1"}, opts)
+	if s.auth != nil {
+		m.srv.AddReceivingMiddleware(m.scope)
+	}
 	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
 		&mcp.StreamableHTTPOptions{Logger: s.log.With("transport", "mcp"), MaxRequestBodyBytes: s.cfg.limits.MaxBodyBytes})
+
 	m.sync()
 	m.cancelWatch = s.cfg.registry.Watch(func() {
 		select {
@@ -93,6 +103,29 @@ func (m *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.Clone(r.Context())
 	r.Header.Set(mcpRefHeader, ref)
 	m.handler.ServeHTTP(w, r)
+}
+
+// scope shows each caller the tools it may call: tools/list leaves the
+// others out, and tools/call of one of them is answered as the SDK answers
+// a tool that does not exist, so that a caller cannot tell the two apart.
+func (m *mcpDoor) scope(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		v := m.s.auth.view(m.headers(req.GetExtra()).caller)
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && !v.mayCall(p.Name) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", p.Name)}
+		}
+		res, err := next(ctx, method, req)
+		if list, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			shown := make([]*mcp.Tool, 0, len(list.Tools))
+			for _, t := range list.Tools {
+				if v.mayCall(t.Name) {
+					shown = append(shown, t)
+				}
+			}
+			list.Tools = shown
+		}
+		return res, err
+	}
 }
 
 func newRef() string {

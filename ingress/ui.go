@@ -99,8 +99,7 @@ func uiOpen(path string) bool {
 }
 
 func (s *Server) serveDashboardState(w http.ResponseWriter, r *http.Request) {
-	p, _ := r.Context().Value(callerKey{}).(*principal)
-	st := s.dashboard(r.Context(), s.viewOf(p))
+	st := s.dashboard(r.Context(), s.auth.requestView(r.Context()))
 	b, err := json.Marshal(st)
 	if err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))

@@ -1,6 +1,10 @@
 package ingress
 
-import "github.com/toolbus/toolbus/schema"
+import (
+	"context"
+
+	"github.com/toolbus/toolbus/schema"
+)
 
 // view is what one caller may see of what the ingress knows, as [Auth]
 // says: the methods it may call, in discovery and on the dashboard, and
@@ -15,15 +19,23 @@ type view struct {
 	operator bool
 }
 
-// viewOf returns the view of p, the caller of a request.
-func (s *Server) viewOf(p *principal) view {
+// view returns the view of p, the caller of a request; au is nil when the
+// ingress runs without authentication.
+func (au *authenticator) view(p *principal) view {
 	switch {
-	case s.auth == nil:
+	case au == nil:
 		return view{open: true}
 	case p == nil:
 		return view{}
 	}
 	return view{caller: p.name, allow: p.allow, operator: p.operator}
+}
+
+// requestView returns the view of the caller the authentication middleware
+// found for the request whose context is ctx, as [Caller] reads it.
+func (au *authenticator) requestView(ctx context.Context) view {
+	p, _ := ctx.Value(callerKey{}).(*principal)
+	return au.view(p)
 }
 
 // mayCall reports whether the caller may call every method that name, a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/jobs"
@@ -244,4 +245,49 @@ func TestDashboardShowsOwnJobs(t *testing.T) {
 			t.Errorf("dashboard as %s lists jobs %q, want alice's %s", key, got, job.ID)
 		}
 	}
+}
+
+// TestDiscoveryShowsWhatTheCallerMayCall checks discovery on a cluster with
+// authentication on: rpc.discover, GET /openrpc.json and MCP tools/list
+// show bob the one tool he may call.
+func TestDiscoveryShowsWhatTheCallerMayCall(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
+		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
+			{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.discover"}},
+		}})))
+	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("secret"); return ok })
+
+	r := c.Call(t, ingress.DiscoverMethod, "", "X-Api-Key", "bob-key")
+	var fromRPC, fromGET ingress.OpenRPC
+	if r.Error != nil || json.Unmarshal(r.Result, &fromRPC) != nil {
+		t.Fatalf("rpc.discover = %s %v", r.Result, r.Error)
+	}
+	getJSON(t, c.BaseURL+"/openrpc.json", &fromGET, "X-Api-Key", "bob-key")
+	for name, doc := range map[string]ingress.OpenRPC{"rpc.discover": fromRPC, "GET /openrpc.json": fromGET} {
+		if len(doc.Methods) != 1 || doc.Methods[0].Name != "who.ami" {
+			t.Errorf("%s lists %+v, want who.ami alone", name, doc.Methods)
+		}
+	}
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "bob", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: c.BaseURL + "/mcp",
+		HTTPClient: &http.Client{Transport: apiKeyTransport("bob-key")}}, nil)
+	if err != nil {
+		t.Fatalf("connect to /mcp: %v", err)
+	}
+	defer cs.Close()
+	if got := toolNames(t, cs); len(got) != 1 || got[0] != "who.ami" {
+		t.Errorf("MCP tools/list = %q, want who.ami alone", got)
+	}
+}
+
+// apiKeyTransport sends an API key with every request.
+type apiKeyTransport string
+
+func (k apiKeyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(ingress.APIKeyHeader, string(k))
+	return http.DefaultTransport.RoundTrip(r)
 }
