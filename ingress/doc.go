@@ -72,9 +72,9 @@
 // -32002 with retry_after_ms), and carries its caller to the workers. What
 // a caller is shown is its own ([Auth] says what an operator sees):
 // discovery lists the methods it may call, the dashboard its own errors and
-// jobs. The
-// [IdempotencyKeyHeader] header is handed to the dispatcher in the
-// request's context ([schema.WithIdempotencyKey]).
+// jobs, and an MCP session answers only the caller that made it. The
+// [IdempotencyKeyHeader] header is handed to the dispatcher in the request's
+// context ([schema.WithIdempotencyKey]).
 //
 // The ingress keeps no state between requests, so any number of replicas
 // can run side by side.

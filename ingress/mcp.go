@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -73,6 +74,9 @@ func newMCPDoor(s *Server) *mcpDoor {
 	}
 	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
 		&mcp.StreamableHTTPOptions{Logger: s.log.With("transport", "mcp"), MaxRequestBodyBytes: s.cfg.limits.MaxBodyBytes})
+	if s.auth != nil {
+		m.handler = auth.RequireBearerToken(m.sessionUser, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(m.handler)
+	}
 
 	m.sync()
 	m.cancelWatch = s.cfg.registry.Watch(func() {
@@ -88,6 +92,14 @@ func newMCPDoor(s *Server) *mcpDoor {
 // ServeHTTP reads the request's call headers (and the caller the
 // authentication middleware found) and hands the request to the MCP
 // handler with a reference to them.
+//
+// With authentication on, the reference also stands in for the request's
+// credentials, which the ingress has checked already: the SDK binds a
+// session to the user its bearer-token middleware finds when the session
+// is made, and answers 403 to a request of another user under that
+// session's id (a POST, the event stream, a DELETE). That middleware reads
+// the token from the Authorization header, so the reference goes there,
+// and [mcpDoor.sessionUser] turns it back into the caller.
 func (m *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr, herr := m.s.callHeaders(r)
 	if herr != nil {
@@ -102,7 +114,24 @@ func (m *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer m.refs.Delete(ref)
 	r = r.Clone(r.Context())
 	r.Header.Set(mcpRefHeader, ref)
+	if m.s.auth != nil {
+		r.Header.Set("Authorization", "Bearer "+ref)
+	}
 	m.handler.ServeHTTP(w, r)
+}
+
+// sessionUser is the SDK's token verifier: the token is the reference
+// ServeHTTP made, and the user the caller it stands for.
+func (m *mcpDoor) sessionUser(_ context.Context, ref string, _ *http.Request) (*auth.TokenInfo, error) {
+	v, ok := m.refs.Load(ref)
+	if !ok {
+		return nil, auth.ErrInvalidToken
+	}
+	caller := v.(callHeaders).caller
+	if caller == nil {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: caller.name}, nil
 }
 
 // scope shows each caller the tools it may call: tools/list leaves the

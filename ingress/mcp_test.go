@@ -106,6 +106,54 @@ func TestMCPToolsListedForTheCaller(t *testing.T) {
 	}
 }
 
+// TestMCPSessionBoundToItsCaller checks that an MCP session answers only
+// the caller that made it: another caller's requests and DELETE under its
+// id are refused, and the session goes on.
+func TestMCPSessionBoundToItsCaller(t *testing.T) {
+	url := securedMCP(t)
+	alice := mcpAs(t, url, "alice-key")
+	id := alice.ID()
+	if id == "" {
+		t.Fatal("alice's session has no id")
+	}
+	as := func(method, key, body string) int {
+		t.Helper()
+		r, err := http.NewRequest(method, url+MCPPath, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		r.Header.Set("Mcp-Session-Id", id)
+		r.Header.Set(APIKeyHeader, key)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const list = `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`
+	for _, tc := range []struct{ name, method, body string }{
+		{"tools/list", http.MethodPost, list},
+		{"tools/call", http.MethodPost, `{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"echo","arguments":{}}}`},
+		{"event stream", http.MethodGet, ""},
+		{"delete", http.MethodDelete, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := as(tc.method, "bob-key", tc.body); got != http.StatusForbidden && got != http.StatusNotFound {
+				t.Errorf("bob's %s %s in alice's session = HTTP %d, want 403 or 404", tc.method, tc.name, got)
+			}
+		})
+	}
+	if got := listTools(t, alice); !slices.Equal(got, []string{"echo"}) {
+		t.Errorf("alice's tools/list after bob's attempts = %q, want her session alive", got)
+	}
+	if got := as(http.MethodDelete, "alice-key", ""); got != http.StatusNoContent {
+		t.Errorf("alice's DELETE of her session = HTTP %d, want 204", got)
+	}
+}
+
 // TestDiscoveryListsWhatTheCallerMayCall checks rpc.discover and
 // GET /openrpc.json with authentication on: a caller is shown the methods
 // it may call and their problems, an operator every problem.
