@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -318,6 +319,52 @@ func TestIdempotentSubmit(t *testing.T) {
 				t.Errorf("submit(%q, %q) = %s, first %s; want same=%v", tc.caller, tc.key, got, ids[0], tc.same)
 			}
 		})
+	}
+}
+
+// TestIdempotencyKeyRefusesOtherParams checks that a key names one job:
+// submitting another method, other params or another notify_url under it
+// is refused -32600 naming the key, as the synchronous Idempotency-Key
+// header does, and the first job stays the key's.
+func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js, jobs.WithCallbackSecret([]byte("a callback secret of 32 bytes...")))
+	const first = `{"method":"echo","params":{"n":1},"idempotency_key":"k1"}`
+	res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, first)
+	if rpcErr != nil {
+		t.Fatalf("first submit: %v", rpcErr)
+	}
+	var job jobs.SubmitResult
+	if err := json.Unmarshal(res, &job); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, params string
+	}{
+		{"other params", `{"method":"echo","params":{"n":2},"idempotency_key":"k1"}`},
+		{"no params", `{"method":"echo","idempotency_key":"k1"}`},
+		{"other method", `{"method":"sleep","params":{"n":1},"idempotency_key":"k1"}`},
+		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"https://example.com/done"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, tc.params)
+			if !isErr(rpcErr, schema.ErrInvalidRequest) {
+				t.Fatalf("submit %s = %s %v, want -32600", tc.params, res, rpcErr)
+			}
+			d := errorData(t, rpcErr)
+			if d["reason"] != "idempotency_key_reused" || d["idempotency_key"] != "k1" || d["id"] != job.ID {
+				t.Errorf("error data = %v, want reason idempotency_key_reused, the key and job %s", d, job.ID)
+			}
+			if !strings.Contains(rpcErr.Message, `"k1"`) {
+				t.Errorf("message %q does not name the key", rpcErr.Message)
+			}
+		})
+	}
+	res, rpcErr = rpc(t, s, "alice", jobs.MethodSubmit, first)
+	var again jobs.SubmitResult
+	if rpcErr != nil || json.Unmarshal(res, &again) != nil || again.ID != job.ID {
+		t.Errorf("the same submit again = %s %v, want job %s", res, rpcErr, job.ID)
 	}
 }
 

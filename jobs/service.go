@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -280,17 +281,48 @@ func idemKey(caller, key string) string {
 	return "idem." + hex.EncodeToString(h.Sum(nil))
 }
 
+// idemEntry is the idempotency entry of a key: the job it names and the
+// fingerprint of what was submitted under it.
 type idemEntry struct {
-	ID string `json:"id"`
+	ID          string `json:"id"`
+	Fingerprint string `json:"fp,omitempty"`
+}
+
+// submitFingerprint sums what a submit asks for: the method, the params
+// (compacted, so that spacing does not count) and the notify_url.
+func submitFingerprint(rec *stored) string {
+	h := sha256.New()
+	h.Write([]byte(rec.Method))
+	h.Write([]byte{0})
+	var params bytes.Buffer
+	if json.Compact(&params, rec.Params) != nil {
+		params.Write(rec.Params)
+	}
+	h.Write(params.Bytes())
+	h.Write([]byte{0})
+	h.Write([]byte(rec.NotifyURL))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// keyReused is the answer to a submit whose idempotency key names job id,
+// submitted with another method, params or notify_url.
+func keyReused(key, id string) *schema.Error {
+	return schema.NewError(schema.CodeInvalidRequest,
+		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params or notify_url; "+
+			"send the same submit to get that job, or a new key for a new job", key, id),
+		map[string]any{"reason": "idempotency_key_reused", "field": "idempotency_key", "idempotency_key": key, "id": id})
 }
 
 // claimKey creates rec's idempotency entry, pointing at rec.ID. When the
-// entry already exists it returns the job it points at; when that job's
-// record is missing (its submitter stopped between the entry and the
-// record) it adopts that id into rec, so the submit completes the same job.
-// Create makes two replicas racing with the same key agree on one id.
+// entry already exists it returns the job it points at, or refuses the
+// submit when that job was submitted with another method, params or
+// notify_url; when that job's record is missing (its submitter stopped
+// between the entry and the record) it adopts that id into rec, so the
+// submit completes the same job. Create makes two replicas racing with the
+// same key agree on one id.
 func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *schema.Error) {
-	entry, _ := json.Marshal(idemEntry{ID: rec.ID})
+	fp := submitFingerprint(rec)
+	entry, _ := json.Marshal(idemEntry{ID: rec.ID, Fingerprint: fp})
 	for range 3 {
 		_, err := s.st.kv.Create(ctx, rec.IdemKey, entry)
 		if err == nil {
@@ -309,6 +341,11 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 		var prev idemEntry
 		if err := json.Unmarshal(e.Value(), &prev); err != nil || !validID(prev.ID) {
 			return nil, schema.NewError(schema.CodeInternal, "internal error: unreadable idempotency entry", nil)
+		}
+		// Entries of a service that wrote no fingerprint name their job
+		// whatever the submit.
+		if prev.Fingerprint != "" && prev.Fingerprint != fp {
+			return nil, keyReused(rec.IdempotencyKey, prev.ID)
 		}
 		cur, _, err := s.st.get(ctx, prev.ID)
 		switch {

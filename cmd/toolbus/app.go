@@ -316,12 +316,12 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
 				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, recent int) (ingress.JobsState, error) {
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
 					svc := lj.svc.Load()
 					if svc == nil {
 						return ingress.JobsState{}, lj.unavailable()
 					}
-					return jobview.Func(svc)(ctx, recent)
+					return jobview.Func(svc)(ctx, q)
 				}))
 			}
 			if reg != nil {
