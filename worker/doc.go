@@ -35,7 +35,8 @@
 // deadline. The heartbeats of a running call also find out whether anyone
 // still listens for its answer (rule 9): when its ingress died, or closed
 // its connection without waiting for the answer, the handler's context is
-// canceled with [ErrCallerGone] after three heartbeats that nobody heard,
+// canceled with [ErrCallerGone] after as many heartbeats in a row that
+// nobody heard as the aggregator waits for silent ones (3 by default),
 // counted only while the worker's own connection is up.
 //
 // Every call, over the bus or through [Runtime.Invoke], runs inside a server

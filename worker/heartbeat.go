@@ -18,18 +18,29 @@ const (
 	maxHeartbeat = time.Minute
 )
 
+// Bounds of the number of heartbeats in a row nobody heard after which a
+// call is canceled as orphaned ([schema.HeaderHeartbeatMisses]); a value
+// outside is brought inside. The default is the aggregator's default
+// patience: after it, an ingress that cannot hear a call has given up on
+// it, or is gone.
+const (
+	defaultMisses = 3
+	maxMisses     = 1000
+)
+
 // beat sends the progress messages of one call to the aggregator that asked
 // for them with [schema.HeaderHeartbeat]: an ack when the call starts, a
 // heartbeat every interval while it runs, or a busy refusal instead of
 // either. While the call runs, its ack and heartbeats also probe whether
 // anyone still listens on the reply subject (see [probes]); after
-// [orphanBeats] of them in a row found nobody, the call is canceled with
+// misses of them in a row found nobody, the call is canceled with
 // [ErrCallerGone]. A nil *beat (nobody asked) sends nothing. Its methods
 // are safe for concurrent use.
 type beat struct {
 	nc       *nats.Conn
 	reply    string
 	interval time.Duration
+	misses   uint64
 	probes   *probes
 
 	mu      sync.Mutex
@@ -65,7 +76,11 @@ func (rt *Runtime) heartbeat(msg *nats.Msg) *beat {
 		return nil
 	}
 	d := min(max(time.Duration(ms)*time.Millisecond, minHeartbeat), maxHeartbeat)
-	return &beat{nc: rt.nc, reply: msg.Reply, interval: d, probes: rt.probes}
+	misses := uint64(defaultMisses)
+	if n, err := strconv.ParseUint(msg.Header.Get(schema.HeaderHeartbeatMisses), 10, 64); err == nil && n > 0 {
+		misses = min(n, maxMisses)
+	}
+	return &beat{nc: rt.nc, reply: msg.Reply, interval: d, misses: misses, probes: rt.probes}
 }
 
 // asked reports whether the aggregator speaks the liveness protocol, and
@@ -132,11 +147,11 @@ func (b *beat) tick() {
 }
 
 // unheard records that probing message seq found nobody subscribed to the
-// reply subject, and cancels the call when that makes [orphanBeats] in a
-// row. The heartbeats stop then: nobody would hear them.
+// reply subject, and cancels the call when that makes b.misses in a row.
+// The heartbeats stop then: nobody would hear them.
 func (b *beat) unheard(seq uint64) {
 	b.mu.Lock()
-	if b.stopped || b.unheardRun.unheard(seq) < orphanBeats {
+	if b.stopped || b.unheardRun.unheard(seq) < b.misses {
 		b.mu.Unlock()
 		return
 	}

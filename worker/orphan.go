@@ -19,13 +19,6 @@ import (
 // it answers is dropped.
 var ErrCallerGone = errors.New("worker: nobody listens for the call's answer any more")
 
-// orphanBeats is how many progress messages of a call in a row must find
-// nobody subscribed to its reply subject before the call is canceled
-// (PROTOCOL.md, rule 9). It is the aggregator's default patience
-// (aggregator.DefaultHeartbeatMisses): an ingress that cannot hear a
-// call for that long has given up on it itself, or is gone.
-const orphanBeats = 3
-
 // probes learns, for the calls that asked for heartbeats, whether anyone
 // still listens on their reply subjects. Each progress message of such a
 // call carries a reply subject of the runtime's own, one per message

@@ -1,6 +1,12 @@
 package worker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/schema"
+)
 
 func TestRunOfUnheardMessages(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,6 +29,32 @@ func TestRunOfUnheardMessages(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("run after unheard %v = %d, want %d", tc.unheard, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMissesFollowTheAggregator(t *testing.T) {
+	for _, tc := range []struct {
+		name, header string
+		want         uint64
+	}{
+		{"absent", "", defaultMisses},
+		{"the aggregator's", "5", 5},
+		{"one", "1", 1},
+		{"zero", "0", defaultMisses},
+		{"negative", "-2", defaultMisses},
+		{"not a number", "three", defaultMisses},
+		{"too many", "100000", maxMisses},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := &nats.Msg{Reply: "_INBOX.x", Header: nats.Header{}}
+			msg.Header.Set(schema.HeaderHeartbeat, "1000")
+			if tc.header != "" {
+				msg.Header.Set(schema.HeaderHeartbeatMisses, tc.header)
+			}
+			if got := (&Runtime{}).heartbeat(msg).misses; got != tc.want {
+				t.Errorf("misses of %s %q = %d, want %d", schema.HeaderHeartbeatMisses, tc.header, got, tc.want)
 			}
 		})
 	}

@@ -80,7 +80,7 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 	}
 	hb.start(func() {
 		rt.logCall(ctx, slog.LevelWarn, "canceled a call nobody listens for any more", req,
-			"unheard_beats", orphanBeats, "heartbeat", hb.interval)
+			"unheard_beats", hb.misses, "heartbeat", hb.interval)
 		r.metrics.orphan()
 		cancelCause(ErrCallerGone)
 	})
