@@ -167,30 +167,47 @@ func (g *cutter) open() {
 	g.shut = false
 }
 
-// TestWorkerOutageCancelsNothing: a worker that loses its own connection to
-// NATS for many heartbeat intervals, and gets it back, goes on with the
-// calls of an ingress that never went away.
-func TestWorkerOutageCancelsNothing(t *testing.T) {
-	e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatalf("StartEmbedded: %v", err)
-	}
-	t.Cleanup(e.Shutdown)
-	g := &cutter{refused: make(chan struct{}, 8)}
-	up := make(chan struct{}, 8)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	wnc, err := bus.Connect(e.ClientURL(), bus.WithLogger(quiet), bus.WithNATSOptions(nats.SetCustomDialer(g)),
+// cuttable connects to e over TCP through a cutter. up receives a value
+// each time the connection is established (the first time included).
+func cuttable(t *testing.T, e *bus.Embedded) (nc *nats.Conn, g *cutter, up <-chan struct{}) {
+	t.Helper()
+	g = &cutter{refused: make(chan struct{}, 8)}
+	ups := make(chan struct{}, 8)
+	nc, err := bus.Connect(e.ClientURL(), bus.WithLogger(quiet), bus.WithNATSOptions(nats.SetCustomDialer(g)),
 		bus.WithStatusFunc(func(_ *nats.Conn, err error) {
 			if err == nil {
-				up <- struct{}{}
+				ups <- struct{}{}
 			}
 		}))
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
-	t.Cleanup(wnc.Close)
+	t.Cleanup(nc.Close)
+	<-ups
+	return nc, g, ups
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// outage cuts g's connection off for several reconnect attempts, each a
+// quarter of a second apart at least: dozens of 20ms heartbeat intervals.
+func outage(t *testing.T, g *cutter, up <-chan struct{}) {
+	t.Helper()
+	g.cut()
+	cut := time.Now()
+	for range 3 {
+		<-g.refused
+	}
+	g.open()
 	<-up
-	rt, err := worker.New(wnc, worker.WithLogger(quiet))
+	t.Logf("cut off for %v (a heartbeat every 20ms)", time.Since(cut))
+}
+
+// startHolding starts a runtime on nc serving work.slow with [holding]; it
+// is shut down when the test ends.
+func startHolding(t *testing.T, nc *nats.Conn, started chan<- struct{}, release <-chan struct{}, ended chan<- error) {
+	t.Helper()
+	rt, err := worker.New(nc, worker.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,35 +218,19 @@ func TestWorkerOutageCancelsNothing(t *testing.T) {
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	started, ended := make(chan struct{}, 1), make(chan error, 1)
-	release := make(chan struct{})
 	holding(t, rt, "work.slow", started, release, ended)
 	if err := rt.Start(); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	ingress, err := e.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ingress.Close)
-	sub := watchFrom(t, ingress, callMsg(t, "work.slow", "", time.Now().Add(time.Minute)), "20")
-	<-started
-	progress(t, sub, schema.ProgressAck)
-
-	g.cut()
-	cut := time.Now()
-	// Every refused dial is a reconnect attempt, a quarter of a second
-	// apart at least: dozens of heartbeat intervals pass with the worker
-	// cut off.
-	for range 3 {
-		<-g.refused
-	}
-	g.open()
-	<-up
-	t.Logf("the worker was cut off for %v (heartbeat 20ms)", time.Since(cut))
-	// The heartbeats sent during the outage arrive now, without a probe;
-	// those sent since probe again, and each finds the ingress there.
+// runsOn checks that a call whose progress messages arrive on sub is still
+// running once a few heartbeats probed since a connection came back, then
+// releases it and checks its answer.
+func runsOn(t *testing.T, sub *nats.Subscription, release chan<- struct{}, ended <-chan error) {
+	t.Helper()
+	// Heartbeats the worker sent during its own outage arrive now,
+	// without a probe; those sent since probe again.
 	for probed := 0; probed < 2*3; {
 		if m := progress(t, sub, schema.ProgressBeat); m.Reply != "" {
 			probed++
@@ -237,7 +238,7 @@ func TestWorkerOutageCancelsNothing(t *testing.T) {
 	}
 	select {
 	case err := <-ended:
-		t.Fatalf("the call ended with cause %v after the worker's own outage, want it running", err)
+		t.Fatalf("the call ended with cause %v after the outage, want it running", err)
 	default:
 	}
 	close(release)
@@ -252,6 +253,86 @@ func TestWorkerOutageCancelsNothing(t *testing.T) {
 		if r, err := bus.ReadReply(m); err != nil || string(r.Result) != `"released"` {
 			t.Fatalf("reply = %v, %v, want \"released\"", r, err)
 		}
-		break
+		return
+	}
+}
+
+// TestWorkerOutageCancelsNothing: a worker that loses its own connection to
+// NATS for many heartbeat intervals, and gets it back, goes on with the
+// calls of an ingress that never went away.
+func TestWorkerOutageCancelsNothing(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("StartEmbedded: %v", err)
+	}
+	t.Cleanup(e.Shutdown)
+	wnc, g, up := cuttable(t, e)
+	started, ended := make(chan struct{}, 1), make(chan error, 1)
+	release := make(chan struct{})
+	startHolding(t, wnc, started, release, ended)
+
+	ingress, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ingress.Close)
+	sub := watchFrom(t, ingress, callMsg(t, "work.slow", "", time.Now().Add(time.Minute)), "20")
+	<-started
+	progress(t, sub, schema.ProgressAck)
+	outage(t, g, up)
+	runsOn(t, sub, release, ended)
+}
+
+// TestIngressOutageLastsAsLongAsItsPatience: an ingress that loses its
+// connection for many heartbeat intervals has its call canceled when it
+// waits for 3 silent intervals (the default), and finds it still running
+// when it comes back if it said it waits longer (Toolbus-Heartbeat-Misses).
+func TestIngressOutageLastsAsLongAsItsPatience(t *testing.T) {
+	for _, tc := range []struct {
+		name, misses string
+		canceled     bool
+	}{
+		{"default patience", "", true},
+		{"patient", "1000", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
+			if err != nil {
+				t.Fatalf("StartEmbedded: %v", err)
+			}
+			t.Cleanup(e.Shutdown)
+			wnc, err := e.Connect(bus.WithLogger(quiet))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(wnc.Close)
+			started, ended := make(chan struct{}, 1), make(chan error, 1)
+			release := make(chan struct{})
+			startHolding(t, wnc, started, release, ended)
+
+			ingress, g, up := cuttable(t, e)
+			msg := callMsg(t, "work.slow", "", time.Now().Add(time.Minute))
+			if tc.misses != "" {
+				msg.Header.Set(schema.HeaderHeartbeatMisses, tc.misses)
+			}
+			sub := watchFrom(t, ingress, msg, "20")
+			<-started
+			progress(t, sub, schema.ProgressAck)
+			if !tc.canceled {
+				outage(t, g, up)
+				runsOn(t, sub, release, ended)
+				return
+			}
+			g.cut()
+			select {
+			case err := <-ended:
+				if !errors.Is(err, worker.ErrCallerGone) {
+					t.Fatalf("the call ended with cause %v, want %v", err, worker.ErrCallerGone)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the call of an ingress gone for good was never canceled")
+			}
+			g.open()
+		})
 	}
 }
