@@ -100,6 +100,50 @@ func TestNoResponders(t *testing.T) {
 	}
 }
 
+// TestNoRespondersToAPublish: a plain publish (not a request) with a reply
+// subject, on a subject nobody listens to, gets NATS's no-responders
+// message on that reply subject; this is how a worker learns that nobody
+// waits for a call's answer any more.
+func TestNoRespondersToAPublish(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nc.NewInbox()
+	// An asynchronous subscription, as a worker's: a synchronous one
+	// turns the message into an error of NextMsg.
+	got := make(chan *nats.Msg, 1)
+	if _, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: "toolbus.nobody", Reply: inbox + ".1"}); err != nil {
+		t.Fatal(err)
+	}
+	var m *nats.Msg
+	select {
+	case m = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message on the reply subject")
+	}
+	if !bus.NoResponders(m) || m.Subject != inbox+".1" {
+		t.Errorf("message on %s with header %v = not no responders, want no responders on %s", m.Subject, m.Header, inbox+".1")
+	}
+	for _, tc := range []struct {
+		name string
+		msg  *nats.Msg
+	}{
+		{"a reply", &nats.Msg{Data: []byte{0x81}}},
+		{"an empty message without headers", &nats.Msg{}},
+		{"another status", &nats.Msg{Header: nats.Header{"Status": []string{"408"}}}},
+	} {
+		if bus.NoResponders(tc.msg) {
+			t.Errorf("NoResponders(%s) = true, want false", tc.name)
+		}
+	}
+}
+
 func TestSubjects(t *testing.T) {
 	s, err := bus.NewSubjects("toolbus")
 	if err != nil {

@@ -73,7 +73,7 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.BoolVar(&c.idempotency, "idempotency", true, "honour Idempotency-Key headers with records in JetStream (needs JetStream)")
 	f.DurationVar(&c.idemTTL, "idempotency-ttl", aggregator.DefaultIdempotencyTTL, "how long a finished call's answer is replayed for its idempotency key")
 	f.DurationVar(&c.heartbeat, "heartbeat", aggregator.DefaultHeartbeat, "interval of the workers' heartbeats of a running call (0: off)")
-	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost")
+	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost, and unheard heartbeats after which a worker cancels a call of a vanished ingress")
 	f.DurationVar(&c.ackTimeout, "ack-timeout", aggregator.DefaultAckTimeout, "how long a retry-safe call may go unacknowledged before it is published again")
 	f.StringSliceVar(&c.retrySafe, "retry-safe", nil, "method patterns safe to run twice: retried on a lost worker, hedged (e.g. search.>,fetch_page)")
 	f.IntVar(&c.maxAttempts, "max-attempts", aggregator.DefaultMaxAttempts, "most publications of a retry-safe call")
