@@ -329,7 +329,8 @@ func TestIdempotentSubmit(t *testing.T) {
 func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 	e := startServer(t, "")
 	_, js := connect(t, e)
-	s := newService(t, js, jobs.WithCallbackSecret([]byte("a callback secret of 32 bytes...")))
+	// The receiver is allowed on loopback; no job runs, so nothing is sent.
+	s := newService(t, js, jobs.WithCallbackSecret([]byte("a callback secret of 32 bytes...")), jobs.WithCallbackAllow("127.0.0.1"))
 	const first = `{"method":"echo","params":{"n":1},"idempotency_key":"k1"}`
 	res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, first)
 	if rpcErr != nil {
@@ -345,7 +346,7 @@ func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 		{"other params", `{"method":"echo","params":{"n":2},"idempotency_key":"k1"}`},
 		{"no params", `{"method":"echo","idempotency_key":"k1"}`},
 		{"other method", `{"method":"sleep","params":{"n":1},"idempotency_key":"k1"}`},
-		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"https://example.com/done"}`},
+		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"http://127.0.0.1:1/done"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, tc.params)
