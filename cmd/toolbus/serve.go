@@ -126,6 +126,7 @@ func newWorkerCmd() *cobra.Command {
 		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
+		inbox   string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -139,6 +140,10 @@ func newWorkerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
+			if err := bus.CheckInboxPrefix(inbox); err != nil {
+				return fmt.Errorf("worker: --nats-inbox-prefix: %w", err)
+			}
+			natsOpts = append(natsOpts, bus.WithInboxPrefix(inbox))
 			if err := tc.validate(); err != nil {
 				return err
 			}
@@ -152,6 +157,7 @@ func newWorkerCmd() *cobra.Command {
 	wc.flags(cmd, true)
 	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	cmd.Flags().StringVar(&inbox, "nats-inbox-prefix", bus.WorkerInboxPrefix, "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies")
 	auth.flags(cmd)
 	return cmd
 }

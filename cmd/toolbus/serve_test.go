@@ -221,6 +221,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "worker concurrency not a number", args: []string{"worker", "--nats", noNATS, "--concurrency", "many"}, want: "--concurrency"},
 		{name: "ingress unknown flag", args: []string{"ingress", "--nats", noNATS, "--max-bodybytes", "1"}, want: "--max-bodybytes"},
 		{name: "worker takes no arguments", args: []string{"worker", "--nats", noNATS, "extra"}, want: "extra"},
+		{name: "worker inbox prefix with a wildcard", args: []string{"worker", "--nats", noNATS, "--nats-inbox-prefix", "_INBOX.>"}, want: "--nats-inbox-prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
