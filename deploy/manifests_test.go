@@ -49,6 +49,23 @@ func readDocs(t *testing.T, name string) []doc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseDocs(t, name, b)
+}
+
+// generatedSecrets returns the Secrets `toolbus nats-credentials --format
+// k8s` writes for creds, by "Kind/name".
+func generatedSecrets(t *testing.T, creds Credentials) map[string]doc {
+	t.Helper()
+	var b bytes.Buffer
+	if err := creds.WriteSecrets(&b); err != nil {
+		t.Fatal(err)
+	}
+	return byKind(t, parseDocs(t, "the generated Secrets", b.Bytes()))
+}
+
+// parseDocs parses every document of the YAML b, read from name.
+func parseDocs(t *testing.T, name string, b []byte) []doc {
+	t.Helper()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var docs []doc
 	for {
