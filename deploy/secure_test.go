@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +33,19 @@ const (
 // URL.
 func startSecure(t *testing.T) string {
 	t.Helper()
+	return startConfig(t, "nats/cluster-secure.conf")
+}
+
+// startConfig starts one node of the configuration at path (which may
+// include cluster.conf) alone, as startSecure does.
+func startConfig(t *testing.T, path string) string {
+	t.Helper()
 	t.Setenv("NATS_SERVER_NAME", "nats-test")
 	t.Setenv("TOOLBUS_INGRESS_NATS_PASSWORD", ingressPassword)
 	t.Setenv("TOOLBUS_WORKER_NATS_PASSWORD", workerPassword)
-	opts, err := server.ProcessConfigFile("nats/cluster-secure.conf")
+	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
-		t.Fatalf("ProcessConfigFile(nats/cluster-secure.conf): %v", err)
+		t.Fatalf("ProcessConfigFile(%s): %v", path, err)
 	}
 	// One node: no routes, no monitoring port, nothing beyond loopback.
 	opts.Cluster = server.ClusterOpts{}
@@ -494,5 +505,149 @@ func waitForViolation(t *testing.T, errs <-chan error, what string) {
 		case <-timeout:
 			t.Fatalf("%s: no permissions violation within 10s", what)
 		}
+	}
+}
+
+// TestSecureFamilyCredential runs the credential for one tool family that
+// deploy/README.md documents (its permission block, taken from there,
+// added to cluster-secure.conf): its workers serve and run as jobs the
+// family's methods, and no other.
+func TestSecureFamilyCredential(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)\n(WORKER_MATH_PERMISSIONS = \\{.*?\n\\})\n# in accounts.TOOLBUS.users:\n(\\{ user: worker-math[^\n]*\\})\n").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("deploy/README.md has no WORKER_MATH_PERMISSIONS block followed by its user")
+	}
+	conf, err := os.ReadFile("nats/cluster-secure.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerUser := regexp.MustCompile(`(?m)^( *)(\{ user: worker, [^\n]*\})$`)
+	if !workerUser.Match(conf) {
+		t.Fatal("nats/cluster-secure.conf has no line for the user worker")
+	}
+	family := strings.Replace(string(conf), "\naccounts {", "\n"+string(block[1])+"\n\naccounts {", 1)
+	family = workerUser.ReplaceAllString(family, "$1$2\n$1"+strings.ReplaceAll(string(block[2]), "$", "$$"))
+	dir := t.TempDir()
+	cluster, err := os.ReadFile("nats/cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"cluster.conf": cluster, "family.conf": []byte(family)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const mathPassword = "worker-math-test-pass"
+	t.Setenv(PasswordVar("worker-math"), mathPassword)
+	url := startConfig(t, filepath.Join(dir, "family.conf"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	ingressNC, ingressErrs := connectAs(t, url, "ingress", ingressPassword)
+	ingressJS, err := jetstream.New(ingressNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := jobs.New(ingressJS)
+	if err != nil {
+		t.Fatalf("ingress jobs.New: %v", err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	agg, err := aggregator.New(ingressNC, aggregator.WithHeartbeat(20*time.Millisecond, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A worker of the family, as `toolbus worker --nats-user worker-math
+	// --nats-inbox-prefix _INBOX_worker_math` runs it.
+	mathNC, mathErrs := connectAs(t, url, "worker-math", mathPassword, bus.WithInboxPrefix("_INBOX_worker_math"))
+	rt, err := worker.New(mathNC, worker.WithDiscovery(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.HandleFunc("math.*", func(ctx context.Context, req *worker.Request) (any, error) {
+		select {
+		case <-time.After(100 * time.Millisecond): // a few heartbeats
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return req.Params, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mathJS, err := jetstream.New(mathNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := jobs.NewRunner(mathJS, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Start(ctx); err != nil {
+		t.Fatalf("the family's job runner: %v", err)
+	}
+	t.Cleanup(func() { runner.Shutdown(context.Background()) })
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+
+	r := agg.Dispatch(ctx, []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: "math.add", Params: json.RawMessage(`[1,2]`)}}})[0]
+	if r.Error != nil || string(r.Result) != `[1,2]` {
+		t.Fatalf("math.add through the family's worker = %s, %v; want its params back", r.Result, r.Error)
+	}
+	res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodSubmit, Params: json.RawMessage(`{"method":"math.add","params":[3]}`)}})
+	if rpcErr != nil {
+		t.Fatal(rpcErr)
+	}
+	var sub jobs.SubmitResult
+	if err := json.Unmarshal(res, &sub); err != nil {
+		t.Fatal(err)
+	}
+	for giveUp := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodGet, Params: json.RawMessage(`{"id":"` + sub.ID + `"}`)}})
+		var rec jobs.Record
+		if rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == jobs.StateSucceeded {
+			break
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("the family's job %s = %s %v, want succeeded", sub.ID, res, rpcErr)
+		}
+	}
+	noViolation(t, mathErrs, "worker-math")
+	noViolation(t, ingressErrs, "ingress")
+
+	// Nothing outside the family.
+	for _, a := range []struct {
+		what string
+		do   func() error
+	}{
+		{"take echo calls", func() error {
+			_, err := mathNC.QueueSubscribe("toolbus.call.echo", "toolbus-workers", func(*nats.Msg) {})
+			return err
+		}},
+		{"take every call", func() error {
+			_, err := mathNC.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(*nats.Msg) {})
+			return err
+		}},
+		{"read the other workers' replies", func() error { _, err := mathNC.Subscribe(bus.WorkerInboxPrefix+".>", func(*nats.Msg) {}); return err }},
+		{"run echo's jobs", func() error {
+			return mathNC.Publish("$JS.API.CONSUMER.CREATE.TOOLBUS_JOBS.run_echo.toolbus.jobs.run.echo", []byte(`{}`))
+		}},
+	} {
+		if err := a.do(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mathNC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		waitForViolation(t, mathErrs, "worker-math: "+a.what)
 	}
 }
