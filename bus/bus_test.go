@@ -43,7 +43,7 @@ func TestCallRoundTrip(t *testing.T) {
 				}
 				nc, err = e.Connect()
 			} else {
-				nc, err = bus.Connect(e.ClientURL())
+				nc, err = bus.Connect(e.ClientURL(), bus.WithToken(e.Token()))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -258,5 +258,51 @@ func TestQueueGroupSpansPatterns(t *testing.T) {
 	}
 	if total != n {
 		t.Fatalf("%d deliveries for %d calls (%v), want exactly one each", total, n, got)
+	}
+}
+
+func TestEmbeddedListenerNeedsToken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		token string // the token configured; "" has one generated
+	}{
+		{"generated", ""},
+		{"chosen", "chosen-token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEmbedded(t, bus.EmbeddedConfig{Listen: "127.0.0.1:0", Token: tc.token})
+			token := e.Token()
+			if token == "" || (tc.token != "" && token != tc.token) {
+				t.Fatalf("Token() = %q, want %q or a generated one", token, tc.token)
+			}
+			for _, bad := range []struct {
+				name string
+				opts []bus.Option
+			}{
+				{"no token", nil},
+				{"a wrong token", []bus.Option{bus.WithToken(token + "x")}},
+			} {
+				if nc, err := bus.Connect(e.ClientURL(), bad.opts...); err == nil {
+					nc.Close()
+					t.Errorf("connect over TCP with %s succeeded, want a refusal", bad.name)
+				} else if !errors.Is(err, nats.ErrAuthorization) {
+					t.Errorf("connect over TCP with %s = %v, want %v", bad.name, err, nats.ErrAuthorization)
+				}
+			}
+			nc, err := bus.Connect(e.ClientURL(), bus.WithToken(token))
+			if err != nil {
+				t.Fatalf("connect over TCP with the token: %v", err)
+			}
+			nc.Close()
+			// In-process clients present the token by themselves.
+			nc, err = e.Connect()
+			if err != nil {
+				t.Fatalf("connect in-process: %v", err)
+			}
+			nc.Close()
+		})
+	}
+	if e := startEmbedded(t, bus.EmbeddedConfig{}); e.Token() != "" {
+		t.Errorf("Token() without a listener = %q, want empty", e.Token())
 	}
 }

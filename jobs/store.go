@@ -141,6 +141,11 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s.stream, err = js.Stream(ctx, n.stream)
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A request the server refuses for want of permission is
+			// never answered.
+			return nil, fmt.Errorf("jobs: stream %s does not exist yet, and creating it got no answer: a NATS user that may not create it (the worker of deploy/nats/cluster-secure.conf) waits for an ingress to: %w", n.stream, err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jobs: stream %s: %w", n.stream, err)

@@ -204,11 +204,11 @@ func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
 }
 
 // embeddedTCPModule runs an embedded NATS server on a free loopback port and
-// connects to it over TCP, as separate processes would; the benchmark uses
-// it to weigh the in-process connection.
+// connects to it over TCP with its token, as separate processes would; the
+// benchmark uses it to weigh the in-process connection.
 func embeddedTCPModule() fx.Option {
 	return embedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"}, func(e *bus.Embedded, name string) (*nats.Conn, error) {
-		return bus.Connect(e.ClientURL(), bus.WithName(name))
+		return bus.Connect(e.ClientURL(), bus.WithName(name), bus.WithToken(e.Token()))
 	})
 }
 

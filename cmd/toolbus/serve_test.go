@@ -23,6 +23,9 @@ import (
 var (
 	readyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)\n`)
 	natsLine  = regexp.MustCompile(`embedded NATS: (nats://\S+)\n`)
+	// joinLine is the command the ready lines give for a worker to join;
+	// its group is the token.
+	joinLine = regexp.MustCompile(`\n  toolbus worker --nats nats://\S+ --nats-token (\S+)\n`)
 )
 
 // running is a command started by runCommand.
@@ -105,6 +108,10 @@ func TestDev(t *testing.T) {
 	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data", data)
 	url := dev.waitFor(t, readyLine)
 	natsURL := dev.waitFor(t, natsLine)
+	token := dev.waitFor(t, joinLine)
+	if want := "toolbus worker --nats " + natsURL + " --nats-token " + token + "\n"; !strings.Contains(dev.out.String(), want) {
+		t.Errorf("dev printed:\n%s\nwant the line %q", dev.out.String(), want)
+	}
 
 	r := postEcho(t, url)
 	if r.Error != nil {
@@ -118,11 +125,26 @@ func TestDev(t *testing.T) {
 		t.Errorf("echo via dev result = %s, want {\"hello\":\"dev\"}", r.Result)
 	}
 
-	// A worker process joins over the embedded server's TCP port. It
-	// serves its own prefix, so an answer can only come from it.
+	// The TCP port takes no client without the token.
+	t.Run("no token", func(t *testing.T) {
+		for _, opts := range [][]bus.Option{nil, {bus.WithToken(token + "x")}} {
+			nc, err := bus.Connect(natsURL, opts...)
+			if err == nil {
+				nc.Close()
+				t.Fatalf("connect to dev's NATS with %d options and no right token succeeded, want a refusal", len(opts))
+			}
+			if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("connect without the right token = %v, want %v", err, nats.ErrAuthorization)
+			}
+		}
+	})
+
+	// A worker process joins over the embedded server's TCP port with the
+	// printed token. It serves its own prefix, so an answer can only come
+	// from it.
 	t.Run("worker joins", func(t *testing.T) {
-		w := runCommand(t, "worker", "--nats", natsURL, "--prefix", "joined", "--tools", "demo", "--metrics-listen", "127.0.0.1:0")
-		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"))
+		w := runCommand(t, "worker", "--nats", natsURL, "--nats-token", token, "--prefix", "joined", "--tools", "demo", "--metrics-listen", "127.0.0.1:0")
+		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"), bus.WithToken(token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,6 +226,25 @@ func TestDevWithoutNATSListener(t *testing.T) {
 	}
 }
 
+// TestDevChosenToken checks that --nats-token closes the TCP port with the
+// token given, and that the join line carries it and the prefix.
+func TestDevChosenToken(t *testing.T) {
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--nats-token", "chosen-token", "--prefix", "acme", "--jobs=false")
+	natsURL := dev.waitFor(t, natsLine)
+	dev.waitFor(t, readyLine)
+	if want := "toolbus worker --nats " + natsURL + " --nats-token chosen-token --prefix acme\n"; !strings.Contains(dev.out.String(), want) {
+		t.Errorf("dev printed:\n%s\nwant the line %q", dev.out.String(), want)
+	}
+	nc, err := bus.Connect(natsURL, bus.WithToken("chosen-token"))
+	if err != nil {
+		t.Fatalf("connect with the chosen token: %v", err)
+	}
+	nc.Close()
+	if err := dev.stop(); err != nil {
+		t.Errorf("dev stopped with %v, want nil", err)
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	// Nothing listens on port 1: a command that got as far as connecting
 	// would fail there instead of on its flags.
@@ -226,6 +267,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "worker fetch allowlist", args: []string{"worker", "--nats", noNATS, "--fetch-allow", "*.internal"}, want: "--fetch-allow"},
 		{name: "ingress callback allowlist", args: []string{"ingress", "--nats", noNATS, "--auth", "off", "--callback-allow", "10.0.0.0/33"}, want: "--callback-allow"},
 		{name: "dev callback allowlist", args: []string{"dev", "--listen", "127.0.0.1:0", "--nats-listen", "", "--callback-allow", "http://hooks/"}, want: "--callback-allow"},
+		{name: "worker inbox prefix with a wildcard", args: []string{"worker", "--nats", noNATS, "--nats-inbox-prefix", "_INBOX.>"}, want: "--nats-inbox-prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
