@@ -628,25 +628,3 @@ func TestOptions(t *testing.T) {
 		})
 	}
 }
-
-// TestRecordsReadFromTheLeader checks that the records bucket answers no
-// direct gets, which a replica behind the leader may answer with a record
-// older than a write already acknowledged.
-func TestRecordsReadFromTheLeader(t *testing.T) {
-	e := startServer(t, "")
-	_, js := connect(t, e)
-	newService(t, js)
-	st, err := js.Stream(t.Context(), "KV_toolbus_jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.CachedInfo().Config.AllowDirect {
-		t.Error("the job records' stream allows direct gets, want reads from its leader")
-	}
-	// A second service, as another ingress replica updates the bucket,
-	// leaves it so.
-	newService(t, js)
-	if st, err = js.Stream(t.Context(), "KV_toolbus_jobs"); err != nil || st.CachedInfo().Config.AllowDirect {
-		t.Errorf("after a second service: AllowDirect = %v (%v), want false", err == nil && st.CachedInfo().Config.AllowDirect, err)
-	}
-}

@@ -161,34 +161,7 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 	if err != nil {
 		return nil, fmt.Errorf("jobs: bucket %s: %w", n.bucket, err)
 	}
-	if update {
-		if s.kv, err = leaderReads(ctx, js, n.bucket, s.kv); err != nil {
-			return nil, fmt.Errorf("jobs: bucket %s: %w", n.bucket, err)
-		}
-	}
 	return s, nil
-}
-
-// leaderReads turns off direct gets on the bucket's stream, which nats.go
-// turns on for every bucket it creates or updates, and opens the bucket
-// again. A direct get may be answered by a replica that has not applied
-// the latest write yet; a runner that read a record from before its own
-// run took the job for another run's and failed it. Without direct gets,
-// reads are the stream leader's and see every write acknowledged before.
-func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
-	st, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, err
-	}
-	cfg := st.CachedInfo().Config
-	if !cfg.AllowDirect {
-		return kv, nil
-	}
-	cfg.AllowDirect = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return nil, err
-	}
-	return js.KeyValue(ctx, bucket)
 }
 
 // errNotFound is returned by get for a job that does not exist or has
