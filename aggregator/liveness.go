@@ -26,6 +26,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	defer closeInbox()
 	msg.Reply = subject
 	msg.Header.Set(schema.HeaderHeartbeat, strconv.FormatInt(a.heartbeat.Milliseconds(), 10))
+	msg.Header.Set(schema.HeaderHeartbeatMisses, strconv.Itoa(a.misses))
 	safe := a.retrySafe(c.Method)
 
 	attempts := 0 // publications that may have run the call

@@ -194,28 +194,32 @@ func TestLiveness(t *testing.T) {
 
 func TestHeartbeatHeader(t *testing.T) {
 	tests := []struct {
-		name string
-		opts []aggregator.Option
-		want string
+		name             string
+		opts             []aggregator.Option
+		want, wantMisses string
 	}{
-		{name: "default", want: "1000"},
-		{name: "set", opts: []aggregator.Option{aggregator.WithHeartbeat(250*time.Millisecond, 2)}, want: "250"},
-		{name: "off", opts: []aggregator.Option{aggregator.WithHeartbeat(0, 1)}, want: ""},
+		{name: "default", want: "1000", wantMisses: "3"},
+		{name: "set", opts: []aggregator.Option{aggregator.WithHeartbeat(250*time.Millisecond, 2)}, want: "250", wantMisses: "2"},
+		{name: "off", opts: []aggregator.Option{aggregator.WithHeartbeat(0, 1)}, want: "", wantMisses: ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ac, wc := setup(t)
-			got := make(chan string, 1)
+			got := make(chan nats.Header, 1)
 			rawServe(t, wc, "hb", func(m *nats.Msg, _ int) {
-				got <- m.Header.Get(schema.HeaderHeartbeat)
+				got <- m.Header
 				bus.Reply(m, schema.ReplyResult([]byte(`1`)))
 			})
 			a := newAgg(t, ac, tc.opts...)
 			if r := a.Dispatch(context.Background(), []schema.Call{call(`1`, "hb", "")})[0]; r.Error != nil {
 				t.Fatalf("Dispatch = %v, want a result", r.Error)
 			}
-			if h := <-got; h != tc.want {
-				t.Errorf("%s header = %q, want %q", schema.HeaderHeartbeat, h, tc.want)
+			h := <-got
+			if v := h.Get(schema.HeaderHeartbeat); v != tc.want {
+				t.Errorf("%s header = %q, want %q", schema.HeaderHeartbeat, v, tc.want)
+			}
+			if v := h.Get(schema.HeaderHeartbeatMisses); v != tc.wantMisses {
+				t.Errorf("%s header = %q, want %q", schema.HeaderHeartbeatMisses, v, tc.wantMisses)
 			}
 		})
 	}

@@ -37,9 +37,13 @@ const (
 // ([WithRetrySafe]) and attempts remain, and answered -32003 with
 // data.reason "worker_lost" otherwise, long before its deadline. A worker
 // that never acknowledges (one older than the protocol) is waited for
-// until the deadline, as before. Defaults [DefaultHeartbeat] and
-// [DefaultHeartbeatMisses]; an interval of zero turns liveness off, and
-// with it the busy refusals of load-aware workers.
+// until the deadline, as before. Workers hold the aggregator to the same
+// patience the other way round: one whose heartbeats of a call found
+// nobody listening on the aggregator's inbox misses times in a row (the
+// aggregator died, or closed its connection) cancels the call. Defaults
+// [DefaultHeartbeat] and [DefaultHeartbeatMisses]; an interval of zero
+// turns liveness off, and with it the busy refusals of load-aware workers
+// and the cancellation of the calls of a vanished aggregator.
 func WithHeartbeat(interval time.Duration, misses int) Option {
 	return func(c *config) error {
 		if interval < 0 || (interval > 0 && interval < 10*time.Millisecond) || misses < 1 {

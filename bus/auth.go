@@ -2,8 +2,10 @@ package bus
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -172,6 +174,15 @@ func (c *connConfig) securityOptions() []nats.Option {
 		opts = append(opts, nats.Secure(cfg))
 	}
 	return opts
+}
+
+// NewToken returns 32 random bytes in URL-safe base64, fit for a NATS token
+// or password: usable as is on a command line, in an environment file and
+// in a nats://token@host URL.
+func NewToken() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails: a broken random source crashes the program instead
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // readable checks that path names a regular file this process can read.

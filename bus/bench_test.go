@@ -32,7 +32,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 				if tc.listen == "" {
 					nc, err = e.Connect()
 				} else {
-					nc, err = bus.Connect(e.ClientURL())
+					nc, err = bus.Connect(e.ClientURL(), bus.WithToken(e.Token()))
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -43,7 +43,7 @@ func TestCallRoundTrip(t *testing.T) {
 				}
 				nc, err = e.Connect()
 			} else {
-				nc, err = bus.Connect(e.ClientURL())
+				nc, err = bus.Connect(e.ClientURL(), bus.WithToken(e.Token()))
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -97,6 +97,50 @@ func TestNoResponders(t *testing.T) {
 	_, err = nc.RequestMsg(msg, 2*time.Second)
 	if !errors.Is(err, bus.ErrNoResponders) {
 		t.Fatalf("RequestMsg err = %v, want ErrNoResponders", err)
+	}
+}
+
+// TestNoRespondersToAPublish: a plain publish (not a request) with a reply
+// subject, on a subject nobody listens to, gets NATS's no-responders
+// message on that reply subject; this is how a worker learns that nobody
+// waits for a call's answer any more.
+func TestNoRespondersToAPublish(t *testing.T) {
+	e := startEmbedded(t, bus.EmbeddedConfig{})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nc.NewInbox()
+	// An asynchronous subscription, as a worker's: a synchronous one
+	// turns the message into an error of NextMsg.
+	got := make(chan *nats.Msg, 1)
+	if _, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: "toolbus.nobody", Reply: inbox + ".1"}); err != nil {
+		t.Fatal(err)
+	}
+	var m *nats.Msg
+	select {
+	case m = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message on the reply subject")
+	}
+	if !bus.NoResponders(m) || m.Subject != inbox+".1" {
+		t.Errorf("message on %s with header %v = not no responders, want no responders on %s", m.Subject, m.Header, inbox+".1")
+	}
+	for _, tc := range []struct {
+		name string
+		msg  *nats.Msg
+	}{
+		{"a reply", &nats.Msg{Data: []byte{0x81}}},
+		{"an empty message without headers", &nats.Msg{}},
+		{"another status", &nats.Msg{Header: nats.Header{"Status": []string{"408"}}}},
+	} {
+		if bus.NoResponders(tc.msg) {
+			t.Errorf("NoResponders(%s) = true, want false", tc.name)
+		}
 	}
 }
 
@@ -214,5 +258,51 @@ func TestQueueGroupSpansPatterns(t *testing.T) {
 	}
 	if total != n {
 		t.Fatalf("%d deliveries for %d calls (%v), want exactly one each", total, n, got)
+	}
+}
+
+func TestEmbeddedListenerNeedsToken(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		token string // the token configured; "" has one generated
+	}{
+		{"generated", ""},
+		{"chosen", "chosen-token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEmbedded(t, bus.EmbeddedConfig{Listen: "127.0.0.1:0", Token: tc.token})
+			token := e.Token()
+			if token == "" || (tc.token != "" && token != tc.token) {
+				t.Fatalf("Token() = %q, want %q or a generated one", token, tc.token)
+			}
+			for _, bad := range []struct {
+				name string
+				opts []bus.Option
+			}{
+				{"no token", nil},
+				{"a wrong token", []bus.Option{bus.WithToken(token + "x")}},
+			} {
+				if nc, err := bus.Connect(e.ClientURL(), bad.opts...); err == nil {
+					nc.Close()
+					t.Errorf("connect over TCP with %s succeeded, want a refusal", bad.name)
+				} else if !errors.Is(err, nats.ErrAuthorization) {
+					t.Errorf("connect over TCP with %s = %v, want %v", bad.name, err, nats.ErrAuthorization)
+				}
+			}
+			nc, err := bus.Connect(e.ClientURL(), bus.WithToken(token))
+			if err != nil {
+				t.Fatalf("connect over TCP with the token: %v", err)
+			}
+			nc.Close()
+			// In-process clients present the token by themselves.
+			nc, err = e.Connect()
+			if err != nil {
+				t.Fatalf("connect in-process: %v", err)
+			}
+			nc.Close()
+		})
+	}
+	if e := startEmbedded(t, bus.EmbeddedConfig{}); e.Token() != "" {
+		t.Errorf("Token() without a listener = %q, want empty", e.Token())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,7 @@ type connConfig struct {
 	status       func(*nats.Conn, error)
 	auth         *auth
 	tls          *tlsSettings
+	inboxPrefix  string
 	extra        []nats.Option
 }
 
@@ -98,6 +100,40 @@ func WithStatusFunc(f func(nc *nats.Conn, err error)) Option {
 		c.status = f
 		return nil
 	}
+}
+
+// WithInboxPrefix makes the connection receive the replies to its own
+// requests (JetStream's answers, fetched jobs, status answers) on subjects
+// under prefix instead of nats.go's "_INBOX" (default "_INBOX"). A NATS
+// user allowed to subscribe only to "prefix.>" then reads nobody else's
+// replies: the secured configuration in deploy/nats gives workers
+// [WorkerInboxPrefix]. prefix is one or more subject tokens without
+// wildcards, such as "_INBOX_worker" or "_INBOX_worker_math".
+func WithInboxPrefix(prefix string) Option {
+	return func(c *connConfig) error {
+		if err := CheckInboxPrefix(prefix); err != nil {
+			return fmt.Errorf("bus: %w", err)
+		}
+		c.inboxPrefix = prefix
+		return nil
+	}
+}
+
+// WorkerInboxPrefix is the inbox prefix `toolbus worker` receives its
+// replies under, which the worker user of deploy/nats/cluster-secure.conf
+// may subscribe to, while the ingress's replies stay under "_INBOX".
+const WorkerInboxPrefix = "_INBOX_worker"
+
+// CheckInboxPrefix returns an error unless p is one or more non-empty
+// subject tokens without wildcards or white space, as [WithInboxPrefix]
+// needs.
+func CheckInboxPrefix(p string) error {
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return fmt.Errorf("inbox prefix %q is not one or more subject tokens without wildcards, such as %q", p, WorkerInboxPrefix)
+		}
+	}
+	return nil
 }
 
 // WithNATSOptions appends raw nats.go options, applied after toolbus's own.
@@ -171,6 +207,9 @@ func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 	}
 	if cfg.retryConnect {
 		natsOpts = append(natsOpts, nats.RetryOnFailedConnect(true))
+	}
+	if cfg.inboxPrefix != "" {
+		natsOpts = append(natsOpts, nats.CustomInboxPrefix(cfg.inboxPrefix))
 	}
 	if cfg.status != nil {
 		natsOpts = append(natsOpts,

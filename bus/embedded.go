@@ -23,6 +23,13 @@ type EmbeddedConfig struct {
 	// Listen is the host:port for NATS clients; port 0 picks a free port.
 	// Empty means no TCP listener: only [Embedded.Connect] reaches it.
 	Listen string
+	// Token is what clients of the TCP listener must present ([WithToken],
+	// or nats://TOKEN@host:port). With Listen set and Token empty, a token
+	// is generated at start: the listener is never open to anyone who can
+	// reach it. [Embedded.Token] returns it, and [Embedded.Connect]
+	// presents it by itself, so in-process clients need not know it.
+	// Without Listen it is not used.
+	Token string
 	// DataDir holds JetStream's store. Empty means a temporary directory
 	// that Shutdown removes.
 	DataDir string
@@ -37,6 +44,7 @@ type EmbeddedConfig struct {
 type Embedded struct {
 	srv     *server.Server
 	tempDir string
+	token   string
 }
 
 // StartEmbedded starts an embedded NATS server and waits until it is ready
@@ -68,6 +76,11 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			port = server.RANDOM_PORT
 		}
 		opts.Host, opts.Port = host, port
+		e.token = cfg.Token
+		if e.token == "" {
+			e.token = NewToken()
+		}
+		opts.Authorization = e.token
 	}
 	opts.StoreDir = cfg.DataDir
 	if opts.StoreDir == "" {
@@ -104,12 +117,20 @@ func (e *Embedded) ClientURL() string {
 	return e.srv.ClientURL()
 }
 
+// Token returns the token clients of the TCP listener present, or "" when
+// the server listens on no port.
+func (e *Embedded) Token() string { return e.token }
+
 // Connect opens an in-process connection to the server, without TCP, with the
-// same options as [Connect].
+// same options as [Connect]. It presents the server's token unless opts
+// authenticate otherwise.
 func (e *Embedded) Connect(opts ...Option) (*nats.Conn, error) {
-	_, natsOpts, err := buildOptions(opts)
+	cfg, natsOpts, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.auth == nil && e.token != "" {
+		natsOpts = append(natsOpts, nats.Token(e.token))
 	}
 	natsOpts = append(natsOpts, nats.InProcessServer(e.srv))
 	nc, err := nats.Connect("", natsOpts...)

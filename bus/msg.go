@@ -61,15 +61,27 @@ func Reply(msg *nats.Msg, r *schema.ReplyEnvelope) error {
 // ErrNoResponders means no worker is subscribed to the call's subject.
 var ErrNoResponders = nats.ErrNoResponders
 
+// noRespondersStatus is the Status header of the message NATS sends to a
+// publisher's reply subject when nobody was subscribed to the subject it
+// published on.
+const noRespondersStatus = "503"
+
+// NoResponders reports whether msg is the message NATS sends, on the reply
+// subject of a message it delivered to nobody, to say that nobody was
+// subscribed to that message's subject: an empty body with the header
+// Status: 503.
+func NoResponders(msg *nats.Msg) bool {
+	return len(msg.Data) == 0 && msg.Header != nil && msg.Header.Get("Status") == noRespondersStatus
+}
+
 // ReadReply decodes a worker's reply. A NATS status message (such as "no
 // responders") is reported as an error, never as an empty success.
 func ReadReply(msg *nats.Msg) (*schema.ReplyEnvelope, error) {
+	if NoResponders(msg) {
+		return nil, ErrNoResponders
+	}
 	if len(msg.Data) == 0 && msg.Header != nil {
-		switch status := msg.Header.Get("Status"); status {
-		case "503":
-			return nil, ErrNoResponders
-		case "":
-		default:
+		if status := msg.Header.Get("Status"); status != "" {
 			return nil, fmt.Errorf("bus: nats status %s: %s", status, msg.Header.Get("Description"))
 		}
 	}

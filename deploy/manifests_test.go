@@ -2,14 +2,20 @@ package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -49,6 +55,23 @@ func readDocs(t *testing.T, name string) []doc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseDocs(t, name, b)
+}
+
+// generatedSecrets returns the Secrets `toolbus nats-credentials --format
+// k8s` writes for creds, by "Kind/name".
+func generatedSecrets(t *testing.T, creds Credentials) map[string]doc {
+	t.Helper()
+	var b bytes.Buffer
+	if err := creds.WriteSecrets(&b); err != nil {
+		t.Fatal(err)
+	}
+	return byKind(t, parseDocs(t, "the generated Secrets", b.Bytes()))
+}
+
+// parseDocs parses every document of the YAML b, read from name.
+func parseDocs(t *testing.T, name string, b []byte) []doc {
+	t.Helper()
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var docs []doc
 	for {
@@ -229,6 +252,9 @@ func TestCompose(t *testing.T) {
 			if svc.get("healthcheck.test") == nil {
 				t.Errorf("%s has no health check", name)
 			}
+			if got := strings.Join(cmd, " "); got != "-c /etc/nats/cluster-secure.conf" {
+				t.Errorf("%s command = %q, want the secured configuration (-c /etc/nats/cluster-secure.conf)", name, got)
+			}
 		case strings.HasPrefix(image, "toolbus:") && len(cmd) > 0:
 			count[cmd[0]]++
 			if cmd[0] == "ingress" {
@@ -296,4 +322,366 @@ func envDuration(t *testing.T, c doc, name string) time.Duration {
 	}
 	t.Fatalf("the container sets no %s", name)
 	return 0
+}
+
+// The NATS pods of the chart installed as in deploy/README.md (release
+// "nats", nats-values.yaml): the chart's selector labels.
+var natsPodLabels = map[string]any{
+	"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "nats", "app.kubernetes.io/component": "nats",
+}
+
+// k8sContainer is a container of a pod template in the manifests.
+type k8sContainer struct {
+	where  string // file, object and container
+	labels map[string]any
+	c      doc
+}
+
+// toolbusContainers returns every container of the toolbus image in the
+// manifests of k8s/, with the labels of its pod.
+func toolbusContainers(t *testing.T) []k8sContainer {
+	t.Helper()
+	names, err := filepath.Glob("k8s/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []k8sContainer
+	for _, name := range names {
+		if filepath.Base(name) == "nats-values.yaml" || filepath.Base(name) == "kustomization.yaml" {
+			continue
+		}
+		for key, obj := range byKind(t, readDocs(t, name)) {
+			labels, _ := obj.get("spec.template.metadata.labels").(map[string]any)
+			containers, _ := obj.get("spec.template.spec.containers").([]any)
+			for _, c := range containers {
+				c := doc(c.(map[string]any))
+				if image, _ := c["image"].(string); strings.HasPrefix(image, "toolbus:") {
+					out = append(out, k8sContainer{where: name + " " + key + " " + fmt.Sprint(c["name"]), labels: labels, c: c})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// envVar returns the env entry name of a container, or nil.
+func envVar(c doc, name string) doc {
+	env, _ := c.get("env").([]any)
+	for _, e := range env {
+		if m, _ := e.(map[string]any); m["name"] == name {
+			return doc(m)
+		}
+	}
+	return nil
+}
+
+// TestEveryNATSClientHasCredentials checks that every process of the
+// manifests and of the compose file that connects to NATS does so as its
+// role's user of the secured configuration, with the password generated
+// for it: a Secret `toolbus nats-credentials --format k8s` makes, or a
+// variable of the environment file it writes.
+func TestEveryNATSClientHasCredentials(t *testing.T) {
+	creds, err := NewCredentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := generatedSecrets(t, creds)
+	var env bytes.Buffer
+	if err := creds.WriteEnv(&env); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]int{}
+	for _, k := range toolbusContainers(t) {
+		role := ""
+		if args := asStrings(k.c.get("args")); len(args) > 0 {
+			role = args[0]
+		}
+		if role != "ingress" && role != "worker" {
+			t.Errorf("%s runs %q, want ingress or worker", k.where, role)
+			continue
+		}
+		roles[role]++
+		if user := envVar(k.c, "TOOLBUS_NATS_USER"); user.get("value") != role {
+			t.Errorf("%s: TOOLBUS_NATS_USER = %v, want %s", k.where, user.get("value"), role)
+		}
+		ref := envVar(k.c, "TOOLBUS_NATS_PASSWORD").get("valueFrom.secretKeyRef")
+		name, key := doc(asMap(ref)).get("name"), doc(asMap(ref)).get("key")
+		if name != SecretName(role) || key != SecretKey {
+			t.Errorf("%s: TOOLBUS_NATS_PASSWORD from Secret %v key %v, want %s key %s", k.where, name, key, SecretName(role), SecretKey)
+		}
+		if secrets["Secret/"+SecretName(role)] == nil {
+			t.Errorf("%s: toolbus nats-credentials makes no Secret %s", k.where, SecretName(role))
+		}
+		if v := envVar(k.c, "TOOLBUS_NATS_URL").get("value"); v == nil || strings.Contains(fmt.Sprint(v), "@") {
+			t.Errorf("%s: TOOLBUS_NATS_URL = %v, want a URL without credentials", k.where, v)
+		}
+	}
+	if roles["ingress"] == 0 || roles["worker"] == 0 {
+		t.Errorf("the manifests run %v, want ingress and worker containers", roles)
+	}
+
+	// The NATS chart's values read both passwords from those Secrets.
+	values := readDocs(t, "k8s/nats-values.yaml")[0]
+	for _, u := range Users {
+		ref := doc(asMap(values.get("container.env." + PasswordVar(u) + ".valueFrom.secretKeyRef")))
+		if ref.get("name") != SecretName(u) || ref.get("key") != SecretKey {
+			t.Errorf("nats-values container.env %s = %v, want Secret %s key %s", PasswordVar(u), ref, SecretName(u), SecretKey)
+		}
+	}
+
+	// The compose file: its NATS nodes get both passwords, and every
+	// ingress and worker its role's user and password, from variables the
+	// generated environment file sets.
+	services, _ := readDocs(t, "compose.yaml")[0]["services"].(map[string]any)
+	for name, s := range services {
+		svc := doc(s.(map[string]any))
+		image, _ := svc["image"].(string)
+		vars := asMap(svc.get("environment"))
+		switch cmd := asStrings(svc["command"]); {
+		case strings.HasPrefix(image, "toolbus-nats:"):
+			for _, u := range Users {
+				checkComposeVar(t, name, vars, PasswordVar(u), PasswordVar(u), env.String())
+			}
+		case len(cmd) > 0 && (cmd[0] == "ingress" || cmd[0] == "worker"):
+			if vars["TOOLBUS_NATS_USER"] != cmd[0] {
+				t.Errorf("compose %s: TOOLBUS_NATS_USER = %v, want %s", name, vars["TOOLBUS_NATS_USER"], cmd[0])
+			}
+			checkComposeVar(t, name, vars, "TOOLBUS_NATS_PASSWORD", PasswordVar(cmd[0]), env.String())
+		default:
+			t.Errorf("compose %s: %s %v connects to NATS how?", name, image, cmd)
+		}
+	}
+}
+
+// checkComposeVar checks that a compose service sets name to the variable
+// from, required (${from:?...}), and that the environment file env sets
+// from.
+func checkComposeVar(t *testing.T, service string, vars map[string]any, name, from, env string) {
+	t.Helper()
+	v, _ := vars[name].(string)
+	if !strings.HasPrefix(v, "${"+from+":?") {
+		t.Errorf("compose %s: %s = %q, want ${%s:?...}: required, from the environment file", service, name, v, from)
+	}
+	if !strings.Contains(env, "\n"+from+"=") {
+		t.Errorf("compose %s: the generated environment file does not set %s", service, from)
+	}
+}
+
+// TestNATSValuesMatchSecureConfig checks that the users of nats-values.yaml
+// are those of nats/cluster-secure.conf: the server reads both, the values
+// rendered as the chart renders config.merge (JSON, "<< x >>" unquoted).
+func TestNATSValuesMatchSecureConfig(t *testing.T) {
+	t.Setenv("NATS_SERVER_NAME", "nats-1")
+	t.Setenv("TOOLBUS_INGRESS_NATS_PASSWORD", ingressPassword)
+	t.Setenv("TOOLBUS_WORKER_NATS_PASSWORD", workerPassword)
+	conf, err := server.ProcessConfigFile("nats/cluster-secure.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := readDocs(t, "k8s/nats-values.yaml")[0]
+	// The chart writes JSON without escaping <, > and & (toRawJson).
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]any{"accounts": values.get("config.merge.accounts")}); err != nil {
+		t.Fatal(err)
+	}
+	rendered := regexp.MustCompile(`"<<\s+(.*?)\s+>>"`).ReplaceAll(b.Bytes(), []byte("$1"))
+	path := filepath.Join(t.TempDir(), "values.conf")
+	if err := os.WriteFile(path, rendered, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chart, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-values config.merge.accounts, as the chart renders it: %v\n%s", err, rendered)
+	}
+	users := func(o *server.Options) map[string]*server.User {
+		m := map[string]*server.User{}
+		for _, u := range o.Users {
+			m[u.Username] = u
+		}
+		return m
+	}
+	want, got := users(conf), users(chart)
+	if len(got) != len(want) {
+		t.Fatalf("nats-values has users %v, cluster-secure.conf %v", got, want)
+	}
+	for name, w := range want {
+		g := got[name]
+		switch {
+		case g == nil:
+			t.Errorf("nats-values has no user %s", name)
+		case g.Password != w.Password:
+			t.Errorf("user %s: nats-values' password reads %q, cluster-secure.conf's %q", name, g.Password, w.Password)
+		case g.Account == nil || g.Account.Name != w.Account.Name:
+			t.Errorf("user %s: nats-values puts it in account %v, want %s", name, g.Account, w.Account.Name)
+		case !reflect.DeepEqual(g.Permissions, w.Permissions):
+			t.Errorf("user %s: nats-values' permissions\n%+v\nwant cluster-secure.conf's\n%+v", name, g.Permissions, w.Permissions)
+		}
+	}
+}
+
+// TestNetworkPolicy checks that the policy in front of the NATS pods
+// admits only toolbus's ingress and worker pods to the client port, the
+// NATS pods to the cluster port, and Prometheus to the monitoring port.
+func TestNetworkPolicy(t *testing.T) {
+	b, err := os.ReadFile("k8s/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("- networkpolicy.yaml")) {
+		t.Error("k8s/kustomization.yaml does not apply networkpolicy.yaml")
+	}
+	policy := byKind(t, readDocs(t, "k8s/networkpolicy.yaml"))["NetworkPolicy/toolbus-nats"]
+	if policy == nil {
+		t.Fatal("k8s/networkpolicy.yaml has no NetworkPolicy/toolbus-nats")
+	}
+	if policy["apiVersion"] != "networking.k8s.io/v1" {
+		t.Errorf("NetworkPolicy apiVersion = %v, want networking.k8s.io/v1", policy["apiVersion"])
+	}
+	if !selects(asMap(policy.get("spec.podSelector")), natsPodLabels) || selects(asMap(policy.get("spec.podSelector")), map[string]any{"app": "other"}) {
+		t.Errorf("the policy applies to %v, want the NATS pods %v alone", policy.get("spec.podSelector"), natsPodLabels)
+	}
+	if types := asStrings(policy.get("spec.policyTypes")); !slices.Contains(types, "Ingress") {
+		t.Errorf("policyTypes = %v, want Ingress", types)
+	}
+
+	// Pods that try each port: the toolbus pods of the manifests, and
+	// others.
+	type pod struct {
+		name      string
+		labels    map[string]any
+		namespace map[string]any // nil: the namespace of the NATS pods
+	}
+	var toolbus []pod
+	for _, k := range toolbusContainers(t) {
+		toolbus = append(toolbus, pod{k.where, k.labels, nil})
+	}
+	if len(toolbus) < 2 {
+		t.Fatalf("toolbus pods of the manifests: %v, want the ingress and the workers", toolbus)
+	}
+	nats := pod{"a NATS pod", natsPodLabels, nil}
+	prometheus := pod{"Prometheus", map[string]any{"app.kubernetes.io/name": "prometheus"}, map[string]any{"kubernetes.io/metadata.name": "monitoring"}}
+	others := []pod{
+		{"a pod without labels", map[string]any{}, nil},
+		{"another toolbus component", map[string]any{"app.kubernetes.io/name": "toolbus", "app.kubernetes.io/component": "debug"}, nil},
+		{"a pod like the ingress in another namespace", toolbus[0].labels, map[string]any{"kubernetes.io/metadata.name": "elsewhere"}},
+		{"a pod named prometheus outside monitoring", prometheus.labels, nil},
+	}
+	for _, tc := range []struct {
+		port    int
+		admit   []pod
+		refuses []pod
+	}{
+		{4222, toolbus, append([]pod{nats, prometheus}, others...)},
+		{6222, []pod{nats}, append(append([]pod{prometheus}, toolbus...), others...)},
+		{8222, []pod{prometheus}, append(append([]pod{nats}, toolbus...), others...)},
+		{9999, nil, append(append([]pod{nats, prometheus}, toolbus...), others...)},
+	} {
+		for _, p := range tc.admit {
+			if !admits(t, policy, tc.port, p.labels, p.namespace) {
+				t.Errorf("port %d: the policy refuses %s, want it admitted", tc.port, p.name)
+			}
+		}
+		for _, p := range tc.refuses {
+			if admits(t, policy, tc.port, p.labels, p.namespace) {
+				t.Errorf("port %d: the policy admits %s, want it refused", tc.port, p.name)
+			}
+		}
+	}
+}
+
+// admits reports whether the ingress rules of policy let a pod with labels,
+// in the namespace whose labels are namespace (nil: the policy's own),
+// reach the selected pods on TCP port. It follows the NetworkPolicy rules:
+// a rule without ports admits every port, one without from every source; a
+// peer with a podSelector alone means the policy's namespace; an ipBlock
+// admits anyone, so this test counts it as admitting.
+func admits(t *testing.T, policy doc, port int, labels, namespace map[string]any) bool {
+	t.Helper()
+	rules, _ := policy.get("spec.ingress").([]any)
+	for _, r := range rules {
+		rule := doc(asMap(r))
+		if !rulePort(rule, port) {
+			continue
+		}
+		from, ok := rule["from"].([]any)
+		if !ok || len(from) == 0 {
+			return true
+		}
+		for _, f := range from {
+			peer := doc(asMap(f))
+			if peer["ipBlock"] != nil {
+				return true
+			}
+			nsSel, hasNS := peer["namespaceSelector"]
+			podSel, hasPod := peer["podSelector"]
+			nsOK := (!hasNS && namespace == nil) || (hasNS && namespace != nil && selects(asMap(nsSel), namespace))
+			podOK := !hasPod || selects(asMap(podSel), labels)
+			if nsOK && podOK {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func rulePort(rule doc, port int) bool {
+	ports, ok := rule["ports"].([]any)
+	if !ok || len(ports) == 0 {
+		return true
+	}
+	for _, p := range ports {
+		pp := doc(asMap(p))
+		if proto, _ := pp["protocol"].(string); proto != "" && proto != "TCP" {
+			continue
+		}
+		if intOf(pp["port"]) == port {
+			return true
+		}
+	}
+	return false
+}
+
+// selects evaluates a Kubernetes label selector (matchLabels and
+// matchExpressions) on labels; an empty selector selects everything.
+func selects(sel map[string]any, labels map[string]any) bool {
+	for k, v := range asMap(sel["matchLabels"]) {
+		if labels[k] != v {
+			return false
+		}
+	}
+	exprs, _ := sel["matchExpressions"].([]any)
+	for _, e := range exprs {
+		expr := doc(asMap(e))
+		key, _ := expr["key"].(string)
+		v, has := labels[key]
+		values := asStrings(expr["values"])
+		switch expr["operator"] {
+		case "In":
+			if !has || !slices.Contains(values, fmt.Sprint(v)) {
+				return false
+			}
+		case "NotIn":
+			if has && slices.Contains(values, fmt.Sprint(v)) {
+				return false
+			}
+		case "Exists":
+			if !has {
+				return false
+			}
+		case "DoesNotExist":
+			if has {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }

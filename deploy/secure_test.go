@@ -2,7 +2,12 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
@@ -27,12 +33,19 @@ const (
 // URL.
 func startSecure(t *testing.T) string {
 	t.Helper()
+	return startConfig(t, "nats/cluster-secure.conf")
+}
+
+// startConfig starts one node of the configuration at path (which may
+// include cluster.conf) alone, as startSecure does.
+func startConfig(t *testing.T, path string) string {
+	t.Helper()
 	t.Setenv("NATS_SERVER_NAME", "nats-test")
 	t.Setenv("TOOLBUS_INGRESS_NATS_PASSWORD", ingressPassword)
 	t.Setenv("TOOLBUS_WORKER_NATS_PASSWORD", workerPassword)
-	opts, err := server.ProcessConfigFile("nats/cluster-secure.conf")
+	opts, err := server.ProcessConfigFile(path)
 	if err != nil {
-		t.Fatalf("ProcessConfigFile(nats/cluster-secure.conf): %v", err)
+		t.Fatalf("ProcessConfigFile(%s): %v", path, err)
 	}
 	// One node: no routes, no monitoring port, nothing beyond loopback.
 	opts.Cluster = server.ClusterOpts{}
@@ -67,15 +80,31 @@ func TestSecureConfigParses(t *testing.T) {
 	if !opts.JetStream || len(opts.Routes) != 3 {
 		t.Errorf("cluster-secure.conf: JetStream %v, %d routes, want cluster.conf's JetStream and 3 routes", opts.JetStream, len(opts.Routes))
 	}
+	if opts.NoAuthUser != "" {
+		t.Errorf("cluster-secure.conf has no_auth_user %q, want no anonymous access", opts.NoAuthUser)
+	}
 	users := map[string]*server.User{}
 	for _, u := range opts.Users {
 		users[u.Username] = u
 	}
+	if len(users) != 2 {
+		t.Errorf("cluster-secure.conf has users %v, want ingress and worker", users)
+	}
 	for _, name := range []string{"ingress", "worker"} {
 		u := users[name]
 		if u == nil || u.Permissions == nil || u.Account == nil || u.Account.Name != "TOOLBUS" {
-			t.Errorf("user %s = %+v, want it in account TOOLBUS with permissions", name, u)
+			t.Fatalf("user %s = %+v, want it in account TOOLBUS with permissions", name, u)
 		}
+		if u.Permissions.Response == nil {
+			t.Errorf("user %s may not answer requests (allow_responses unset)", name)
+		}
+	}
+	// A worker's answer to one call is an ack, a heartbeat a second while
+	// it runs, and the reply, within the longest deadline.
+	calls := aggregator.DefaultMaxTimeout/aggregator.DefaultHeartbeat + 2
+	if r := users["worker"].Permissions.Response; r.MaxMsgs < int(calls) || r.Expires <= aggregator.DefaultMaxTimeout {
+		t.Errorf("worker allow_responses = {max: %d, expires: %v}, want room for %d messages over more than %v",
+			r.MaxMsgs, r.Expires, calls, aggregator.DefaultMaxTimeout)
 	}
 }
 
@@ -90,16 +119,17 @@ func TestSecureConfigNeedsPasswords(t *testing.T) {
 
 // connectAs connects as user and collects the connection's asynchronous
 // errors, where permission violations arrive.
-func connectAs(t *testing.T, url, user, pass string) (*nats.Conn, <-chan error) {
+func connectAs(t *testing.T, url, user, pass string, opts ...bus.Option) (*nats.Conn, <-chan error) {
 	t.Helper()
-	errs := make(chan error, 16)
-	nc, err := bus.Connect(url, bus.WithName("toolbus-"+user), bus.WithUserPassword(user, pass),
+	errs := make(chan error, 64)
+	opts = append([]bus.Option{bus.WithName("toolbus-" + user), bus.WithUserPassword(user, pass),
 		bus.WithNATSOptions(nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
 			default:
 			}
-		})))
+		}))}, opts...)
+	nc, err := bus.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -107,38 +137,43 @@ func connectAs(t *testing.T, url, user, pass string) (*nats.Conn, <-chan error) 
 	return nc, errs
 }
 
-func TestSecurePermissions(t *testing.T) {
-	url := startSecure(t)
+// securedCluster is an ingress's and a worker's connections to one node
+// of the secured configuration, each with its own user, and what runs on
+// them as `toolbus ingress` and `toolbus worker` run it.
+type securedCluster struct {
+	url                     string
+	ingress, worker         *nats.Conn
+	ingressErrs, workerErrs <-chan error
+	agg                     *aggregator.Aggregator
+	jobs                    *jobs.Service
+	subjects                bus.Subjects
+}
+
+// startSecured starts the node, then a worker, then an ingress: the worker
+// cannot create the job stream and waits for the ingress, which creates
+// it.
+func startSecured(t *testing.T) *securedCluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-
-	ingressNC, ingressErrs := connectAs(t, url, "ingress", ingressPassword)
-	workerNC, workerErrs := connectAs(t, url, "worker", workerPassword)
-
-	// The ingress sets up the job stream and bucket, as it does at start.
-	ingressJS, err := jetstream.New(ingressNC)
-	if err != nil {
+	c := &securedCluster{url: startSecure(t)}
+	c.ingress, c.ingressErrs = connectAs(t, c.url, "ingress", ingressPassword)
+	c.worker, c.workerErrs = connectAs(t, c.url, "worker", workerPassword, bus.WithInboxPrefix(bus.WorkerInboxPrefix))
+	var err error
+	if c.subjects, err = bus.NewSubjects(bus.DefaultPrefix); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := jobs.New(ingressJS)
-	if err != nil {
-		t.Fatalf("ingress jobs.New: %v", err)
-	}
-	if err := svc.Start(ctx); err != nil {
-		t.Fatalf("ingress jobs service Start: %v", err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
 
 	// A worker serves the demo tools, announces them, and runs them as
 	// jobs.
-	rt, err := worker.New(workerNC, worker.WithDiscovery(0))
+	rt, err := worker.New(c.worker, worker.WithDiscovery(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := demo.Register(rt); err != nil {
 		t.Fatal(err)
 	}
-	workerJS, err := jetstream.New(workerNC)
+	workerJS, err := jetstream.New(c.worker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,79 +181,182 @@ func TestSecurePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("worker jobs.NewRunner: %v", err)
 	}
+	early, cancelEarly := context.WithTimeout(ctx, time.Second)
+	err = runner.Start(early)
+	cancelEarly()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the worker's job runner started before any ingress created the job stream = %v, want its creation refused, never answered", err)
+	}
+	waitForViolation(t, c.workerErrs, "worker creating the job stream")
+
+	// The ingress sets up the job stream and bucket and the idempotency
+	// bucket, as it does at start.
+	ingressJS, err := jetstream.New(c.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.jobs, err = jobs.New(ingressJS); err != nil {
+		t.Fatalf("ingress jobs.New: %v", err)
+	}
+	if err := c.jobs.Start(ctx); err != nil {
+		t.Fatalf("ingress jobs service Start: %v", err)
+	}
+	t.Cleanup(func() { c.jobs.Shutdown(context.Background()) })
+	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1)
+	if err != nil {
+		t.Fatalf("ingress idempotency bucket: %v", err)
+	}
+	// Heartbeats every 20ms: a call of a few hundred milliseconds gets
+	// many answers on its reply subject.
+	if c.agg, err = aggregator.New(c.ingress, aggregator.WithHeartbeat(20*time.Millisecond, 10), aggregator.WithIdempotency(idem)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Now the worker's runner finds the stream.
 	if err := runner.Start(ctx); err != nil {
-		t.Fatalf("worker job runner Start: %v", err)
+		t.Fatalf("worker job runner Start once the ingress created the stream: %v", err)
 	}
 	t.Cleanup(func() { runner.Shutdown(context.Background()) })
 	if err := rt.Start(); err != nil {
 		t.Fatalf("worker Start: %v", err)
 	}
 	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+	return c
+}
 
-	// The ingress's call reaches the worker and its answer comes back.
-	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+// call dispatches one call through the ingress's aggregator.
+func (c *securedCluster) call(ctx context.Context, method, params string) schema.Response {
+	calls := []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: method, Params: json.RawMessage(params)}}}
+	return c.agg.Dispatch(ctx, calls)[0]
+}
+
+// job calls an rpc.jobs.* method as the ingress serves it.
+func (c *securedCluster) job(t *testing.T, ctx context.Context, method, params string) json.RawMessage {
+	t.Helper()
+	res, rpcErr := c.jobs.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: method, Params: json.RawMessage(params)}})
+	if rpcErr != nil {
+		t.Fatalf("%s %s: %v", method, params, rpcErr)
+	}
+	return res
+}
+
+// waitJob polls rpc.jobs.get until the job is in state, for up to 30s.
+func (c *securedCluster) waitJob(t *testing.T, ctx context.Context, id string, state jobs.State) {
+	t.Helper()
+	giveUp := time.Now().Add(30 * time.Second)
+	for {
+		var rec jobs.Record
+		if err := json.Unmarshal(c.job(t, ctx, jobs.MethodGet, `{"id":"`+id+`"}`), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.State == state {
+			return
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("job %s is %s after 30s, want %s", id, rec.State, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSecurePermissions runs what the ingress and the worker do, each with
+// its own user, and checks that the server refuses none of it.
+func TestSecurePermissions(t *testing.T) {
+	c := startSecured(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Calls reach the worker and their answers come back: a quick one,
+	// and one whose worker acks it and sends a heartbeat every 20ms for
+	// 400ms before its reply, all on the call's reply subject.
+	if r := c.call(ctx, "echo", `{"secured":true}`); r.Error != nil || string(r.Result) != `{"secured":true}` {
+		t.Fatalf("echo = %s, %v; want its params back", r.Result, r.Error)
+	}
+	if r := c.call(ctx, "sleep", `{"ms":400}`); r.Error != nil {
+		t.Fatalf("sleep with heartbeats = %v, want a result", r.Error)
+	}
+	// An idempotent call is recorded in the idempotency bucket and its
+	// duplicate answered from there.
+	keyed := schema.WithIdempotencyKey(ctx, "secured-1")
+	first, again := c.call(keyed, "echo", `{"n":1}`), c.call(keyed, "echo", `{"n":1}`)
+	if first.Error != nil || again.Error != nil || string(first.Result) != string(again.Result) {
+		t.Fatalf("idempotent echo twice = %s %v, %s %v; want the same result", first.Result, first.Error, again.Result, again.Error)
+	}
+
+	// Jobs: one runs to the end, one is followed and canceled, and both
+	// are listed.
+	var sub jobs.SubmitResult
+	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodSubmit, `{"method":"echo","params":{"job":1}}`), &sub); err != nil {
+		t.Fatal(err)
+	}
+	c.waitJob(t, ctx, sub.ID, jobs.StateSucceeded)
+	var long jobs.SubmitResult
+	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodSubmit, `{"method":"sleep","params":{"ms":60000}}`), &long); err != nil {
+		t.Fatal(err)
+	}
+	c.waitJob(t, ctx, long.ID, jobs.StateRunning)
+	_, follow, rpcErr := c.jobs.Subscribe(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodSubscribe, Params: json.RawMessage(`{"id":"` + long.ID + `"}`)}})
+	if rpcErr != nil {
+		t.Fatalf("subscribe to the job: %v", rpcErr)
+	}
+	final := make(chan jobs.State, 1)
+	go follow(ctx, func(_ string, params json.RawMessage) {
+		var rec jobs.Record
+		if json.Unmarshal(params, &rec) == nil && rec.State.Final() {
+			final <- rec.State
+		}
+	})
+	c.job(t, ctx, jobs.MethodCancel, `{"id":"`+long.ID+`"}`)
+	select {
+	case st := <-final:
+		if st != jobs.StateCanceled {
+			t.Errorf("the followed job ended %s, want %s", st, jobs.StateCanceled)
+		}
+	case <-ctx.Done():
+		t.Fatal("the followed job's end was never sent")
+	}
+	var list jobs.ListResult
+	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodList, `{}`), &list); err != nil || len(list.Jobs) != 2 {
+		t.Errorf("rpc.jobs.list = %+v, %v; want both jobs", list, err)
+	}
+	// The worker queues completion callbacks on the job stream.
+	workerJS, err := jetstream.New(c.worker)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := subjects.Call("echo")
+	if _, err := workerJS.Publish(ctx, "toolbus.jobs.notify", []byte(`{"id":"`+sub.ID+`"}`), jetstream.WithExpectStream("TOOLBUS_JOBS")); err != nil {
+		t.Errorf("the worker queueing a callback: %v", err)
+	}
+	// A runner that does not find a record at once reads it through a
+	// watch of its key, as the stream's leader has it.
+	records, err := workerJS.KeyValue(ctx, "toolbus_jobs")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the worker opening the job bucket: %v", err)
 	}
-	env := &schema.CallEnvelope{Version: schema.EnvelopeVersion, ID: []byte("1"), Method: "echo", Params: []byte(`{"secured":true}`)}
-	msg, err := bus.CallMsg(subject, env, time.Now().Add(10*time.Second), "")
+	w, err := records.Watch(ctx, "job."+sub.ID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the worker watching a job record: %v", err)
 	}
-	answer, err := ingressNC.RequestMsg(msg, 10*time.Second)
-	if err != nil {
-		t.Fatalf("ingress call of echo: %v", err)
+	if e := <-w.Updates(); e == nil || e.Key() != "job."+sub.ID {
+		t.Errorf("the worker's watch of job.%s gave %v, want the record", sub.ID, e)
 	}
-	reply, err := bus.ReadReply(answer)
-	if err != nil || reply.Error != nil {
-		t.Fatalf("echo reply = %+v, %v; want a result", reply, err)
+	if err := w.Stop(); err != nil {
+		t.Errorf("the worker ending its watch: %v", err)
 	}
-
-	// The worker may not call tools itself.
-	if err := workerNC.Publish("toolbus.call.x", []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	if err := workerNC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitForViolation(t, workerErrs, "worker publish to toolbus.call.x")
-
-	// Nor take calls outside the workers' queue group, where it would see
-	// every call.
-	if _, err := workerNC.Subscribe("toolbus.call.>", func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := workerNC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitForViolation(t, workerErrs, "worker subscription to toolbus.call.> without the queue group")
-
-	// The ingress may not take calls.
-	if _, err := ingressNC.QueueSubscribe("toolbus.call.>", subjects.QueueGroup(), func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ingressNC.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	waitForViolation(t, ingressErrs, "ingress subscription to toolbus.call.>")
 
 	// Both serve their status, and `toolbus status` with the ingress's
-	// credentials finds them.
+	// credentials finds them and reads the account's JetStream.
 	for _, p := range []struct {
 		nc   *nats.Conn
 		kind string
-	}{{ingressNC, bus.KindIngress}, {workerNC, bus.KindWorker}} {
-		st, err := bus.ServeStatus(p.nc, subjects, p.kind, "dev", func() bus.Status { return bus.Status{} })
+	}{{c.ingress, bus.KindIngress}, {c.worker, bus.KindWorker}} {
+		st, err := bus.ServeStatus(p.nc, c.subjects, p.kind, "dev", func() bus.Status { return bus.Status{} })
 		if err != nil {
 			t.Fatalf("%s status service: %v", p.kind, err)
 		}
 		t.Cleanup(func() { st.Stop() })
 	}
-	found, err := bus.GatherStatus(ctx, ingressNC, subjects, time.Second)
+	found, err := bus.GatherStatus(ctx, c.ingress, c.subjects, time.Second)
 	if err != nil || len(found) != 2 {
 		t.Fatalf("GatherStatus as the ingress = %+v, %v; want the ingress and the worker", found, err)
 	}
@@ -227,8 +365,116 @@ func TestSecurePermissions(t *testing.T) {
 			t.Errorf("%s %s: %v", st.Kind, st.ID, st.Extra["error"])
 		}
 	}
-	noViolation(t, ingressErrs, "ingress")
-	noViolation(t, workerErrs, "worker")
+	ingressJS, err := jetstream.New(c.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ingressJS.AccountInfo(ctx); err != nil {
+		t.Errorf("JetStream account info as the ingress: %v", err)
+	}
+	noViolation(t, c.ingressErrs, "ingress")
+	noViolation(t, c.workerErrs, "worker")
+}
+
+// TestSecureRefusals tries, with each user, what it must not do, and
+// checks that the server refuses each attempt.
+func TestSecureRefusals(t *testing.T) {
+	c := startSecured(t)
+	pub := func(subject string) func(*nats.Conn) error {
+		return func(nc *nats.Conn) error { return nc.Publish(subject, []byte(`{}`)) }
+	}
+	sub := func(subject, queue string) func(*nats.Conn) error {
+		return func(nc *nats.Conn) error {
+			_, err := nc.QueueSubscribe(subject, queue, func(*nats.Msg) {})
+			return err
+		}
+	}
+	worker, ingress := c.worker, c.ingress
+	attempts := []struct {
+		who  string
+		nc   *nats.Conn
+		errs <-chan error
+		what string
+		do   func(*nats.Conn) error
+	}{
+		{"worker", worker, c.workerErrs, "publish a call", pub("toolbus.call.echo")},
+		{"worker", worker, c.workerErrs, "subscribe to every call outside the queue group", sub("toolbus.call.>", "")},
+		{"worker", worker, c.workerErrs, "subscribe to calls in a queue group of its own", sub("toolbus.call.>", "thieves")},
+		{"worker", worker, c.workerErrs, "read the ingress's replies", sub("_INBOX.>", "")},
+		{"worker", worker, c.workerErrs, "answer a call it did not receive", pub("_INBOX.someone.reply")},
+		{"worker", worker, c.workerErrs, "read the idempotency bucket", pub("$JS.API.STREAM.INFO.KV_toolbus_idem")},
+		{"worker", worker, c.workerErrs, "read an idempotency record", pub("$JS.API.DIRECT.GET.KV_toolbus_idem.$KV.toolbus_idem.k")},
+		{"worker", worker, c.workerErrs, "write an idempotency record", pub("$KV.toolbus_idem.k")},
+		{"worker", worker, c.workerErrs, "create a stream", pub("$JS.API.STREAM.CREATE.STOLEN")},
+		{"worker", worker, c.workerErrs, "change the job stream", pub("$JS.API.STREAM.UPDATE.TOOLBUS_JOBS")},
+		{"worker", worker, c.workerErrs, "delete the job stream", pub("$JS.API.STREAM.DELETE.TOOLBUS_JOBS")},
+		{"worker", worker, c.workerErrs, "take the callbacks with a consumer", pub("$JS.API.CONSUMER.CREATE.TOOLBUS_JOBS.stolen.toolbus.jobs.notify")},
+		{"worker", worker, c.workerErrs, "queue a job", pub("toolbus.jobs.run.echo")},
+		{"worker", worker, c.workerErrs, "cancel a job", pub("toolbus.jobs.cancel.x")},
+		{"worker", worker, c.workerErrs, "answer an ingress's status requests", sub("$SRV.INFO.toolbus-ingress", "")},
+		{"ingress", ingress, c.ingressErrs, "take calls in the workers' queue group", sub("toolbus.call.>", c.subjects.QueueGroup())},
+		{"ingress", ingress, c.ingressErrs, "read the workers' replies", sub(bus.WorkerInboxPrefix+".>", "")},
+		{"ingress", ingress, c.ingressErrs, "use a stream that is not toolbus's", pub("$JS.API.STREAM.CREATE.OTHER")},
+	}
+	for _, a := range attempts {
+		if err := a.do(a.nc); err != nil {
+			t.Fatalf("%s: %s: %v", a.who, a.what, err)
+		}
+		if err := a.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		waitForViolation(t, a.errs, a.who+": "+a.what)
+	}
+
+	// Nobody joins without a user.
+	if nc, err := bus.Connect(c.url); err == nil {
+		nc.Close()
+		t.Error("an anonymous client connected, want it refused")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("anonymous connect = %v, want %v", err, nats.ErrAuthorization)
+	}
+
+	// A second worker connection forges the answer to a call the first
+	// worker holds: the server drops it, and the ingress hears the real
+	// answer only.
+	rogue, rogueErrs := connectAs(t, c.url, "worker", workerPassword, bus.WithInboxPrefix(bus.WorkerInboxPrefix))
+	const reply = "_INBOX.secured.forge"
+	answers, err := c.ingress.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := c.subjects.Call("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &schema.CallEnvelope{Version: schema.EnvelopeVersion, ID: []byte("1"), Method: "sleep", Params: []byte(`{"ms":200}`)}
+	msg, err := bus.CallMsg(subject, env, time.Now().Add(10*time.Second), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Reply = reply
+	if err := c.ingress.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	forged, err := schema.MarshalReply(schema.ReplyResult([]byte(`"forged"`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Publish(reply, forged); err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitForViolation(t, rogueErrs, "a worker forging the answer to another's call")
+	got, err := answers.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the real answer: %v", err)
+	}
+	r, err := bus.ReadReply(got)
+	if err != nil || r.Error != nil || string(r.Result) != `{"slept_ms":200}` {
+		t.Errorf("the ingress heard %s (%v), want the worker's real answer", got.Data, err)
+	}
 }
 
 // noViolation fails the test if errs holds a permission violation.
@@ -259,5 +505,149 @@ func waitForViolation(t *testing.T, errs <-chan error, what string) {
 		case <-timeout:
 			t.Fatalf("%s: no permissions violation within 10s", what)
 		}
+	}
+}
+
+// TestSecureFamilyCredential runs the credential for one tool family that
+// deploy/README.md documents (its permission block, taken from there,
+// added to cluster-secure.conf): its workers serve and run as jobs the
+// family's methods, and no other.
+func TestSecureFamilyCredential(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)\n(WORKER_MATH_PERMISSIONS = \\{.*?\n\\})\n# in accounts.TOOLBUS.users:\n(\\{ user: worker-math[^\n]*\\})\n").FindSubmatch(readme)
+	if block == nil {
+		t.Fatal("deploy/README.md has no WORKER_MATH_PERMISSIONS block followed by its user")
+	}
+	conf, err := os.ReadFile("nats/cluster-secure.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerUser := regexp.MustCompile(`(?m)^( *)(\{ user: worker, [^\n]*\})$`)
+	if !workerUser.Match(conf) {
+		t.Fatal("nats/cluster-secure.conf has no line for the user worker")
+	}
+	family := strings.Replace(string(conf), "\naccounts {", "\n"+string(block[1])+"\n\naccounts {", 1)
+	family = workerUser.ReplaceAllString(family, "$1$2\n$1"+strings.ReplaceAll(string(block[2]), "$", "$$"))
+	dir := t.TempDir()
+	cluster, err := os.ReadFile("nats/cluster.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"cluster.conf": cluster, "family.conf": []byte(family)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const mathPassword = "worker-math-test-pass"
+	t.Setenv(PasswordVar("worker-math"), mathPassword)
+	url := startConfig(t, filepath.Join(dir, "family.conf"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	ingressNC, ingressErrs := connectAs(t, url, "ingress", ingressPassword)
+	ingressJS, err := jetstream.New(ingressNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := jobs.New(ingressJS)
+	if err != nil {
+		t.Fatalf("ingress jobs.New: %v", err)
+	}
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	agg, err := aggregator.New(ingressNC, aggregator.WithHeartbeat(20*time.Millisecond, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A worker of the family, as `toolbus worker --nats-user worker-math
+	// --nats-inbox-prefix _INBOX_worker_math` runs it.
+	mathNC, mathErrs := connectAs(t, url, "worker-math", mathPassword, bus.WithInboxPrefix("_INBOX_worker_math"))
+	rt, err := worker.New(mathNC, worker.WithDiscovery(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.HandleFunc("math.*", func(ctx context.Context, req *worker.Request) (any, error) {
+		select {
+		case <-time.After(100 * time.Millisecond): // a few heartbeats
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return req.Params, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mathJS, err := jetstream.New(mathNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := jobs.NewRunner(mathJS, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Start(ctx); err != nil {
+		t.Fatalf("the family's job runner: %v", err)
+	}
+	t.Cleanup(func() { runner.Shutdown(context.Background()) })
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
+
+	r := agg.Dispatch(ctx, []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: "math.add", Params: json.RawMessage(`[1,2]`)}}})[0]
+	if r.Error != nil || string(r.Result) != `[1,2]` {
+		t.Fatalf("math.add through the family's worker = %s, %v; want its params back", r.Result, r.Error)
+	}
+	res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodSubmit, Params: json.RawMessage(`{"method":"math.add","params":[3]}`)}})
+	if rpcErr != nil {
+		t.Fatal(rpcErr)
+	}
+	var sub jobs.SubmitResult
+	if err := json.Unmarshal(res, &sub); err != nil {
+		t.Fatal(err)
+	}
+	for giveUp := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodGet, Params: json.RawMessage(`{"id":"` + sub.ID + `"}`)}})
+		var rec jobs.Record
+		if rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == jobs.StateSucceeded {
+			break
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("the family's job %s = %s %v, want succeeded", sub.ID, res, rpcErr)
+		}
+	}
+	noViolation(t, mathErrs, "worker-math")
+	noViolation(t, ingressErrs, "ingress")
+
+	// Nothing outside the family.
+	for _, a := range []struct {
+		what string
+		do   func() error
+	}{
+		{"take echo calls", func() error {
+			_, err := mathNC.QueueSubscribe("toolbus.call.echo", "toolbus-workers", func(*nats.Msg) {})
+			return err
+		}},
+		{"take every call", func() error {
+			_, err := mathNC.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(*nats.Msg) {})
+			return err
+		}},
+		{"read the other workers' replies", func() error { _, err := mathNC.Subscribe(bus.WorkerInboxPrefix+".>", func(*nats.Msg) {}); return err }},
+		{"run echo's jobs", func() error {
+			return mathNC.Publish("$JS.API.CONSUMER.CREATE.TOOLBUS_JOBS.run_echo.toolbus.jobs.run.echo", []byte(`{}`))
+		}},
+	} {
+		if err := a.do(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mathNC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		waitForViolation(t, mathErrs, "worker-math: "+a.what)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,13 @@ const DefaultJWTLeeway = 30 * time.Second
 // A caller is a name: the Name of an API key, or the caller claim of a JWT.
 // Its allowed methods are the patterns of its key, those of Allow under its
 // name, or DefaultAllow when it has neither.
+//
+// What a caller sees is its own: discovery lists the methods it may call,
+// the dashboard its own jobs and errors and the methods it may call, and
+// jobs and MCP sessions belong to the caller that made them. An operator
+// (a key with [APIKey.Operator], a token with [JWTConfig.OperatorRole])
+// sees the dashboard of every caller and every discovery problem; what it
+// may call is still its patterns.
 type Auth struct {
 	// Keys are the accepted API keys.
 	Keys []APIKey
@@ -61,6 +69,9 @@ type APIKey struct {
 	SHA256 string
 	// Allow are the method patterns this caller may call.
 	Allow []string
+	// Operator makes the key an operator's: it sees every caller's data on
+	// the dashboard (default false: its own).
+	Operator bool
 }
 
 // JWTConfig says which bearer tokens the ingress accepts. A token must be
@@ -80,6 +91,13 @@ type JWTConfig struct {
 	Leeway time.Duration
 	// CallerClaim names the claim that holds the caller (default "sub").
 	CallerClaim string
+	// OperatorRole is the role that makes a token's caller an operator
+	// (see [Auth]); empty (the default) means no token does.
+	OperatorRole string
+	// RolesClaim names the claim that holds a token's roles: an array of
+	// strings, or one string of roles separated by spaces (default
+	// "roles").
+	RolesClaim string
 }
 
 // HashAPIKey returns the hex SHA-256 digest of key, the form in which
@@ -100,14 +118,16 @@ var (
 
 // principal is an authenticated caller.
 type principal struct {
-	name  string
-	allow []string
+	name     string
+	allow    []string
+	operator bool
 }
 
 type keyEntry struct {
-	name   string
-	digest [sha256.Size]byte
-	allow  []string
+	name     string
+	digest   [sha256.Size]byte
+	allow    []string
+	operator bool
 }
 
 // authenticator checks the credentials of a request.
@@ -116,10 +136,12 @@ type authenticator struct {
 	allow        map[string][]string
 	defaultAllow []string
 
-	jwt         *jwt.Parser
-	secret      []byte
-	jwks        map[string]any // kid -> public key
-	callerClaim string
+	jwt          *jwt.Parser
+	secret       []byte
+	jwks         map[string]any // kid -> public key
+	callerClaim  string
+	rolesClaim   string
+	operatorRole string
 }
 
 // newAuthenticator checks a and loads what it names.
@@ -148,7 +170,7 @@ func newAuthenticator(a Auth) (*authenticator, error) {
 		if err := checkPatterns(k.Allow); err != nil {
 			return nil, fmt.Errorf("ingress: API key %q: %w", k.Name, err)
 		}
-		e := keyEntry{name: k.Name, allow: k.Allow}
+		e := keyEntry{name: k.Name, allow: k.Allow, operator: k.Operator}
 		copy(e.digest[:], d)
 		au.keys = append(au.keys, e)
 	}
@@ -173,6 +195,10 @@ func (au *authenticator) loadJWT(c JWTConfig) error {
 	au.callerClaim = c.CallerClaim
 	if au.callerClaim == "" {
 		au.callerClaim = "sub"
+	}
+	au.rolesClaim, au.operatorRole = c.RolesClaim, c.OperatorRole
+	if au.rolesClaim == "" {
+		au.rolesClaim = "roles"
 	}
 	var methods []string
 	if len(c.Secret) > 0 {
@@ -236,7 +262,9 @@ func (au *authenticator) byKey(key string) (*principal, error) {
 		return nil, fmt.Errorf("unknown API key: %w", ErrBadCredentials)
 	}
 	k := &au.keys[found]
-	return au.principal(k.name, k.allow), nil
+	p := au.principal(k.name, k.allow)
+	p.operator = k.operator
+	return p, nil
 }
 
 func (au *authenticator) byToken(raw string) (*principal, error) {
@@ -248,7 +276,25 @@ func (au *authenticator) byToken(raw string) (*principal, error) {
 	if name == "" {
 		return nil, fmt.Errorf("token has no %q claim: %w", au.callerClaim, ErrBadCredentials)
 	}
-	return au.principal(name, nil), nil
+	p := au.principal(name, nil)
+	p.operator = au.operatorRole != "" && hasRole(claims[au.rolesClaim], au.operatorRole)
+	return p, nil
+}
+
+// hasRole reports whether the roles claim v, an array of strings or one
+// string of space-separated roles, holds role.
+func hasRole(v any, role string) bool {
+	switch roles := v.(type) {
+	case string:
+		return slices.Contains(strings.Fields(roles), role)
+	case []any:
+		for _, r := range roles {
+			if r == role {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // key finds the verification key of a token: the secret for HS256, the

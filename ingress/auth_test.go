@@ -257,3 +257,52 @@ func TestAuthenticateErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestOperatorRole(t *testing.T) {
+	jwtConf := func(role string) *JWTConfig {
+		return &JWTConfig{Secret: testSecret, Issuer: testIssuer, Audience: testAudience, OperatorRole: role}
+	}
+	token := func(roles any) string {
+		return "Bearer " + sign(t, jwt.SigningMethodHS256, "", testSecret, claims("carol", time.Minute, func(c jwt.MapClaims) {
+			if roles != nil {
+				c["roles"] = roles
+			}
+		}))
+	}
+	keys := []APIKey{
+		{Name: "ops", SHA256: HashAPIKey("ops-key"), Operator: true},
+		{Name: "alice", SHA256: HashAPIKey("alice-key")},
+	}
+	tests := []struct {
+		name   string
+		jwt    *JWTConfig
+		header string
+		want   bool
+	}{
+		{name: "operator key", header: "Bearer ops-key", want: true},
+		{name: "other key", header: "Bearer alice-key"},
+		{name: "role in an array", jwt: jwtConf("toolbus-operator"), header: token([]string{"reader", "toolbus-operator"}), want: true},
+		{name: "role in a string", jwt: jwtConf("toolbus-operator"), header: token("reader toolbus-operator"), want: true},
+		{name: "other roles", jwt: jwtConf("toolbus-operator"), header: token([]string{"reader"})},
+		{name: "a role spelled within another", jwt: jwtConf("op"), header: token("operator")},
+		{name: "no roles", jwt: jwtConf("toolbus-operator"), header: token(nil)},
+		{name: "no operator role configured", jwt: jwtConf(""), header: token([]string{""})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			au, err := newAuthenticator(Auth{Keys: keys, JWT: tc.jwt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := post("{}")
+			r.Header.Set("Authorization", tc.header)
+			p, err := au.authenticate(r)
+			if err != nil {
+				t.Fatalf("authenticate() error = %v", err)
+			}
+			if p.operator != tc.want {
+				t.Errorf("authenticate(%s).operator = %v, want %v", tc.name, p.operator, tc.want)
+			}
+		})
+	}
+}

@@ -13,10 +13,22 @@ import (
 // percentiles cover the last [DashboardState.WindowSeconds] seconds of the
 // calls this ingress replica handled; run one page per replica, or read
 // /metrics from all of them, for the whole cluster.
+//
+// With [WithAuth] a caller is shown what is its own: the rows of the
+// methods it may call (their statistics count every caller's calls), the
+// live workers with those methods alone, the ingress's in-flight calls
+// among those rows, its own recent errors and its own jobs. An operator
+// (see [Auth]) is shown everything, as is the one anonymous caller of an
+// ingress without authentication.
 type DashboardState struct {
 	Now           time.Time `json:"now"`
 	WindowSeconds int       `json:"window_seconds"`
-	Ingress       struct {
+	// Caller is whose view this is; empty without authentication.
+	Caller string `json:"caller,omitempty"`
+	// AllCallers reports that the view shows every caller's data rather
+	// than the caller's own.
+	AllCallers bool `json:"all_callers"`
+	Ingress    struct {
 		ID            string    `json:"id"`
 		Started       time.Time `json:"started"`
 		UptimeSeconds float64   `json:"uptime_seconds"`

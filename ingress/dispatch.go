@@ -61,8 +61,17 @@ func (s *Server) parse(body []byte) (elems []element, batch bool, err *schema.Er
 }
 
 // localMethod is a method a transport answers itself instead of handing it
-// to the dispatcher, such as rpc.cancel on a WebSocket connection.
-type localMethod func(req schema.Request) (json.RawMessage, *schema.Error)
+// to the dispatcher, such as rpc.cancel and rpc.jobs.subscribe on a
+// WebSocket connection. It is given the call as the dispatcher would be,
+// caller included.
+type localMethod struct {
+	serve func(c schema.Call) (json.RawMessage, *schema.Error)
+	// own marks a method that acts only on the connection's own calls in
+	// flight, which admission has let through already (rpc.cancel). It is
+	// answered before admission, so that a caller can always stop its own
+	// work; every other local method is admitted like any call.
+	own bool
+}
 
 // plan is what the ingress does with one message: the answers it has
 // already, and the calls it hands to the dispatcher.
@@ -77,9 +86,10 @@ type plan struct {
 
 // plan sorts the elements of a message: invalid elements and methods that
 // can never be routed are answered at once, methods in local are run at
-// once, and every other element, notifications included, becomes a call
-// carrying the deadline the client asked for. This is the one place where
-// every transport's requests are checked.
+// once (after admission, but for a connection's own methods), and every
+// other element, notifications included, becomes a call carrying the
+// deadline the client asked for. This is the one place where every
+// transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
 	p := plan{out: make([]reply, 0, len(elems))}
 	for _, el := range elems {
@@ -90,24 +100,33 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			continue
 		}
 		req := el.req
-		if run, ok := local[req.Method]; ok {
-			result, err := run(req)
+		call := schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async, Caller: hdr.caller.String()}
+		m, isLocal := local[req.Method]
+		if isLocal && m.own {
+			result, err := m.serve(call)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
 			}
 			continue
 		}
 		if e := s.checkMethod(req.Method); e != nil {
-			e = s.refused(hdr.trace, &req, e)
+			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
 			continue
 		}
 		if e := s.admit(hdr.caller, &req); e != nil {
-			e = s.refused(hdr.trace, &req, e)
+			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
 				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
+			}
+			continue
+		}
+		if isLocal {
+			result, err := m.serve(call)
+			if !req.IsNotification() {
+				p.out = append(p.out, reply{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
 			}
 			continue
 		}
@@ -120,7 +139,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			p.calls = make([]schema.Call, 0, len(elems))
 			p.slots = make([]int, 0, len(elems))
 		}
-		p.calls = append(p.calls, schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async, Caller: hdr.caller.String()})
+		p.calls = append(p.calls, call)
 		p.slots = append(p.slots, slot)
 	}
 	return p

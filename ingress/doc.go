@@ -42,8 +42,11 @@
 //     1009), the server pings the peer and closes it when pongs stop
 //     ([WithWebSocketPing]), and browsers from other origins are refused
 //     unless allowed ([WithWebSocketOrigins]). The [CancelMethod]
-//     rpc.cancel cancels one call in flight; closing the connection
-//     cancels all of them. A canceled call is answered -32004.
+//     rpc.cancel cancels one call in flight (it needs no allow pattern:
+//     it reaches only the connection's own calls); closing the connection
+//     cancels all of them. A canceled call is answered -32004. An
+//     extension's subscribe method, such as rpc.jobs.subscribe ([Subscriber]),
+//     streams notifications on the connection; it is admitted like any call.
 //
 //   - POST /v1/tools/{method}/invoke: a plain REST call for services that do
 //     not speak JSON-RPC. The body is the params (a JSON object or array;
@@ -66,9 +69,12 @@
 // answered 401 with a WWW-Authenticate challenge); each call is then
 // checked in plan against its caller's allowed method patterns (-32005
 // for that id alone) and its caller's token bucket ([WithRateLimit],
-// -32002 with retry_after_ms), and carries its caller to the workers. The
-// [IdempotencyKeyHeader] header is handed to the dispatcher in the
-// request's context ([schema.WithIdempotencyKey]).
+// -32002 with retry_after_ms), and carries its caller to the workers. What
+// a caller is shown is its own ([Auth] says what an operator sees):
+// discovery lists the methods it may call, the dashboard its own errors and
+// jobs, and an MCP session answers only the caller that made it. The
+// [IdempotencyKeyHeader] header is handed to the dispatcher in the request's
+// context ([schema.WithIdempotencyKey]).
 //
 // The ingress keeps no state between requests, so any number of replicas
 // can run side by side.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/schema"
@@ -56,14 +58,26 @@ func newMCPDoor(s *Server) *mcpDoor {
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	m.srv = mcp.NewServer(&mcp.Implementation{Name: "toolbus", Version: "1"}, &mcp.ServerOptions{
+	opts := &mcp.ServerOptions{
 		Logger: s.log.With("transport", "mcp"),
 		// Tools come and go with the workers, so the capability is
 		// announced even while there are none.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
-	})
+	}
+	if s.auth != nil {
+		// A list shown to one caller is no other's to cache.
+		opts.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.CacheScope = "private" }
+	}
+	m.srv = mcp.NewServer(&mcp.Implementation{Name: "toolbus", Version: "1"}, opts)
+	if s.auth != nil {
+		m.srv.AddReceivingMiddleware(m.scope)
+	}
 	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
 		&mcp.StreamableHTTPOptions{Logger: s.log.With("transport", "mcp"), MaxRequestBodyBytes: s.cfg.limits.MaxBodyBytes})
+	if s.auth != nil {
+		m.handler = auth.RequireBearerToken(m.sessionUser, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(m.handler)
+	}
+
 	m.sync()
 	m.cancelWatch = s.cfg.registry.Watch(func() {
 		select {
@@ -78,6 +92,14 @@ func newMCPDoor(s *Server) *mcpDoor {
 // ServeHTTP reads the request's call headers (and the caller the
 // authentication middleware found) and hands the request to the MCP
 // handler with a reference to them.
+//
+// With authentication on, the reference also stands in for the request's
+// credentials, which the ingress has checked already: the SDK binds a
+// session to the user its bearer-token middleware finds when the session
+// is made, and answers 403 to a request of another user under that
+// session's id (a POST, the event stream, a DELETE). That middleware reads
+// the token from the Authorization header, so the reference goes there,
+// and [mcpDoor.sessionUser] turns it back into the caller.
 func (m *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr, herr := m.s.callHeaders(r)
 	if herr != nil {
@@ -92,7 +114,47 @@ func (m *mcpDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer m.refs.Delete(ref)
 	r = r.Clone(r.Context())
 	r.Header.Set(mcpRefHeader, ref)
+	if m.s.auth != nil {
+		r.Header.Set("Authorization", "Bearer "+ref)
+	}
 	m.handler.ServeHTTP(w, r)
+}
+
+// sessionUser is the SDK's token verifier: the token is the reference
+// ServeHTTP made, and the user the caller it stands for.
+func (m *mcpDoor) sessionUser(_ context.Context, ref string, _ *http.Request) (*auth.TokenInfo, error) {
+	v, ok := m.refs.Load(ref)
+	if !ok {
+		return nil, auth.ErrInvalidToken
+	}
+	caller := v.(callHeaders).caller
+	if caller == nil {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: caller.name}, nil
+}
+
+// scope shows each caller the tools it may call: tools/list leaves the
+// others out, and tools/call of one of them is answered as the SDK answers
+// a tool that does not exist, so that a caller cannot tell the two apart.
+func (m *mcpDoor) scope(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		v := m.s.auth.view(m.headers(req.GetExtra()).caller)
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && !v.mayCall(p.Name) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", p.Name)}
+		}
+		res, err := next(ctx, method, req)
+		if list, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			shown := make([]*mcp.Tool, 0, len(list.Tools))
+			for _, t := range list.Tools {
+				if v.mayCall(t.Name) {
+					shown = append(shown, t)
+				}
+			}
+			list.Tools = shown
+		}
+		return res, err
+	}
 }
 
 func newRef() string {

@@ -139,8 +139,13 @@ func jobResult(rec *jobRecord) *mcp.CallToolResult {
 }
 
 // run runs one call through the server's plan and dispatcher and returns
-// its answer.
+// its answer. The SDK's handler context does not descend from the HTTP
+// request's, so the caller is put in it as the authentication middleware
+// puts it in every other transport's (see [Caller]).
 func (m *mcpDoor) run(ctx context.Context, hdr callHeaders, method string, params json.RawMessage) schema.Response {
+	if hdr.caller != nil {
+		ctx = context.WithValue(ctx, callerKey{}, hdr.caller)
+	}
 	p := m.s.plan([]element{{req: schema.Request{ID: m.nextID(), Method: method, Params: params}}}, hdr, nil)
 	m.s.dispatch(ctx, &p)
 	if len(p.out) != 1 {

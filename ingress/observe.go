@@ -191,7 +191,7 @@ func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *
 		s.countError(label, r.Error)
 		s.stats.RecordError(callstats.ErrorAnswer{
 			ID: string(c.ID), Method: c.Method, Code: r.Error.Code, Message: r.Error.Message,
-			TraceID: tracelog.TraceID(ctx),
+			TraceID: tracelog.TraceID(ctx), Caller: c.Caller,
 		})
 		s.logMessage(ctx, "response", c.ID, c.Method, errorBody(r.Error))
 		return
@@ -199,11 +199,12 @@ func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *
 	s.logMessage(ctx, "response", c.ID, c.Method, r.Result)
 }
 
-// refused records a call the ingress answered without dispatching it: a
-// method it never routes, or one admission refused. These count in the
-// metrics and the recent errors like any other error answer, and carry
-// the caller's trace id, if it sent one. It returns the answer to send.
-func (s *Server) refused(sc trace.SpanContext, req *schema.Request, e *schema.Error) *schema.Error {
+// refused records a call of caller the ingress answered without
+// dispatching it: a method it never routes, or one admission refused.
+// These count in the metrics and the recent errors like any other error
+// answer, and carry the caller's trace id, if it sent one. It returns the
+// answer to send.
+func (s *Server) refused(sc trace.SpanContext, caller string, req *schema.Request, e *schema.Error) *schema.Error {
 	label := labelInvalid
 	if schema.ValidateMethod(req.Method) == nil && !schema.IsReserved(req.Method) {
 		label = s.methodLabel(req.Method)
@@ -220,7 +221,7 @@ func (s *Server) refused(sc trace.SpanContext, req *schema.Request, e *schema.Er
 	}
 	kept := s.cfg.msglog.hideFailedValue(e)
 	s.stats.RecordError(callstats.ErrorAnswer{
-		ID: string(req.ID), Method: req.Method, Code: kept.Code, Message: kept.Message, TraceID: tid,
+		ID: string(req.ID), Method: req.Method, Code: kept.Code, Message: kept.Message, TraceID: tid, Caller: caller,
 	})
 	return e
 }

@@ -292,7 +292,7 @@ func TestMessageLogOptionErrors(t *testing.T) {
 // TestDashboardState checks what /ui/api/state reports after some calls,
 // and that the page is served.
 func TestDashboardState(t *testing.T) {
-	s, _ := newServer(t, WithJobStats(func(ctx context.Context, recent int) (JobsState, error) {
+	s, _ := newServer(t, WithJobStats(func(ctx context.Context, _ JobsQuery) (JobsState, error) {
 		p := 40.0
 		return JobsState{ByState: map[string]int{"running": 1}, Recent: []JobState{{ID: "j1", Method: "sleep", State: "running", Percent: &p}}}, nil
 	}))

@@ -68,8 +68,15 @@ type OpenRPCExtension struct {
 
 var anySchema = json.RawMessage(`{}`)
 
-// OpenRPC returns the OpenRPC document of the registry's live tools.
-func (r *Registry) OpenRPC() OpenRPC {
+// OpenRPC returns the OpenRPC document of the registry's live tools, all
+// of them. rpc.discover and GET /openrpc.json answer a caller the part of
+// it that the caller may see (see [Auth]).
+func (r *Registry) OpenRPC() OpenRPC { return r.openRPC(view{open: true}) }
+
+// openRPC returns the document v may see: the methods, and the patterns,
+// whose every method it may call, and their problems; every problem for a
+// view of all callers.
+func (r *Registry) openRPC(v view) OpenRPC {
 	cat := r.Catalog()
 	doc := OpenRPC{
 		OpenRPC: OpenRPCVersion,
@@ -79,9 +86,17 @@ func (r *Registry) OpenRPC() OpenRPC {
 			Version:     "1",
 		},
 		Methods:  make([]OpenRPCMethod, 0, len(cat.Tools)),
-		Problems: slices.Clone(cat.Problems),
+		Problems: make([]Problem, 0, len(cat.Problems)),
+	}
+	for _, p := range cat.Problems {
+		if v.allCallers() || v.mayCall(p.Method) {
+			doc.Problems = append(doc.Problems, p)
+		}
 	}
 	for _, t := range cat.Tools {
+		if !v.mayCall(t.Name) {
+			continue
+		}
 		m := OpenRPCMethod{
 			Name:        t.Name,
 			Description: t.Description,
@@ -139,18 +154,25 @@ func paramDescriptors(raw json.RawMessage) (structure string, params []ContentDe
 	return "either", params
 }
 
-// discoverer answers rpc.discover on every transport, as an extension.
-type discoverer struct{ reg *Registry }
+// discoverer answers rpc.discover on every transport, as an extension,
+// with what its caller may see. auth is nil when the ingress runs without
+// authentication.
+type discoverer struct {
+	reg  *Registry
+	auth *authenticator
+}
 
 var _ Extension = discoverer{}
 
-// ServeRPC implements [Extension].
-func (d discoverer) ServeRPC(_ context.Context, call schema.Call) (json.RawMessage, *schema.Error) {
+// ServeRPC implements [Extension]. The caller's permissions come with ctx,
+// as every transport hands on the request's context (see [Caller]); a call
+// whose context has no caller while authentication is on is shown nothing.
+func (d discoverer) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error) {
 	if call.Method != DiscoverMethod {
 		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
 			map[string]any{"reason": "reserved", "method": call.Method})
 	}
-	b, err := json.Marshal(d.reg.OpenRPC())
+	b, err := json.Marshal(d.reg.openRPC(d.auth.requestView(ctx)))
 	if err != nil {
 		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the OpenRPC document", nil)
 	}
@@ -159,7 +181,7 @@ func (d discoverer) ServeRPC(_ context.Context, call schema.Call) (json.RawMessa
 
 // serveOpenRPC answers GET /openrpc.json.
 func (s *Server) serveOpenRPC(w http.ResponseWriter, r *http.Request) {
-	b, err := json.Marshal(s.cfg.registry.OpenRPC())
+	b, err := json.Marshal(s.cfg.registry.openRPC(s.auth.requestView(r.Context())))
 	if err != nil {
 		http.Error(w, "cannot encode the OpenRPC document", http.StatusInternalServerError)
 		return

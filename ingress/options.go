@@ -72,7 +72,7 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	msglog         *msgLog
 	noDashboard    bool
-	jobStats       func(ctx context.Context, recent int) (JobsState, error)
+	jobStats       func(ctx context.Context, q JobsQuery) (JobsState, error)
 }
 
 func defaultConfig() config {

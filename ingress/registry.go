@@ -492,7 +492,9 @@ func matchPattern(pattern, method string) bool {
 // calls' deadlines; a call of a method the registry has seen advertised but
 // that no worker serves now is answered -32003 (retryable) instead of
 // -32601; rpc.discover and GET /openrpc.json answer the OpenRPC document of
-// the live tools; and /mcp serves them to MCP clients. The caller starts
+// the live tools; and /mcp serves them to MCP clients. With [WithAuth] the
+// document and MCP's tools/list hold the tools the caller may call, and
+// the problems of those (every problem for an operator). The caller starts
 // and closes reg.
 func WithDiscovery(reg *Registry) Option {
 	return func(c *config) error {

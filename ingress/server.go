@@ -84,6 +84,11 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
+	if cfg.registry != nil {
+		// rpc.discover shows each caller what it may see, which takes the
+		// authentication configured by any option.
+		cfg.extensions[DiscoverMethod] = discoverer{reg: cfg.registry, auth: cfg.auth}
+	}
 	var router *router
 	if len(cfg.extensions) > 0 {
 		router = newRouter(d, cfg.extensions)

@@ -16,31 +16,35 @@ import (
 // rpc.jobs.subscribe) streams server notifications over a WebSocket
 // connection. Other transports answer that method through ServeRPC.
 type Subscriber interface {
-	// Subscribe answers the subscribe call with result and returns stream,
-	// which the connection runs on a goroutine of its own: it calls notify
-	// for every notification and returns when the subscription is over or
-	// ctx (the connection's) ends.
+	// Subscribe answers the subscribe call of call.Caller, who may follow
+	// only what is its own (admission has authorized and rate-limited the
+	// call already), with result and returns stream, which the connection
+	// runs on a goroutine of its own: it calls notify for every
+	// notification and returns when the subscription is over or ctx (the
+	// connection's) ends.
 	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
 }
 
 // subscribeMethods returns the local methods of a WebSocket connection for
-// the extensions that are subscribers: "<prefix>subscribe" for each.
+// the extensions that are subscribers: "<prefix>subscribe" for each. They
+// go through admission like any call, and subscribe for the caller of the
+// connection, so that a caller follows only what is its own.
 func (cn *wsConn) subscribeMethods(ctx context.Context, local map[string]localMethod) {
 	if cn.s.router == nil {
 		return
 	}
 	for prefix, ext := range cn.s.router.extensions {
 		if sub, ok := ext.(Subscriber); ok {
-			local[prefix+"subscribe"] = func(req schema.Request) (json.RawMessage, *schema.Error) {
-				return cn.subscribe(ctx, sub, req)
-			}
+			local[prefix+"subscribe"] = localMethod{serve: func(c schema.Call) (json.RawMessage, *schema.Error) {
+				return cn.subscribe(ctx, sub, c)
+			}}
 		}
 	}
 }
 
 // subscribe starts a subscription of the connection. Subscriptions count
 // against the connection's in-flight limit while they last.
-func (cn *wsConn) subscribe(ctx context.Context, sub Subscriber, req schema.Request) (json.RawMessage, *schema.Error) {
+func (cn *wsConn) subscribe(ctx context.Context, sub Subscriber, c schema.Call) (json.RawMessage, *schema.Error) {
 	cn.mu.Lock()
 	if cn.closed || cn.draining {
 		cn.mu.Unlock()
@@ -54,7 +58,7 @@ func (cn *wsConn) subscribe(ctx context.Context, sub Subscriber, req schema.Requ
 	}
 	cn.inFlight++
 	cn.mu.Unlock()
-	result, stream, err := sub.Subscribe(ctx, schema.Call{Request: req})
+	result, stream, err := sub.Subscribe(ctx, c)
 	if err != nil {
 		cn.release()
 		return nil, err

@@ -30,7 +30,8 @@ const jobStatsTimeout = 2 * time.Second
 // WithDashboard turns the dashboard at /ui/ on or off (default on). The
 // page and its files are served without credentials, since they hold no
 // data; GET /ui/api/state, which does, needs them like every other route
-// when [WithAuth] is on (the page asks for an API key then).
+// when [WithAuth] is on (the page asks for an API key then), and shows a
+// caller what is its own (see [DashboardState]).
 func WithDashboard(on bool) Option {
 	return func(c *config) error {
 		c.noDashboard = !on
@@ -38,9 +39,22 @@ func WithDashboard(on bool) Option {
 	}
 }
 
+// JobsQuery says which jobs the dashboard's jobs section shows.
+type JobsQuery struct {
+	// Caller is who asks: its jobs alone are counted and listed unless All
+	// is set. Empty when the ingress runs without [WithAuth].
+	Caller string
+	// All asks for every caller's jobs: an operator's view, or that of
+	// the one anonymous caller of an ingress without authentication.
+	All bool
+	// Recent is how many of the newest jobs to list.
+	Recent int
+}
+
 // WithJobStats gives the dashboard its jobs section: stats reads the
-// counts by state and the newest recent jobs.
-func WithJobStats(stats func(ctx context.Context, recent int) (JobsState, error)) Option {
+// counts by state and the newest q.Recent jobs, of q.Caller alone unless
+// q.All is set.
+func WithJobStats(stats func(ctx context.Context, q JobsQuery) (JobsState, error)) Option {
 	return func(c *config) error {
 		if stats == nil {
 			return errors.New("ingress: nil job stats")
@@ -85,7 +99,7 @@ func uiOpen(path string) bool {
 }
 
 func (s *Server) serveDashboardState(w http.ResponseWriter, r *http.Request) {
-	st := s.Dashboard(r.Context())
+	st := s.dashboard(r.Context(), s.auth.requestView(r.Context()))
 	b, err := json.Marshal(st)
 	if err != nil {
 		s.log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))
@@ -97,13 +111,19 @@ func (s *Server) serveDashboardState(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// Dashboard returns what the dashboard shows now (see [DashboardState]),
-// reading the jobs within a bound of its own (2s).
+// Dashboard returns what the dashboard shows an operator now (see
+// [DashboardState]): every caller's data. It reads the jobs within a bound
+// of its own (2s).
 func (s *Server) Dashboard(ctx context.Context) DashboardState {
-	st := s.Overview()
+	return s.dashboard(ctx, view{open: true})
+}
+
+// dashboard returns what the dashboard shows v.
+func (s *Server) dashboard(ctx context.Context, v view) DashboardState {
+	st := s.overview(v)
 	if s.cfg.jobStats != nil {
 		jctx, cancel := context.WithTimeout(ctx, jobStatsTimeout)
-		js, err := s.cfg.jobStats(jctx, dashboardRecentJobs)
+		js, err := s.cfg.jobStats(jctx, JobsQuery{Caller: v.caller, All: v.allCallers(), Recent: dashboardRecentJobs})
 		cancel()
 		if err != nil {
 			js = JobsState{Error: err.Error()}
@@ -115,10 +135,16 @@ func (s *Server) Dashboard(ctx context.Context) DashboardState {
 
 // Overview is [Server.Dashboard] without the jobs, which cost reads of the
 // job store: only what the ingress holds in memory.
-func (s *Server) Overview() DashboardState {
+func (s *Server) Overview() DashboardState { return s.overview(view{open: true}) }
+
+// overview is what the ingress holds in memory that v may see: the rows
+// and workers' methods of the methods it may call, and its own errors;
+// everything for a view of all callers.
+func (s *Server) overview(v view) DashboardState {
 	now := time.Now()
 	var st DashboardState
 	st.Now = now
+	st.Caller, st.AllCallers = v.caller, v.allCallers()
 	st.WindowSeconds = int(windowSeconds)
 	st.Ingress.ID = s.id
 	st.Ingress.Started = s.stats.Started()
@@ -134,8 +160,12 @@ func (s *Server) Overview() DashboardState {
 		}
 		st.Workers = reg.workerStates()
 	}
+	shows := func(method string) bool { return v.allCallers() || v.mayCall(method) }
 	seen := map[string]bool{}
 	for _, m := range s.stats.Snapshot() {
+		if !shows(m.Method) {
+			continue
+		}
 		ms := MethodState{
 			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate(),
 			P50Ms: callstats.Millis(m.P50), P99Ms: callstats.Millis(m.P99), InFlight: m.InFlight, Total: m.Total,
@@ -154,13 +184,25 @@ func (s *Server) Overview() DashboardState {
 		st.Methods = append(st.Methods, ms)
 	}
 	for name, n := range workers {
-		if !seen[name] {
+		if !seen[name] && shows(name) {
 			n := n
 			st.Methods = append(st.Methods, MethodState{Method: name, Workers: &n})
 		}
 	}
 	sortMethods(st.Methods)
+	if !v.allCallers() {
+		// The ingress's count covers every caller's calls; a caller sees
+		// the sum of the rows it is shown.
+		st.Ingress.InFlight = 0
+		for _, m := range st.Methods {
+			st.Ingress.InFlight += m.InFlight
+		}
+		st.Workers = visibleWorkers(st.Workers, shows)
+	}
 	for _, e := range s.stats.RecentErrors() {
+		if !v.allCallers() && e.Caller != v.caller {
+			continue
+		}
 		st.RecentErrors = append(st.RecentErrors, ErrorState{
 			Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID,
 		})
@@ -175,4 +217,23 @@ func (s *Server) Overview() DashboardState {
 		st.RecentErrors = []ErrorState{}
 	}
 	return st
+}
+
+// visibleWorkers returns the workers with the methods that shows keeps,
+// leaving out those with none left.
+func visibleWorkers(workers []WorkerState, shows func(method string) bool) []WorkerState {
+	out := workers[:0]
+	for _, w := range workers {
+		var methods []string
+		for _, m := range w.Methods {
+			if shows(m) {
+				methods = append(methods, m)
+			}
+		}
+		if len(methods) > 0 {
+			w.Methods = methods
+			out = append(out, w)
+		}
+	}
+	return out
 }

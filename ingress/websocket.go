@@ -200,7 +200,7 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		cn.write(ctx, []reply{{Response: schema.Response{Error: perr}}}, false)
 		return
 	}
-	local := map[string]localMethod{CancelMethod: cn.cancelCall}
+	local := map[string]localMethod{CancelMethod: {serve: cn.cancelCall, own: true}}
 	cn.subscribeMethods(ctx, local)
 	p := cn.s.plan(elems, cn.hdr, local)
 	cn.calls += len(p.calls)
@@ -315,7 +315,7 @@ func (cn *wsConn) release() {
 }
 
 // cancelCall serves rpc.cancel.
-func (cn *wsConn) cancelCall(req schema.Request) (json.RawMessage, *schema.Error) {
+func (cn *wsConn) cancelCall(req schema.Call) (json.RawMessage, *schema.Error) {
 	var p struct {
 		ID json.RawMessage `json:"id"`
 	}

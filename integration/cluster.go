@@ -21,6 +21,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/toolbus/toolbus/deploy"
 )
 
 // Images the cluster runs; deploy/build-images.sh builds them.
@@ -50,6 +52,11 @@ const DrainTimeout = 20 * time.Second
 // Cluster is a running toolbus cluster: its containers and the network
 // they share. Its methods are safe for concurrent use; its containers are
 // removed when the test that started it ends.
+//
+// NATS runs the shipped secured configuration, deploy/nats/cluster-secure.conf:
+// the ingress replicas connect as its user "ingress" and the workers as
+// "worker", with passwords generated for the cluster as `toolbus
+// nats-credentials` makes them; no client joins without a user.
 type Cluster struct {
 	t       *testing.T
 	docker  *testcontainers.DockerClient
@@ -57,6 +64,8 @@ type Cluster struct {
 	NATS    []testcontainers.Container
 	Ingress []testcontainers.Container
 	Worker  []testcontainers.Container
+	// Credentials are the NATS users' passwords of this cluster.
+	Credentials deploy.Credentials
 
 	mu    sync.Mutex
 	urls  []string // ingress base URLs on 127.0.0.1, "" while one is down
@@ -83,30 +92,46 @@ func Start(t *testing.T) *Cluster {
 	if err != nil {
 		t.Fatalf("network: %v", err)
 	}
+	creds, err := deploy.NewCredentials()
+	if err != nil {
+		t.Fatalf("NATS credentials: %v", err)
+	}
 	c := &Cluster{t: t, docker: docker, network: nw, urls: make([]string, Ingresses),
-		names: make(map[testcontainers.Container]string)}
+		names: make(map[testcontainers.Container]string), Credentials: creds}
 
 	natsURLs := make([]string, NATSNodes)
 	for i := range NATSNodes {
 		natsURLs[i] = fmt.Sprintf("nats://nats-%d:4222", i+1)
 	}
-	env := map[string]string{"TOOLBUS_NATS_URL": strings.Join(natsURLs, ",")}
+	// clientEnv is the environment of a process that connects as user.
+	clientEnv := func(user string) map[string]string {
+		return map[string]string{
+			"TOOLBUS_NATS_URL":      strings.Join(natsURLs, ","),
+			"TOOLBUS_NATS_USER":     user,
+			"TOOLBUS_NATS_PASSWORD": creds.Password(user),
+		}
+	}
 
 	// The NATS nodes start together: a JetStream cluster is healthy only
 	// once a majority of it is up.
-	conf := natsConfig(t)
+	var files []testcontainers.ContainerFile
+	for _, f := range natsConfig(t) {
+		files = append(files, testcontainers.ContainerFile{HostFilePath: f, ContainerFilePath: "/etc/nats/" + filepath.Base(f), FileMode: 0o644})
+	}
 	c.NATS = c.startAll(ctx, NATSNodes, true, func(i int) testcontainers.ContainerRequest {
 		name := fmt.Sprintf("nats-%d", i+1)
+		env := map[string]string{"NATS_SERVER_NAME": name}
+		for _, u := range creds.Users() {
+			env[deploy.PasswordVar(u)] = creds.Password(u)
+		}
 		return testcontainers.ContainerRequest{
 			Image:          NATSImage,
-			Cmd:            []string{"-c", "/etc/nats/cluster.conf"},
-			Env:            map[string]string{"NATS_SERVER_NAME": name},
-			ExposedPorts:   []string{"8222/tcp"},
+			Cmd:            []string{"-c", "/etc/nats/cluster-secure.conf"},
+			Env:            env,
+			ExposedPorts:   []string{"4222/tcp", "8222/tcp"},
 			Networks:       []string{nw.Name},
 			NetworkAliases: map[string][]string{nw.Name: {name}},
-			Files: []testcontainers.ContainerFile{{
-				HostFilePath: conf, ContainerFilePath: "/etc/nats/cluster.conf", FileMode: 0o644,
-			}},
+			Files:          files,
 		}
 	})
 	for i := range NATSNodes {
@@ -117,7 +142,7 @@ func Start(t *testing.T) *Cluster {
 		return testcontainers.ContainerRequest{
 			Image:          ToolbusImage,
 			Cmd:            []string{"ingress", "--job-replicas", "3", "--auth=off"},
-			Env:            env,
+			Env:            clientEnv("ingress"),
 			ExposedPorts:   []string{"8080/tcp"},
 			Networks:       []string{nw.Name},
 			NetworkAliases: map[string][]string{nw.Name: {fmt.Sprintf("ingress-%d", i+1)}},
@@ -142,7 +167,7 @@ func Start(t *testing.T) *Cluster {
 			Cmd: []string{"worker", "--tools", "demo", "--log-level", "debug",
 				"--job-lease", JobLease.String(), "--job-concurrency", fmt.Sprint(JobConcurrency),
 				"--drain-timeout", DrainTimeout.String()},
-			Env:            env,
+			Env:            clientEnv("worker"),
 			ExposedPorts:   []string{"9464/tcp"}, // /metrics, /healthz, /readyz
 			Networks:       []string{nw.Name},
 			NetworkAliases: map[string][]string{nw.Name: {fmt.Sprintf("worker-%d", i+1)}},
@@ -224,16 +249,33 @@ func (c *Cluster) start(ctx context.Context, req testcontainers.ContainerRequest
 	return nil, err
 }
 
-// natsConfig is the path of deploy/nats/cluster.conf, the configuration
-// the compose file runs too.
-func natsConfig(t *testing.T) string {
+// natsConfig returns the paths of deploy/nats/cluster-secure.conf and of
+// cluster.conf, which it includes: the configuration the compose file and
+// the Kubernetes values run too.
+func natsConfig(t *testing.T) []string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "deploy", "nats", "cluster.conf")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("NATS configuration: %v", err)
+	dir := filepath.Join(filepath.Dir(file), "..", "deploy", "nats")
+	var out []string
+	for _, name := range []string{"cluster-secure.conf", "cluster.conf"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("NATS configuration: %v", err)
+		}
+		out = append(out, p)
 	}
-	return p
+	return out
+}
+
+// NATSURL returns the URL of NATS node i's client port on 127.0.0.1, for
+// clients the test itself runs.
+func (c *Cluster) NATSURL(ctx context.Context, i int) string {
+	c.t.Helper()
+	p, err := c.NATS[i].MappedPort(ctx, "4222/tcp")
+	if err != nil {
+		c.t.Fatalf("nats-%d client port: %v", i+1, err)
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", p.Num())
 }
 
 // WaitNATS waits until NATS node i answers its health check, JetStream

@@ -12,27 +12,88 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/egress"
 )
 
-// SignatureHeader carries the signature of a callback body:
-// "sha256=" and the lower-case hex HMAC-SHA256 of the body under the
-// callback secret. A receiver recomputes it over the raw body and compares
-// in constant time.
-const SignatureHeader = "Toolbus-Signature"
+// The headers of a completion callback.
+const (
+	// TimestampHeader carries the time the callback was signed, in Unix
+	// seconds. Each attempt is signed afresh.
+	TimestampHeader = "Toolbus-Timestamp"
+	// SignatureHeader carries the signature of the timestamp and the body:
+	// "v1=" and the lower-case hex HMAC-SHA256, under the callback secret,
+	// of the [TimestampHeader] value, a dot and the raw body ([Sign]).
+	SignatureHeader = "Toolbus-Signature"
+	// JobIDHeader carries the job id of a callback, so a receiver can drop
+	// a repeated delivery before parsing the body.
+	JobIDHeader = "Toolbus-Job-Id"
+)
 
-// JobIDHeader carries the job id of a callback, so a receiver can drop a
-// repeated delivery before parsing the body.
-const JobIDHeader = "Toolbus-Job-Id"
+// ReplayWindow is how far from its receiver's clock a callback's timestamp
+// may be for [Verify] to accept it, as this package advises receivers: an
+// attempt is signed when it is sent, so a delivery that took longer is a
+// replay or a clock that is off.
+const ReplayWindow = 5 * time.Minute
 
-// Sign returns the value of [SignatureHeader] for body under secret.
-func Sign(secret, body []byte) string {
+// Errors of [Verify], which wraps one of them with the detail.
+var (
+	// ErrSignature: the signature or timestamp header is missing or
+	// malformed, or the signature does not match.
+	ErrSignature = errors.New("jobs: callback signature is not valid")
+	// ErrStale: the timestamp is outside the replay window.
+	ErrStale = errors.New("jobs: callback timestamp is outside the replay window")
+)
+
+// Sign returns the value of [SignatureHeader] for body sent at timestamp
+// (Unix seconds, the value of [TimestampHeader]) under secret:
+// "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
+func Sign(secret []byte, timestamp int64, body []byte) string {
+	return "v1=" + hex.EncodeToString(mac(secret, strconv.FormatInt(timestamp, 10), body))
+}
+
+func mac(secret []byte, timestamp string, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(timestamp))
+	m.Write([]byte{'.'})
 	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	return m.Sum(nil)
+}
+
+// Verify checks a callback as a receiver got it: h its headers, body its
+// raw body, now the receiver's clock. It accepts the callback when a v1
+// signature of [SignatureHeader] (a comma-separated list is accepted)
+// matches, compared in constant time, and the timestamp is within window
+// of now ([ReplayWindow] is the advised window). It returns an error
+// wrapping [ErrSignature] or [ErrStale] otherwise.
+func Verify(secret []byte, h http.Header, body []byte, now time.Time, window time.Duration) error {
+	ts := h.Get(TimestampHeader)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || strconv.FormatInt(sec, 10) != ts {
+		return fmt.Errorf("%w: the %s header %q is not Unix seconds", ErrSignature, TimestampHeader, ts)
+	}
+	want := mac(secret, ts, body)
+	matched := false
+	for sig := range strings.SplitSeq(h.Get(SignatureHeader), ",") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(sig), "v1=")
+		got, err := hex.DecodeString(v)
+		if ok && err == nil && hmac.Equal(got, want) {
+			matched = true
+		}
+	}
+	if !matched {
+		return fmt.Errorf("%w: no v1 signature in the %s header matches the timestamp and body under the secret", ErrSignature, SignatureHeader)
+	}
+	if d := now.Sub(time.Unix(sec, 0)).Abs(); d > window {
+		return fmt.Errorf("%w: signed %v from now, more than %v", ErrStale, d.Round(time.Second), window)
+	}
+	return nil
 }
 
 // Callback delivery bounds.
@@ -50,8 +111,10 @@ const (
 // the job. A callback may therefore arrive more than once: receivers should
 // treat the job id as the key.
 type notifier struct {
-	s      *Service
-	cons   jetstream.Consumer
+	s    *Service
+	cons jetstream.Consumer
+	// client connects through the service's guard only, follows no
+	// redirects and gives up after the callback timeout.
 	client *http.Client
 
 	stop chan struct{}
@@ -85,15 +148,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jobs: callback consumer: %w", err)
 	}
-	client := s.cfg.callbackClient
-	if client == nil {
-		client = &http.Client{
-			Timeout: DefaultCallbackTimeout,
-			CheckRedirect: func(*http.Request, []*http.Request) error {
-				return http.ErrUseLastResponse
-			},
-		}
-	}
+	client := s.guard.Client()
+	client.Timeout = s.cfg.callbackTimeout
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	nctx, cancel := context.WithCancel(context.Background())
 	n := &notifier{s: s, cons: cons, client: client, stop: make(chan struct{}), ctx: nctx, cancel: cancel}
 	n.wg.Add(1)
@@ -116,6 +173,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	n.once()
 	done := make(chan struct{})
 	go func() { n.wg.Wait(); close(done) }()
+	defer n.client.CloseIdleConnections()
 	select {
 	case <-done:
 		n.cancel()
@@ -190,6 +248,7 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 		}
 		attempt++
 		sendErr := n.post(ctx, rec.NotifyURL, id, payload)
+		class := egress.Classify(sendErr)
 		now := time.Now().UTC()
 		_, err := n.s.st.update(ctx, id, func(r *stored) error {
 			if r.Callback == nil || r.Callback.State != CallbackPending {
@@ -201,7 +260,7 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 				r.Callback.State = CallbackDelivered
 				r.Callback.DeliveredAt = &now
 			default:
-				r.Callback.Failures = append(r.Callback.Failures, CallbackFailure{At: now, Error: sendErr.Error()})
+				r.Callback.Failures = append(r.Callback.Failures, CallbackFailure{At: now, Error: string(class)})
 				if attempt >= n.s.cfg.callbackAttempts {
 					r.Callback.State = CallbackFailed
 				}
@@ -215,7 +274,9 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 			_ = msg.Ack()
 			return
 		}
-		log.Info("callback failed", "id", id, "attempt", attempt, "err", sendErr)
+		// The error may quote the receiver: it goes to the operator's
+		// log, and the job's record holds only its class.
+		log.Info("callback failed", "id", id, "attempt", attempt, "class", class, "err", sendErr)
 	}
 	_ = msg.Ack()
 }
@@ -239,7 +300,8 @@ func (n *notifier) wait(msg jetstream.Msg, d time.Duration) bool {
 	}
 }
 
-// post sends one callback; any answer but 2xx is a failure.
+// post sends one callback, signed at the time it is sent; any answer but
+// 2xx is a failure of class "status N".
 func (n *notifier) post(ctx context.Context, target, id string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, callbackLease/2)
 	defer cancel()
@@ -247,10 +309,12 @@ func (n *notifier) post(ctx context.Context, target, id string, body []byte) err
 	if err != nil {
 		return err
 	}
+	ts := time.Now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "toolbus-callback")
 	req.Header.Set(JobIDHeader, id)
-	req.Header.Set(SignatureHeader, Sign(n.s.cfg.callbackSecret, body))
+	req.Header.Set(TimestampHeader, strconv.FormatInt(ts, 10))
+	req.Header.Set(SignatureHeader, Sign(n.s.cfg.callbackSecret, ts, body))
 	resp, err := n.client.Do(req)
 	if err != nil {
 		return err
@@ -258,7 +322,7 @@ func (n *notifier) post(ctx context.Context, target, id string, body []byte) err
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("callback answered %s", resp.Status)
+		return &egress.Error{Class: egress.StatusClass(resp.StatusCode), Err: fmt.Errorf("callback answered %s", resp.Status)}
 	}
 	return nil
 }

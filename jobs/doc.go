@@ -10,7 +10,9 @@
 //     message per queued job, and "P.jobs.notify", one message per
 //     completion callback due;
 //   - the KV bucket "P_jobs" of records: "job.<id>" is a job's [Record],
-//     "idem.<sha256>" maps a caller's idempotency key to a job id.
+//     "idem.<sha256>" maps a caller's idempotency key to a job id and
+//     the fingerprint of the submit (method, params, notify_url), so that
+//     the key is refused for any other submit.
 //
 // A [Service] (one per ingress) creates or updates both at start with its
 // limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,
@@ -59,12 +61,28 @@
 // # Completion callbacks
 //
 // A job submitted with a notify_url (http or https) gets its final record
-// POSTed there when it ends, signed with HMAC-SHA256 of the body under the
-// configured secret in the [SignatureHeader] header ("sha256=<hex>"). A
-// failed attempt is recorded on the job and retried with exponential
-// backoff, up to a bounded number of attempts; the result stays in the
-// record whatever happens to the callback. Callbacks are delivered at least
-// once: a receiver should key them on the job id ([JobIDHeader]).
+// POSTed there when it ends. Each attempt carries [TimestampHeader], the
+// Unix seconds at which it was sent, and [SignatureHeader], "v1=" and the
+// hex HMAC-SHA256 under the configured secret of the timestamp, a dot and
+// the raw body ([Sign]). A receiver recomputes it over the raw body,
+// compares in constant time, and refuses a timestamp more than
+// [ReplayWindow] (5 minutes) from its clock, so that a captured callback
+// cannot be replayed later; [Verify] does all three. A failed attempt is
+// recorded on the job and retried with exponential backoff, up to a
+// bounded number of attempts; the result stays in the record whatever
+// happens to the callback. Callbacks are delivered at least once: a
+// receiver should key them on the job id ([JobIDHeader]).
+//
+// Callbacks never reach loopback, private, link-local, CGNAT, multicast,
+// unspecified, broadcast or reserved addresses unless the operator
+// allowlists them ([WithCallbackAllow]). A notify_url whose host is, or
+// resolves to, such an address is refused at submit with -32602; the
+// connection of every attempt resolves the host again, checks each address
+// and dials the one it checked, so a name that resolves inside later is
+// refused then, and no redirect is followed. A failed attempt is recorded
+// as a class ("timeout", "refused", "blocked", "status 503", ...), never as
+// the receiver's words, so a callback cannot be used to read what answers
+// at an address.
 //
 // # Observability
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/egress"
 )
 
 // HookCollector makes the collector of s read the time from now and count
@@ -19,4 +21,13 @@ func HookCollector(s *Service, now func() time.Time) (reads func() int64) {
 	}
 	c.now = now
 	return n.Load
+}
+
+// WithCallbackNet makes the callbacks' guard resolve host names with r and
+// dial the addresses it admitted with dial, so that tests reach no network.
+func WithCallbackNet(r egress.Resolver, dial egress.DialFunc) Option {
+	return func(c *config) error {
+		c.egress = append(c.egress, egress.WithResolver(r), egress.WithDialer(dial))
+		return nil
+	}
 }

@@ -2,12 +2,9 @@ package jobs_test
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,6 +322,53 @@ func TestIdempotentSubmit(t *testing.T) {
 	}
 }
 
+// TestIdempotencyKeyRefusesOtherParams checks that a key names one job:
+// submitting another method, other params or another notify_url under it
+// is refused -32600 naming the key, as the synchronous Idempotency-Key
+// header does, and the first job stays the key's.
+func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	// The receiver is allowed on loopback; no job runs, so nothing is sent.
+	s := newService(t, js, jobs.WithCallbackSecret([]byte("a callback secret of 32 bytes...")), jobs.WithCallbackAllow("127.0.0.1"))
+	const first = `{"method":"echo","params":{"n":1},"idempotency_key":"k1"}`
+	res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, first)
+	if rpcErr != nil {
+		t.Fatalf("first submit: %v", rpcErr)
+	}
+	var job jobs.SubmitResult
+	if err := json.Unmarshal(res, &job); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, params string
+	}{
+		{"other params", `{"method":"echo","params":{"n":2},"idempotency_key":"k1"}`},
+		{"no params", `{"method":"echo","idempotency_key":"k1"}`},
+		{"other method", `{"method":"sleep","params":{"n":1},"idempotency_key":"k1"}`},
+		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"http://127.0.0.1:1/done"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, tc.params)
+			if !isErr(rpcErr, schema.ErrInvalidRequest) {
+				t.Fatalf("submit %s = %s %v, want -32600", tc.params, res, rpcErr)
+			}
+			d := errorData(t, rpcErr)
+			if d["reason"] != "idempotency_key_reused" || d["idempotency_key"] != "k1" || d["id"] != job.ID {
+				t.Errorf("error data = %v, want reason idempotency_key_reused, the key and job %s", d, job.ID)
+			}
+			if !strings.Contains(rpcErr.Message, `"k1"`) {
+				t.Errorf("message %q does not name the key", rpcErr.Message)
+			}
+		})
+	}
+	res, rpcErr = rpc(t, s, "alice", jobs.MethodSubmit, first)
+	var again jobs.SubmitResult
+	if rpcErr != nil || json.Unmarshal(res, &again) != nil || again.ID != job.ID {
+		t.Errorf("the same submit again = %s %v, want job %s", res, rpcErr, job.ID)
+	}
+}
+
 func TestTTL(t *testing.T) {
 	e := startServer(t, "")
 	nc, js := connect(t, e)
@@ -373,63 +417,6 @@ func TestPollOnAnotherService(t *testing.T) {
 	id := submit(t, s1, "echo", `{"via":"one"}`)
 	if r := waitState(t, s2, id, jobs.StateSucceeded); string(r.Result) != `{"via":"one"}` {
 		t.Errorf("result via the second service = %s", r.Result)
-	}
-}
-
-func TestCallback(t *testing.T) {
-	secret := []byte("0123456789abcdef-secret")
-	var hits atomic.Int32
-	type delivery struct {
-		body []byte
-		sig  string
-		id   string
-	}
-	got := make(chan delivery, 10)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if hits.Add(1) <= 2 {
-			http.Error(w, "not yet", http.StatusServiceUnavailable)
-			return
-		}
-		got <- delivery{body, r.Header.Get(jobs.SignatureHeader), r.Header.Get(jobs.JobIDHeader)}
-	}))
-	defer srv.Close()
-
-	e := startServer(t, "")
-	nc, js := connect(t, e)
-	s := newService(t, js, jobs.WithCallbackSecret(secret), jobs.WithCallbackRetry(5, 10*time.Millisecond, 50*time.Millisecond))
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	startRunner(t, js, newRuntime(t, nc, echoTools))
-	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","params":{"a":1},"notify_url":%q}`, srv.URL+"/done"))
-	if rpcErr != nil {
-		t.Fatalf("submit: %v", rpcErr)
-	}
-	var sub jobs.SubmitResult
-	json.Unmarshal(res, &sub)
-	var d delivery
-	select {
-	case d = <-got:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no callback accepted after %d attempts", hits.Load())
-	}
-	if want := jobs.Sign(secret, d.body); !hmac.Equal([]byte(d.sig), []byte(want)) {
-		t.Errorf("signature = %q, want %q", d.sig, want)
-	}
-	var posted jobs.Record
-	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.id != sub.ID ||
-		posted.State != jobs.StateSucceeded || string(posted.Result) != `{"a":1}` {
-		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.id, sub.ID)
-	}
-	r := waitFor(t, s, sub.ID, "callback delivered", func(r *jobs.Record) bool {
-		return r.Callback != nil && r.Callback.State == jobs.CallbackDelivered
-	})
-	if r.Callback.Attempts != 3 || len(r.Callback.Failures) != 2 {
-		t.Errorf("callback = %+v, want 3 attempts and 2 recorded failures", r.Callback)
-	}
-	if string(r.Result) != `{"a":1}` {
-		t.Errorf("result after the callback = %s", r.Result)
 	}
 }
 
@@ -609,7 +596,9 @@ func TestOptions(t *testing.T) {
 		{"params", jobs.WithMaxParamsBytes(0)},
 		{"list", jobs.WithListLimits(10, 5)},
 		{"secret", jobs.WithCallbackSecret([]byte("short"))},
-		{"client", jobs.WithCallbackClient(nil)},
+		{"callback timeout", jobs.WithCallbackTimeout(0)},
+		{"callback timeout too long", jobs.WithCallbackTimeout(time.Hour)},
+		{"callback allowlist", jobs.WithCallbackAllow("*.internal")},
 		{"retry", jobs.WithCallbackRetry(3, time.Second, time.Millisecond)},
 		{"logger", jobs.WithLogger(nil)},
 	} {

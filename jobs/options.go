@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/egress"
 )
 
 // Defaults of a [Service].
@@ -32,9 +32,13 @@ const (
 	// second.
 	DefaultCallbackMinBackoff = time.Second
 	DefaultCallbackMaxBackoff = time.Minute
-	// DefaultCallbackTimeout bounds one callback request of the default
-	// HTTP client.
+	// DefaultCallbackTimeout bounds one callback request, from connecting
+	// to the end of its answer.
 	DefaultCallbackTimeout = 10 * time.Second
+	// MaxCallbackTimeout is the longest [WithCallbackTimeout] accepts: an
+	// attempt must end well within the lease of its queue message, which
+	// is not renewed while it runs.
+	MaxCallbackTimeout = callbackLease / 2
 )
 
 // Fixed bounds of submitted fields, named in their errors.
@@ -56,10 +60,15 @@ type config struct {
 	counters       *Counters
 
 	callbackSecret   []byte
-	callbackClient   *http.Client
+	callbackTimeout  time.Duration
 	callbackAttempts int
 	callbackMin      time.Duration
 	callbackMax      time.Duration
+	// callbackAllow are the allowlist entries of the callbacks' guard;
+	// egress holds further options of it (tests resolve and dial through
+	// hooks).
+	callbackAllow []string
+	egress        []egress.Option
 }
 
 func defaultConfig() config {
@@ -73,6 +82,7 @@ func defaultConfig() config {
 		listLimit:        DefaultListLimit,
 		maxListLimit:     DefaultMaxListLimit,
 		maxListScan:      DefaultMaxListScan,
+		callbackTimeout:  DefaultCallbackTimeout,
 		callbackAttempts: DefaultCallbackAttempts,
 		callbackMin:      DefaultCallbackMinBackoff,
 		callbackMax:      DefaultCallbackMaxBackoff,
@@ -186,9 +196,9 @@ func WithListLimits(def, max int) Option {
 }
 
 // WithCallbackSecret enables completion callbacks: a job submitted with a
-// notify_url gets its final record POSTed there, the body signed with
-// HMAC-SHA256 under secret in the [SignatureHeader] header. Without a secret
-// a notify_url is refused.
+// notify_url gets its final record POSTed there, signed with HMAC-SHA256
+// under secret over the timestamp and the body ([Sign]). Without a secret a
+// notify_url is refused.
 func WithCallbackSecret(secret []byte) Option {
 	return func(c *config) error {
 		if len(secret) < 16 {
@@ -199,15 +209,33 @@ func WithCallbackSecret(secret []byte) Option {
 	}
 }
 
-// WithCallbackClient sets the HTTP client callbacks are sent with (default:
-// a client with a [DefaultCallbackTimeout] timeout that follows no
-// redirects).
-func WithCallbackClient(hc *http.Client) Option {
+// WithCallbackAllow admits callback receivers at addresses that are
+// otherwise refused (loopback, private, link-local, CGNAT, multicast,
+// unspecified, broadcast and reserved ones). An entry is a CIDR
+// (10.0.0.0/8), an address (127.0.0.1), an address with a port
+// (127.0.0.1:8080), or a host name with an optional port
+// (hooks.internal:8443), admitted whatever it resolves to. The default
+// admits none; options add up.
+func WithCallbackAllow(entries ...string) Option {
 	return func(c *config) error {
-		if hc == nil {
-			return errors.New("jobs: nil callback client")
+		if _, err := egress.New(egress.WithAllow(entries...)); err != nil {
+			return fmt.Errorf("jobs: callback allowlist: %w", err)
 		}
-		c.callbackClient = hc
+		c.callbackAllow = append(c.callbackAllow, entries...)
+		return nil
+	}
+}
+
+// WithCallbackTimeout bounds one callback request, from connecting to the
+// end of its answer (default [DefaultCallbackTimeout]); it may be at most
+// [MaxCallbackTimeout]. A request that runs out of it is recorded as
+// "timeout" and tried again.
+func WithCallbackTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 || d > MaxCallbackTimeout {
+			return fmt.Errorf("jobs: callback timeout must be more than 0 and at most %v, got %v", MaxCallbackTimeout, d)
+		}
+		c.callbackTimeout = d
 		return nil
 	}
 }

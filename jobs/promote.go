@@ -151,7 +151,7 @@ func (s *Service) awaitFinal(ctx context.Context, id string) (*Record, error) {
 				return nil, fmt.Errorf("jobs: decode job %s: %w", id, err)
 			}
 			if r.State.Final() {
-				return &r.Record, nil
+				return r.public(), nil
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -68,8 +69,14 @@ type Callback struct {
 
 // CallbackFailure is one failed delivery attempt of a callback.
 type CallbackFailure struct {
-	At    time.Time `json:"at"`
-	Error string    `json:"error"`
+	At time.Time `json:"at"`
+	// Error is the class of the failure, never text of the receiver's:
+	// "blocked" (the address is one callbacks may not reach), "dns",
+	// "refused", "unreachable", "timeout", "tls", "closed" (closed
+	// without an answer), "protocol" (the answer was not HTTP),
+	// "canceled", "failed" (anything else), or "status N" for an answer
+	// outside 2xx.
+	Error string `json:"error"`
 }
 
 // Record is a job as rpc.jobs.get returns it and as the callback posts it.
@@ -118,6 +125,7 @@ func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time
 // public returns the record without bookkeeping, as a caller sees it.
 func (s *stored) public() *Record {
 	r := s.Record
+	r.Callback = r.Callback.shown()
 	return &r
 }
 
@@ -126,7 +134,29 @@ func (s *stored) public() *Record {
 func (s *stored) summary() *Record {
 	r := s.Record
 	r.Params, r.Result = nil, nil
+	r.Callback = r.Callback.shown()
 	return &r
+}
+
+// shown returns c as a caller sees it: a failure whose text is not a class
+// (one an older ingress recorded during a rolling upgrade, say) reads
+// "failed", so that no text of a receiver's ever reaches a caller.
+func (c *Callback) shown() *Callback {
+	if c == nil {
+		return nil
+	}
+	cp := *c
+	cp.Failures = make([]CallbackFailure, len(c.Failures))
+	for i, f := range c.Failures {
+		if !egress.Class(f.Error).Valid() {
+			f.Error = string(egress.ClassFailed)
+		}
+		cp.Failures[i] = f
+	}
+	if len(cp.Failures) == 0 {
+		cp.Failures = nil
+	}
+	return &cp
 }
 
 // finish moves the record to a final state at now. A callback becomes

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -39,6 +42,8 @@ type Service struct {
 	st  *store
 	cfg config
 	log *slog.Logger
+	// guard judges notify_url at submit and every callback connection.
+	guard *egress.Guard
 
 	mu       sync.Mutex
 	notifier *notifier
@@ -76,6 +81,10 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 	if err != nil {
 		return nil, err
 	}
+	guard, err := egress.New(append([]egress.Option{egress.WithAllow(cfg.callbackAllow...)}, cfg.egress...)...)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: callbacks: %w", err)
+	}
 	st, err := openStore(ctx, js, n, cfg.store, true)
 	if err != nil {
 		return nil, err
@@ -83,7 +92,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 	if cfg.counters == nil {
 		cfg.counters = NewCounters()
 	}
-	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs")}
+	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs"), guard: guard}
 	s.collector = newStatsCollector(s)
 	return s, nil
 }
@@ -178,7 +187,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		TTLSeconds:  int64(s.cfg.ttl / time.Second),
 	}, TraceParent: call.TraceParent}
 	if p.NotifyURL != nil {
-		if e := s.checkNotifyURL(*p.NotifyURL); e != nil {
+		if e := s.checkNotifyURL(ctx, *p.NotifyURL); e != nil {
 			return nil, e
 		}
 		rec.NotifyURL = *p.NotifyURL
@@ -216,12 +225,17 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 	return &SubmitResult{ID: rec.ID, State: rec.State}, nil
 }
 
-func (s *Service) checkNotifyURL(raw string) *schema.Error {
+// checkNotifyURL refuses a notify_url that is not an http or https URL,
+// or whose host is, or resolves to, an address callbacks may not reach.
+// The callback's connection is checked again, so a name that resolves
+// elsewhere later gains nothing; a lookup that fails for want of an answer
+// (a timeout) therefore does not refuse the job.
+func (s *Service) checkNotifyURL(ctx context.Context, raw string) *schema.Error {
 	if len(raw) > MaxNotifyURLBytes {
 		return schema.LimitError("max_notify_url_bytes", MaxNotifyURLBytes, int64(len(raw)))
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return invalidParams("notify_url", "must be an absolute http or https URL")
 	}
 	if u.User != nil {
@@ -230,8 +244,30 @@ func (s *Service) checkNotifyURL(raw string) *schema.Error {
 	if s.cfg.callbackSecret == nil {
 		return invalidParams("notify_url", "completion callbacks are not enabled on this server")
 	}
+	lctx, cancel := context.WithTimeout(ctx, notifyLookupTimeout)
+	defer cancel()
+	err = s.guard.Check(lctx, u)
+	var blocked *egress.BlockedError
+	var dnsErr *net.DNSError
+	switch {
+	case err == nil:
+	case errors.As(err, &blocked):
+		reason := blocked.Reason() + "; job callbacks reach loopback, private, link-local and other internal " +
+			"addresses only when the operator allows them with --callback-allow"
+		return schema.NewError(schema.CodeInvalidParams, "invalid params: notify_url: "+reason,
+			map[string]string{"field": "notify_url", "reason": reason, "range": blocked.Range.Kind})
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+		return invalidParams("notify_url", "host "+u.Hostname()+" does not resolve; give a host name that resolves in DNS")
+	case egress.Classify(err) == egress.ClassDNS:
+		s.log.Info("notify_url not resolved at submit; its callback is checked when it connects", "host", u.Hostname(), "err", err)
+	default:
+		return invalidParams("notify_url", "must be an absolute http or https URL with a valid port")
+	}
 	return nil
 }
+
+// notifyLookupTimeout bounds resolving a notify_url's host at submit.
+const notifyLookupTimeout = 5 * time.Second
 
 // idemKey is the bucket key of the idempotency entry of caller's key. The
 // caller's length goes first so that no two (caller, key) pairs hash the
@@ -245,17 +281,48 @@ func idemKey(caller, key string) string {
 	return "idem." + hex.EncodeToString(h.Sum(nil))
 }
 
+// idemEntry is the idempotency entry of a key: the job it names and the
+// fingerprint of what was submitted under it.
 type idemEntry struct {
-	ID string `json:"id"`
+	ID          string `json:"id"`
+	Fingerprint string `json:"fp,omitempty"`
+}
+
+// submitFingerprint sums what a submit asks for: the method, the params
+// (compacted, so that spacing does not count) and the notify_url.
+func submitFingerprint(rec *stored) string {
+	h := sha256.New()
+	h.Write([]byte(rec.Method))
+	h.Write([]byte{0})
+	var params bytes.Buffer
+	if json.Compact(&params, rec.Params) != nil {
+		params.Write(rec.Params)
+	}
+	h.Write(params.Bytes())
+	h.Write([]byte{0})
+	h.Write([]byte(rec.NotifyURL))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// keyReused is the answer to a submit whose idempotency key names job id,
+// submitted with another method, params or notify_url.
+func keyReused(key, id string) *schema.Error {
+	return schema.NewError(schema.CodeInvalidRequest,
+		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params or notify_url; "+
+			"send the same submit to get that job, or a new key for a new job", key, id),
+		map[string]any{"reason": "idempotency_key_reused", "field": "idempotency_key", "idempotency_key": key, "id": id})
 }
 
 // claimKey creates rec's idempotency entry, pointing at rec.ID. When the
-// entry already exists it returns the job it points at; when that job's
-// record is missing (its submitter stopped between the entry and the
-// record) it adopts that id into rec, so the submit completes the same job.
-// Create makes two replicas racing with the same key agree on one id.
+// entry already exists it returns the job it points at, or refuses the
+// submit when that job was submitted with another method, params or
+// notify_url; when that job's record is missing (its submitter stopped
+// between the entry and the record) it adopts that id into rec, so the
+// submit completes the same job. Create makes two replicas racing with the
+// same key agree on one id.
 func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *schema.Error) {
-	entry, _ := json.Marshal(idemEntry{ID: rec.ID})
+	fp := submitFingerprint(rec)
+	entry, _ := json.Marshal(idemEntry{ID: rec.ID, Fingerprint: fp})
 	for range 3 {
 		_, err := s.st.kv.Create(ctx, rec.IdemKey, entry)
 		if err == nil {
@@ -274,6 +341,11 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 		var prev idemEntry
 		if err := json.Unmarshal(e.Value(), &prev); err != nil || !validID(prev.ID) {
 			return nil, schema.NewError(schema.CodeInternal, "internal error: unreadable idempotency entry", nil)
+		}
+		// Entries of a service that wrote no fingerprint name their job
+		// whatever the submit.
+		if prev.Fingerprint != "" && prev.Fingerprint != fp {
+			return nil, keyReused(rec.IdempotencyKey, prev.ID)
 		}
 		cur, _, err := s.st.get(ctx, prev.ID)
 		switch {

@@ -26,8 +26,9 @@ const (
 	statsConcurrency = 16
 )
 
-// Stats is an operator's view of the jobs kept in the cluster, across every
-// caller, as [Service.Stats] returns it.
+// Stats is a view of the jobs kept in the cluster: an operator's, across
+// every caller, as [Service.Stats] returns it, or one caller's, as
+// [Service.CallerStats] does.
 type Stats struct {
 	// ByState counts kept records by state. It holds every state, 0 when
 	// no record is in it.
@@ -55,6 +56,20 @@ type Stats struct {
 // [DefaultStatsTimeout] applies. It returns an error when the listing or a
 // read fails, or ctx ends first.
 func (s *Service) Stats(ctx context.Context, recent int) (Stats, error) {
+	return s.stats(ctx, recent, nil)
+}
+
+// CallerStats is [Service.Stats] of caller's jobs alone, for a dashboard
+// that shows a caller what is its own. It reads what Stats reads, the
+// newest [MaxStatsRecords] of every caller's records, and counts and lists
+// caller's among them.
+func (s *Service) CallerStats(ctx context.Context, caller string, recent int) (Stats, error) {
+	return s.stats(ctx, recent, &caller)
+}
+
+// stats implements Stats, for caller's records alone when caller is not
+// nil.
+func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultStatsTimeout)
@@ -74,11 +89,17 @@ func (s *Service) Stats(ctx context.Context, recent int) (Stats, error) {
 		ids, st.Truncated = ids[:MaxStatsRecords], true
 	}
 	recent = min(max(recent, 0), len(ids))
+	// Which of the records are the newest recent of the caller's is known
+	// only once all are read, so every one of its records is kept.
+	keep := recent
+	if caller != nil && recent > 0 {
+		keep = len(ids)
+	}
 
 	// Every reader writes only the slots of the ids it took, so the slices
 	// need no lock; wg.Wait orders those writes before the reads below.
-	states := make([]State, len(ids)) // "" where the record was gone
-	summaries := make([]*Record, recent)
+	states := make([]State, len(ids)) // "" where the record was gone or not the caller's
+	summaries := make([]*Record, keep)
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next, done atomic.Int64
@@ -96,9 +117,10 @@ func (s *Service) Stats(ctx context.Context, recent int) (Stats, error) {
 				case err != nil:
 					cancel(err)
 					return
+				case caller != nil && r.Caller != *caller:
 				default:
 					states[i] = r.State
-					if i < recent {
+					if i < keep {
 						summaries[i] = r.summary()
 					}
 				}
@@ -118,7 +140,7 @@ func (s *Service) Stats(ctx context.Context, recent int) (Stats, error) {
 	}
 	st.Recent = make([]Record, 0, recent)
 	for _, r := range summaries {
-		if r != nil {
+		if r != nil && len(st.Recent) < recent {
 			st.Recent = append(st.Recent, *r)
 		}
 	}

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -180,5 +181,50 @@ func TestStatsTruncated(t *testing.T) {
 	}
 	if len(st.Recent) != 1 || st.Recent[0].ID != newest {
 		t.Errorf("Stats().Recent = %+v, want only %s", st.Recent, newest)
+	}
+}
+
+// TestCallerStats checks that a caller's stats count and list its own
+// jobs alone.
+func TestCallerStats(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js)
+	submitAs := func(caller string) string {
+		t.Helper()
+		res, rpcErr := rpc(t, s, caller, jobs.MethodSubmit, `{"method":"nobody.serves"}`)
+		if rpcErr != nil {
+			t.Fatalf("submit as %q: %v", caller, rpcErr)
+		}
+		var r jobs.SubmitResult
+		if err := json.Unmarshal(res, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	var alice []string
+	for _, caller := range []string{"alice", "bob", "alice", "", "bob", "alice"} {
+		id := submitAs(caller)
+		if caller == "alice" {
+			alice = append(alice, id)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := s.CallerStats(ctx, "alice", 2)
+	if err != nil {
+		t.Fatalf("CallerStats(alice): %v", err)
+	}
+	if st.ByState[jobs.StateQueued] != len(alice) {
+		t.Errorf("CallerStats(alice).ByState = %v, want her %d queued jobs", st.ByState, len(alice))
+	}
+	if len(st.Recent) != 2 || st.Recent[0].ID != alice[2] || st.Recent[1].ID != alice[1] {
+		t.Errorf("CallerStats(alice, 2).Recent = %+v, want her two newest jobs %v", st.Recent, alice[1:])
+	}
+	if st, err := s.CallerStats(ctx, "carol", 5); err != nil || st.ByState[jobs.StateQueued] != 0 || len(st.Recent) != 0 {
+		t.Errorf("CallerStats(carol) = %+v, %v; want no jobs", st, err)
+	}
+	if all := stats(t, s, 10); all.ByState[jobs.StateQueued] != 6 || len(all.Recent) != 6 {
+		t.Errorf("Stats() = %+v, want every caller's 6 jobs", all)
 	}
 }

@@ -141,6 +141,11 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s.stream, err = js.Stream(ctx, n.stream)
 		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			// A request the server refuses for want of permission is
+			// never answered.
+			return nil, fmt.Errorf("jobs: stream %s does not exist yet, and creating it got no answer: a NATS user that may not create it (the worker of deploy/nats/cluster-secure.conf) waits for an ingress to: %w", n.stream, err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("jobs: stream %s: %w", n.stream, err)
@@ -232,7 +237,8 @@ const maxCASRounds = 16
 // nobody wrote in between, trying again on a conflict, so that a cancel
 // and a completion never overwrite each other: each sees the other's write
 // and decides anew. mutate returns errSkip to leave the record alone (then
-// update returns the record as read and errSkip). A record in a final state
+// update returns the record as read and errSkip); that decision is made
+// again on the stream leader's record when it is newer than the one read. A record in a final state
 // is written with its TTL, so finished jobs expire and running ones never
 // do.
 func (s *store) update(ctx context.Context, id string, mutate func(r *stored) error) (*stored, error) {
@@ -242,7 +248,21 @@ func (s *store) update(ctx context.Context, id string, mutate func(r *stored) er
 			return nil, err
 		}
 		if err := mutate(r); err != nil {
-			return r, err
+			if !errors.Is(err, errSkip) {
+				return r, err
+			}
+			// A get may be answered by a replica that has not applied the
+			// latest write yet, and a decision to leave the record alone
+			// (the job taken over by another run) is not checked by the
+			// revision of a write: make it again on the leader's record.
+			latest, latestRev, lerr := s.getLatest(ctx, id)
+			if lerr != nil || latestRev == rev {
+				return r, err
+			}
+			r, rev = latest, latestRev
+			if err := mutate(r); err != nil {
+				return r, err
+			}
 		}
 		err = s.write(ctx, r, rev)
 		if isConflict(err) {

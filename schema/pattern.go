@@ -27,6 +27,31 @@ func MatchMethod(pattern, method string) bool {
 	}
 }
 
+// CoversPattern reports whether pattern matches every method that other,
+// a method name or a pattern, matches: "math.*" covers "math.*" and
+// math.add but not "math.>", ">" covers everything. For a method name
+// other it is [MatchMethod]. It tells whether an allow list lets a caller
+// call every method a worker's pattern serves.
+func CoversPattern(pattern, other string) bool {
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		ot, orest, omore := strings.Cut(other, ".")
+		if pt == ">" && !pmore {
+			return ot != ""
+		}
+		if ot == ">" && !omore {
+			return false // one or more tokens, which only '>' covers
+		}
+		if pt != "*" && pt != ot {
+			return false
+		}
+		if !pmore || !omore {
+			return pmore == omore
+		}
+		pattern, other = prest, orest
+	}
+}
+
 // ValidatePattern checks a pattern of [MatchMethod]: tokens of the method
 // grammar, '*', or a last '>'.
 func ValidatePattern(pattern string) error {

@@ -28,6 +28,32 @@ func TestMatchMethod(t *testing.T) {
 	}
 }
 
+func TestCoversPattern(t *testing.T) {
+	tests := []struct {
+		name, pattern, other string
+		want                 bool
+	}{
+		{name: "a name", pattern: "math.*", other: "math.add", want: true},
+		{name: "another name", pattern: "math.*", other: "text.upper"},
+		{name: "itself", pattern: "math.*", other: "math.*", want: true},
+		{name: "a star by a name", pattern: "math.add", other: "math.*"},
+		{name: "a tail by a star", pattern: "math.*", other: "math.>"},
+		{name: "a tail by a tail", pattern: "math.>", other: "math.>", want: true},
+		{name: "a deeper tail", pattern: "math.>", other: "math.vec.>", want: true},
+		{name: "a star by a tail", pattern: "math.>", other: "math.*", want: true},
+		{name: "everything", pattern: ">", other: "a.*.>", want: true},
+		{name: "a middle star", pattern: "a.*.c", other: "a.*.c", want: true},
+		{name: "a shorter pattern", pattern: "a.*", other: "a.*.c"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CoversPattern(tc.pattern, tc.other); got != tc.want {
+				t.Errorf("CoversPattern(%q, %q) = %v, want %v", tc.pattern, tc.other, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestValidatePattern(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -6,11 +6,19 @@ package schema
 // messages whose [HeaderProgress] says what they are. A reply never
 // carries HeaderProgress, so an aggregator tells the two apart by it; a
 // worker that does not know the protocol sends none, and an aggregator that
-// does not ask gets none.
+// does not ask gets none. A progress message may carry a reply subject of
+// the worker's, on which NATS tells the worker that nobody listens for the
+// call's answer any more (rule 9); an aggregator never answers it.
 const (
 	// HeaderHeartbeat, on a call message, is the interval in milliseconds
 	// (decimal digits) at which the aggregator wants heartbeats.
 	HeaderHeartbeat = "Toolbus-Heartbeat"
+	// HeaderHeartbeatMisses, on a call message with HeaderHeartbeat, is
+	// how many intervals without a progress message the aggregator waits
+	// before it takes the call's worker for lost (decimal digits; 3 when
+	// absent). A worker waits as many heartbeats in a row that nobody
+	// heard before it cancels the call as orphaned.
+	HeaderHeartbeatMisses = "Toolbus-Heartbeat-Misses"
 	// HeaderProgress, on a message on a call's reply subject, marks it as
 	// a progress message, not the reply; its value is one of the Progress
 	// constants.

@@ -172,11 +172,18 @@ type Ingress struct {
 	URL, BaseURL string
 	Aggregator   *aggregator.Aggregator
 	Ingress      *ingress.Server
+	// Conn is its NATS connection.
+	Conn *nats.Conn
 	// Jobs is its jobs service (nil without [WithJobs]).
 	Jobs *jobs.Service
 	// Registry is its registry of tools (nil without [WithDiscovery]).
 	Registry *ingress.Registry
 }
+
+// Kill closes the ingress's NATS connection at once, without draining, as
+// a crashed process would: the calls it dispatched are never waited for
+// again, and its HTTP server answers them as it can.
+func (i *Ingress) Kill() { i.Conn.Close() }
 
 // AddIngress starts another ingress replica on a connection of its own, as
 // a second process would be; it stops when the test ends.
@@ -190,7 +197,7 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 		t.Fatalf("toolbustest: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	ing := &Ingress{}
+	ing := &Ingress{Conn: nc}
 	aggOpts := append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)
 	if o.idem {
 		aggOpts = append(aggOpts, aggregator.WithIdempotency(idempotencyBucket(t, nc, o.idemTTL)))

@@ -32,7 +32,12 @@
 // taken refuses a call at once with a busy message, so that the call goes
 // to a worker with room instead of queueing behind a slow one. A call from
 // an aggregator that does not ask waits for a slot, at most until its
-// deadline.
+// deadline. The heartbeats of a running call also find out whether anyone
+// still listens for its answer (rule 9): when its ingress died, or closed
+// its connection without waiting for the answer, the handler's context is
+// canceled with [ErrCallerGone] after as many heartbeats in a row that
+// nobody heard as the aggregator waits for silent ones (3 by default),
+// counted only while the worker's own connection is up.
 //
 // Every call, over the bus or through [Runtime.Invoke], runs inside a server
 // span that continues the caller's W3C trace ([WithTracerProvider]); the

@@ -18,19 +18,46 @@ const (
 	maxHeartbeat = time.Minute
 )
 
+// Bounds of the number of heartbeats in a row nobody heard after which a
+// call is canceled as orphaned ([schema.HeaderHeartbeatMisses]); a value
+// outside is brought inside. The default is the aggregator's default
+// patience: after it, an ingress that cannot hear a call has given up on
+// it, or is gone.
+const (
+	defaultMisses = 3
+	maxMisses     = 1000
+)
+
 // beat sends the progress messages of one call to the aggregator that asked
 // for them with [schema.HeaderHeartbeat]: an ack when the call starts, a
 // heartbeat every interval while it runs, or a busy refusal instead of
-// either. A nil *beat (nobody asked) sends nothing. Its methods are safe
-// for concurrent use.
+// either. While the call runs, its ack and heartbeats also probe whether
+// anyone still listens on the reply subject (see [probes]); after
+// misses of them in a row found nobody, the call is canceled with
+// [ErrCallerGone]. A nil *beat (nobody asked) sends nothing. Its methods
+// are safe for concurrent use.
 type beat struct {
 	nc       *nats.Conn
 	reply    string
 	interval time.Duration
+	misses   uint64
+	probes   *probes
 
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	// token names the call in the probe replies; empty until start.
+	token string
+	// gone cancels the call once nobody listens any more.
+	gone func()
+	// seq numbers the probing messages. It skips a number whenever the
+	// runtime's own connection is down, or came back since the previous
+	// message, so that no run of unheard messages spans an outage of the
+	// worker's connection: only silence measured while the worker is
+	// connected counts against the caller.
+	seq        uint64
+	reconnects uint64
+	unheardRun run
 }
 
 // heartbeat returns the beat of msg, or nil when msg asks for none: a
@@ -49,17 +76,38 @@ func (rt *Runtime) heartbeat(msg *nats.Msg) *beat {
 		return nil
 	}
 	d := min(max(time.Duration(ms)*time.Millisecond, minHeartbeat), maxHeartbeat)
-	return &beat{nc: rt.nc, reply: msg.Reply, interval: d}
+	misses := uint64(defaultMisses)
+	if n, err := strconv.ParseUint(msg.Header.Get(schema.HeaderHeartbeatMisses), 10, 64); err == nil && n > 0 {
+		misses = min(n, maxMisses)
+	}
+	return &beat{nc: rt.nc, reply: msg.Reply, interval: d, misses: misses, probes: rt.probes}
 }
 
 // asked reports whether the aggregator speaks the liveness protocol, and
 // so understands a busy refusal.
 func (b *beat) asked() bool { return b != nil }
 
-// send publishes one progress message. A failure is not worth a log line:
-// the aggregator notices the silence, which is the point.
+// send publishes one progress message, probing when the call runs. b.mu
+// must be held, except for a busy refusal, which never probes. A failure
+// is not worth a log line: the aggregator notices the silence, which is
+// the point.
 func (b *beat) send(v string) {
-	_ = b.nc.PublishMsg(&nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}})
+	msg := &nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}}
+	if b.token != "" {
+		if b.nc.IsConnected() {
+			if rc := b.nc.Stats().Reconnects; rc != b.reconnects {
+				b.reconnects = rc
+				b.seq++
+			}
+			b.seq++
+			msg.Reply = b.probes.subject(b.token, b.seq)
+		} else {
+			// Sent when the connection is back, too late to tell
+			// anything: no probe, and a gap in the numbers.
+			b.seq++
+		}
+	}
+	_ = b.nc.PublishMsg(msg)
 }
 
 // busy refuses the call: the worker has no room for it.
@@ -70,17 +118,22 @@ func (b *beat) busy() {
 }
 
 // start acknowledges the call and sends a heartbeat every interval until
-// stop.
-func (b *beat) start() {
+// stop; gone is called, once, if nobody listens for the call's answer any
+// more.
+func (b *beat) start(gone func()) {
 	if b == nil {
 		return
 	}
-	b.send(schema.ProgressAck)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.stopped {
-		b.timer = time.AfterFunc(b.interval, b.tick)
+	if b.stopped {
+		return
 	}
+	b.gone = gone
+	b.reconnects = b.nc.Stats().Reconnects
+	b.token = b.probes.watch(b)
+	b.send(schema.ProgressAck)
+	b.timer = time.AfterFunc(b.interval, b.tick)
 }
 
 func (b *beat) tick() {
@@ -93,6 +146,21 @@ func (b *beat) tick() {
 	b.timer.Reset(b.interval)
 }
 
+// unheard records that probing message seq found nobody subscribed to the
+// reply subject, and cancels the call when that makes b.misses in a row.
+// The heartbeats stop then: nobody would hear them.
+func (b *beat) unheard(seq uint64) {
+	b.mu.Lock()
+	if b.stopped || b.unheardRun.unheard(seq) < b.misses {
+		b.mu.Unlock()
+		return
+	}
+	b.stopLocked()
+	gone := b.gone
+	b.mu.Unlock()
+	gone()
+}
+
 // stop ends the heartbeats; none is sent after stop returns.
 func (b *beat) stop() {
 	if b == nil {
@@ -100,8 +168,18 @@ func (b *beat) stop() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.stopLocked()
+}
+
+func (b *beat) stopLocked() {
+	if b.stopped {
+		return
+	}
 	b.stopped = true
 	if b.timer != nil {
 		b.timer.Stop()
+	}
+	if b.token != "" {
+		b.probes.forget(b.token)
 	}
 }

@@ -16,15 +16,29 @@ import (
 // subscription on which its progress messages and reply arrive.
 func (c *cluster) watch(t *testing.T, msg *nats.Msg) *nats.Subscription {
 	t.Helper()
-	inbox := c.caller.NewInbox()
-	sub, err := c.caller.SubscribeSync(inbox)
+	return watchFrom(t, c.caller, msg, "20")
+}
+
+// watchFrom sends msg from nc with a reply subject of nc's, asking for a
+// heartbeat every heartbeat milliseconds unless heartbeat is empty, and
+// returns the subscription on which its progress messages and reply
+// arrive.
+func watchFrom(t *testing.T, nc *nats.Conn, msg *nats.Msg, heartbeat string) *nats.Subscription {
+	t.Helper()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sub.Unsubscribe() })
 	msg.Reply = inbox
-	msg.Header.Set(schema.HeaderHeartbeat, "20")
-	if err := c.caller.PublishMsg(msg); err != nil {
+	if heartbeat != "" {
+		msg.Header.Set(schema.HeaderHeartbeat, heartbeat)
+	}
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	return sub

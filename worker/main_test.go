@@ -26,6 +26,7 @@ type cluster struct {
 	rt     *worker.Runtime
 	caller *nats.Conn
 	logs   *syncBuffer
+	nats   *bus.Embedded
 }
 
 // newCluster starts a server and a runtime; the test registers handlers and
@@ -60,7 +61,19 @@ func newCluster(t *testing.T, cfg bus.EmbeddedConfig, opts ...worker.Option) *cl
 			t.Errorf("Shutdown: %v", err)
 		}
 	})
-	return &cluster{rt: rt, caller: cnc, logs: logs}
+	return &cluster{rt: rt, caller: cnc, logs: logs, nats: e}
+}
+
+// connect opens another connection to the cluster's server, closed when
+// the test ends if the test did not close it.
+func (c *cluster) connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := c.nats.Connect()
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 func (c *cluster) start(t *testing.T) {

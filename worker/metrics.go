@@ -25,12 +25,16 @@ import (
 //	toolbus_worker_call_duration_seconds{method}   histogram: time in the handler
 //	toolbus_worker_in_flight{method}               gauge: handlers running now
 //	toolbus_worker_refused_total{method,reason}    counter: calls whose handler never ran
+//	toolbus_worker_orphaned_total{method}          counter: calls canceled because nobody
+//	                                               listened for their answer any more
 //
 // The reasons of a refusal are "invalid" (the message could not be
 // decoded), "shutdown" (the runtime is stopping), "late" (past its deadline
 // on arrival), "busy" (every slot taken, refused at once, see
 // [Concurrency]), and for a call that waited for a slot and gave up,
 // "timeout" (its deadline passed) or "canceled" (the client canceled it).
+// A call is orphaned when its ingress died or left before the answer
+// ([ErrCallerGone]); its handler's run is counted in calls_total as well.
 // Calls run by [Runtime.Invoke] are counted like calls over the bus.
 //
 // Runtimes of one process may share reg: the second finds the collectors the
@@ -77,6 +81,7 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	inFlight *prometheus.GaugeVec
 	refused  *prometheus.CounterVec
+	orphaned *prometheus.CounterVec
 	// codes bounds the code label: a tool may answer any code.
 	codes *callstats.Codes
 }
@@ -111,7 +116,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &metrics{calls: calls, duration: duration, inFlight: inFlight, refused: refused, codes: &callstats.Codes{}}, nil
+	orphaned, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolbus_worker_orphaned_total",
+		Help: "Calls canceled because nobody listened for their answer any more (their ingress was gone), by the pattern it was registered under.",
+	}, []string{"method"}))
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{calls: calls, duration: duration, inFlight: inFlight, refused: refused, orphaned: orphaned,
+		codes: &callstats.Codes{}}, nil
 }
 
 // register registers c with reg, or returns the collector of the same
@@ -141,6 +154,7 @@ type routeMetrics struct {
 	duration prometheus.Observer
 	inFlight prometheus.Gauge
 	refused  [numRefusals]prometheus.Counter
+	orphaned prometheus.Counter
 }
 
 // forRoute returns the series of pattern, made now so that they are
@@ -155,6 +169,7 @@ func (m *metrics) forRoute(pattern string) *routeMetrics {
 		codes:    m.codes,
 		duration: m.duration.With(labels),
 		inFlight: m.inFlight.With(labels),
+		orphaned: m.orphaned.With(labels),
 	}
 	rm.ok = rm.calls.WithLabelValues("ok")
 	for i, reason := range refusalReasons {
@@ -185,6 +200,12 @@ func (rm *routeMetrics) end(d time.Duration, rpcErr *schema.Error) {
 func (rm *routeMetrics) refuse(why refusal) {
 	if rm != nil {
 		rm.refused[why].Inc()
+	}
+}
+
+func (rm *routeMetrics) orphan() {
+	if rm != nil {
+		rm.orphaned.Inc()
 	}
 }
 

@@ -76,6 +76,9 @@ type Runtime struct {
 	// cancel function, for cancel messages; cancelSub receives them.
 	calls     sync.Map
 	cancelSub *nats.Subscription
+	// probes learns whether anyone still listens for the answers of the
+	// calls that asked for heartbeats.
+	probes *probes
 
 	// ads advertises the tools in discovery; nil when it is off.
 	ads *advertiser
@@ -143,6 +146,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		idle:    make(chan struct{}),
+		probes:  newProbes(nc),
 	}
 	if cfg.announce > 0 {
 		rt.ads = newAdvertiser(rt)
@@ -229,6 +233,10 @@ func (rt *Runtime) Start() error {
 	if rt.started {
 		return ErrStarted
 	}
+	// Probe replies first, so that the first call is probed too.
+	if err := rt.subscribeProbes(); err != nil {
+		return fmt.Errorf("worker: subscribe to probe replies: %w", err)
+	}
 	for i, r := range rt.routes {
 		if err := rt.subscribe(r); err != nil {
 			for _, prev := range rt.routes[:i] {
@@ -237,6 +245,7 @@ func (rt *Runtime) Start() error {
 				}
 				prev.sub, prev.done = nil, nil
 			}
+			rt.unsubscribeProbes()
 			return err
 		}
 	}
@@ -245,6 +254,7 @@ func (rt *Runtime) Start() error {
 			r.sub.Unsubscribe()
 			r.sub, r.done = nil, nil
 		}
+		rt.unsubscribeProbes()
 		return fmt.Errorf("worker: subscribe to cancels: %w", err)
 	}
 	rt.started = true
@@ -337,6 +347,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	select {
 	case <-rt.idle:
 		rt.stopCancels()
+		rt.stopProbes()
 		rt.cancel()
 		return nil
 	case <-ctx.Done():
@@ -346,6 +357,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 
 func (rt *Runtime) abort(ctx context.Context) error {
 	rt.stopCancels()
+	rt.stopProbes()
 	rt.cancel()
 	return fmt.Errorf("worker: shutdown: %d calls still running: %w", rt.inflight.Load(), ctx.Err())
 }

@@ -25,7 +25,9 @@ var nullResult = json.RawMessage("null")
 // that the call goes to a worker with room; otherwise the call waits there
 // for a slot, which leaves further calls queued in the subscription rather
 // than in goroutines of its own. The handler runs on a goroutine of its
-// own, acknowledged and with heartbeats when the aggregator asked for them.
+// own, acknowledged and with heartbeats when the aggregator asked for them;
+// when those find that nobody listens for the answer any more, the
+// handler's context is canceled with [ErrCallerGone].
 func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 	// The call's trace context comes first, so that even the log line of
 	// a call that cannot be decoded names its trace.
@@ -76,7 +78,12 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 			return
 		}
 	}
-	hb.start()
+	hb.start(func() {
+		rt.logCall(ctx, slog.LevelWarn, "canceled a call nobody listens for any more", req,
+			"unheard_beats", hb.misses, "heartbeat", hb.interval)
+		r.metrics.orphan()
+		cancelCause(ErrCallerGone)
+	})
 	rt.inflight.Add(1)
 	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb)
 }

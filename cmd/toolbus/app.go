@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/worker"
@@ -50,6 +51,7 @@ type ingressConfig struct {
 	jobReplicas      int
 	jobMaxAttempts   int
 	callbackSecret   string
+	callbackAllow    []string
 	discovery        bool
 	validate         bool
 	// sec is the authentication, admission and resilience policy.
@@ -81,9 +83,20 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
+	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
 	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
 	c.obs.flags(cmd)
+}
+
+// validateCallbacks checks the entries of --callback-allow. Commands call
+// it before anything connects or starts, so that a typo is reported as
+// such rather than as a job service that never gets ready.
+func (c *ingressConfig) validateCallbacks() error {
+	if _, err := egress.New(egress.WithAllow(c.callbackAllow...)); err != nil {
+		return fmt.Errorf("--callback-allow: %w", err)
+	}
+	return nil
 }
 
 // defaultIngressConfig is the configuration the in-process commands (demo,
@@ -109,6 +122,9 @@ type workerConfig struct {
 	mcpCommand      string
 	mcpURL          string
 	mcpPrefix       string
+	// fetchAllow admits internal addresses to the demo toolset's
+	// fetch_page.
+	fetchAllow []string
 	// metricsListen is where a standalone worker serves /metrics,
 	// /healthz and /readyz; empty for nowhere. In the one-process
 	// commands the ingress serves the worker's metrics.
@@ -137,6 +153,7 @@ func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f.StringVar(&c.mcpCommand, "mcp-command", "", `serve the tools of the MCP server this command starts, over stdio ("CMD ARGS", split at spaces)`)
 	f.StringVar(&c.mcpURL, "mcp-url", "", "serve the tools of the MCP server at this Streamable HTTP URL")
 	f.StringVar(&c.mcpPrefix, "mcp-prefix", "", "put this prefix and a dot before the bridged MCP tools' method names")
+	f.StringSliceVar(&c.fetchAllow, "fetch-allow", nil, "internal addresses the demo tool fetch_page may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 127.0.0.1:9000)")
 }
 
 // defaultWorkerConfig is the configuration the in-process commands (demo,
@@ -165,12 +182,18 @@ func (c *workerConfig) validate() error {
 			return fmt.Errorf("worker: unknown toolset %q (available: demo)", name)
 		}
 	}
+	if _, err := egress.New(egress.WithAllow(c.fetchAllow...)); err != nil {
+		return fmt.Errorf("--fetch-allow: %w", err)
+	}
 	return nil
 }
 
-// toolsets maps the names --tools accepts to what registers them.
-var toolsets = map[string]func(*worker.Runtime) error{
-	"demo": func(rt *worker.Runtime) error { return demo.Register(rt) },
+// toolsets maps the names --tools accepts to what registers them with the
+// worker's configuration.
+var toolsets = map[string]func(*worker.Runtime, workerConfig) error{
+	"demo": func(rt *worker.Runtime, c workerConfig) error {
+		return demo.Register(rt, demo.WithFetchAllow(c.fetchAllow...))
+	},
 }
 
 // embeddedModule runs an embedded NATS server and connects to it in-process.
@@ -181,11 +204,11 @@ func embeddedModule(cfg bus.EmbeddedConfig) fx.Option {
 }
 
 // embeddedTCPModule runs an embedded NATS server on a free loopback port and
-// connects to it over TCP, as separate processes would; the benchmark uses
-// it to weigh the in-process connection.
+// connects to it over TCP with its token, as separate processes would; the
+// benchmark uses it to weigh the in-process connection.
 func embeddedTCPModule() fx.Option {
 	return embedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"}, func(e *bus.Embedded, name string) (*nats.Conn, error) {
-		return bus.Connect(e.ClientURL(), bus.WithName(name))
+		return bus.Connect(e.ClientURL(), bus.WithName(name), bus.WithToken(e.Token()))
 	})
 }
 
@@ -293,12 +316,12 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
 				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, recent int) (ingress.JobsState, error) {
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
 					svc := lj.svc.Load()
 					if svc == nil {
 						return ingress.JobsState{}, lj.unavailable()
 					}
-					return jobview.Func(svc)(ctx, recent)
+					return jobview.Func(svc)(ctx, q)
 				}))
 			}
 			if reg != nil {
@@ -352,7 +375,7 @@ func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfi
 		jobs.WithCounters(counters),
 	}
 	if cfg.callbackSecret != "" {
-		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)))
+		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)), jobs.WithCallbackAllow(cfg.callbackAllow...))
 	}
 	var stop func()
 	lc.Append(fx.Hook{
@@ -444,7 +467,7 @@ func workerModule(cfg workerConfig) fx.Option {
 			return err
 		}
 		for _, name := range cfg.tools {
-			if err := toolsets[name](rt); err != nil {
+			if err := toolsets[name](rt, cfg); err != nil {
 				nc.Close()
 				return fmt.Errorf("worker: toolset %s: %w", name, err)
 			}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -307,7 +305,7 @@ func (f *natsFlags) access(opts *server.Options) (natsAccess, error) {
 	// A token file is read, or made, once every other check has passed.
 	a := natsAccess{token: f.token, tokenFile: f.tokenFile}
 	if a.token == "" && a.tokenFile == "" {
-		a.token = newToken()
+		a.token = bus.NewToken()
 	}
 	opts.Authorization = a.token
 	return a, nil
@@ -319,14 +317,6 @@ func (f *natsFlags) access(opts *server.Options) (natsAccess, error) {
 func authorizes(o *server.Options) bool {
 	return len(o.Users) > 0 || len(o.Nkeys) > 0 || o.Username != "" || o.Authorization != "" ||
 		len(o.TrustedOperators) > 0 || len(o.TrustedKeys) > 0 || o.AuthCallout != nil || o.TLSVerify
-}
-
-// newToken returns 32 random bytes in URL-safe base64: usable as is on a
-// command line and in a nats://token@host URL.
-func newToken() string {
-	b := make([]byte, 32)
-	rand.Read(b) // never fails: a broken random source crashes the program instead
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // tokenFromFile reads the token kept in path or, when there is no such
@@ -344,7 +334,7 @@ func tokenFromFile(path string) (string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("cannot read --token-file %s (%v): give a file this user can read", path, rootCause(err))
 	}
-	token := newToken()
+	token := bus.NewToken()
 	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", fmt.Errorf("cannot create --token-file %s (%v): give a path in a directory this user can write", path, rootCause(err))

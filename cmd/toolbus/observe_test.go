@@ -32,6 +32,7 @@ func TestDevObservability(t *testing.T) {
 	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data", t.TempDir())
 	url := dev.waitFor(t, readyLine)
 	natsURL := dev.waitFor(t, natsLine)
+	token := dev.waitFor(t, joinLine)
 	base := strings.TrimSuffix(url, "/rpc")
 	if r := postEcho(t, url); r.Error != nil {
 		t.Fatalf("echo: %v", r.Error)
@@ -75,7 +76,7 @@ func TestDevObservability(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := execute(t, ctx, "status", "--nats", natsURL, "--json", "--wait", "500ms")
+	out, err := execute(t, ctx, "status", "--nats", natsURL, "--nats-token", token, "--json", "--wait", "500ms")
 	if err != nil {
 		t.Fatalf("toolbus status: %v", err)
 	}
@@ -99,8 +100,9 @@ func TestDevObservability(t *testing.T) {
 func TestWorkerProbes(t *testing.T) {
 	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--jobs=false")
 	natsURL := dev.waitFor(t, natsLine)
+	token := dev.waitFor(t, joinLine)
 	addr := freeAddr(t)
-	w := runCommand(t, "worker", "--nats", natsURL, "--jobs=false", "--metrics-listen", addr)
+	w := runCommand(t, "worker", "--nats", natsURL, "--nats-token", token, "--jobs=false", "--metrics-listen", addr)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body := tryGet("http://" + addr + "/readyz")

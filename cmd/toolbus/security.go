@@ -27,6 +27,8 @@ type securityConfig struct {
 	jwtAudience    string
 	jwtLeeway      time.Duration
 	jwtCallerClaim string
+	jwtRolesClaim  string
+	jwtOperator    string
 
 	rateLimit   float64
 	rateBurst   int
@@ -56,20 +58,22 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 		authDefault = "off"
 	}
 	f.StringVar(&c.auth, "auth", authDefault, "authentication: on (needs --auth-file or --jwt-*) or off (every caller reaches every tool)")
-	f.StringVar(&c.authFile, "auth-file", "", `JSON file of API keys and allowed methods: {"keys":[{"name","sha256","allow":["math.*"]}],"allow":{"caller":["pattern"]},"default_allow":[]}`)
+	f.StringVar(&c.authFile, "auth-file", "", `JSON file of API keys and allowed methods: {"keys":[{"name","sha256","allow":["math.*"],"operator":false}],"allow":{"caller":["pattern"]},"default_allow":[]}`)
 	f.StringVar(&c.jwtSecretFile, "jwt-secret-file", "", "file holding the HS256 secret of bearer JWTs")
 	f.StringVar(&c.jwksFile, "jwt-jwks-file", "", "JWKS file of the RS256/ES256 public keys of bearer JWTs")
 	f.StringVar(&c.jwtIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
 	f.StringVar(&c.jwtAudience, "jwt-audience", "", "required aud of bearer JWTs")
 	f.DurationVar(&c.jwtLeeway, "jwt-leeway", ingress.DefaultJWTLeeway, "clock skew tolerated on exp, nbf and iat")
 	f.StringVar(&c.jwtCallerClaim, "jwt-caller-claim", "sub", "JWT claim naming the caller")
+	f.StringVar(&c.jwtRolesClaim, "jwt-roles-claim", "roles", "JWT claim holding the caller's roles (an array, or a string of space-separated roles)")
+	f.StringVar(&c.jwtOperator, "jwt-operator-role", "", "role that makes a JWT caller an operator, who sees every caller's dashboard data (empty: no token does)")
 	f.Float64Var(&c.rateLimit, "rate-limit", 0, "calls a second per caller, in a token bucket (0: no rate limit)")
 	f.IntVar(&c.rateBurst, "rate-burst", 100, "bursts of calls a caller's token bucket allows (with --rate-limit)")
 	f.StringSliceVar(&c.methodCaps, "method-max-in-flight", nil, "per-method in-flight caps, method=n (e.g. fetch_page=64)")
 	f.BoolVar(&c.idempotency, "idempotency", true, "honour Idempotency-Key headers with records in JetStream (needs JetStream)")
 	f.DurationVar(&c.idemTTL, "idempotency-ttl", aggregator.DefaultIdempotencyTTL, "how long a finished call's answer is replayed for its idempotency key")
 	f.DurationVar(&c.heartbeat, "heartbeat", aggregator.DefaultHeartbeat, "interval of the workers' heartbeats of a running call (0: off)")
-	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost")
+	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost, and unheard heartbeats after which a worker cancels a call of a vanished ingress")
 	f.DurationVar(&c.ackTimeout, "ack-timeout", aggregator.DefaultAckTimeout, "how long a retry-safe call may go unacknowledged before it is published again")
 	f.StringSliceVar(&c.retrySafe, "retry-safe", nil, "method patterns safe to run twice: retried on a lost worker, hedged (e.g. search.>,fetch_page)")
 	f.IntVar(&c.maxAttempts, "max-attempts", aggregator.DefaultMaxAttempts, "most publications of a retry-safe call")
@@ -83,9 +87,10 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 // authFile is the format of --auth-file.
 type authFile struct {
 	Keys []struct {
-		Name   string   `json:"name"`
-		SHA256 string   `json:"sha256"`
-		Allow  []string `json:"allow"`
+		Name     string   `json:"name"`
+		SHA256   string   `json:"sha256"`
+		Allow    []string `json:"allow"`
+		Operator bool     `json:"operator"`
 	} `json:"keys"`
 	Allow        map[string][]string `json:"allow"`
 	DefaultAllow []string            `json:"default_allow"`
@@ -139,13 +144,13 @@ func (c *securityConfig) authConfig() (ingress.Auth, error) {
 			return a, fmt.Errorf("--auth-file %s: %w", c.authFile, err)
 		}
 		for _, k := range f.Keys {
-			a.Keys = append(a.Keys, ingress.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow})
+			a.Keys = append(a.Keys, ingress.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow, Operator: k.Operator})
 		}
 		a.Allow, a.DefaultAllow = f.Allow, f.DefaultAllow
 	}
 	if c.jwtSecretFile != "" || c.jwksFile != "" {
 		j := &ingress.JWTConfig{JWKSFile: c.jwksFile, Issuer: c.jwtIssuer, Audience: c.jwtAudience,
-			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim}
+			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim, RolesClaim: c.jwtRolesClaim, OperatorRole: c.jwtOperator}
 		if c.jwtSecretFile != "" {
 			b, err := os.ReadFile(c.jwtSecretFile)
 			if err != nil {

@@ -63,6 +63,37 @@ func TestSecurityConfigAuth(t *testing.T) {
 	}
 }
 
+func TestSecurityConfigOperator(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.json")
+	body := `{"keys":[{"name":"ops","sha256":"` + ingress.HashAPIKey("o") + `","operator":true},{"name":"crawler","sha256":"` + ingress.HashAPIKey("k") + `"}]}`
+	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var c securityConfig
+	cmd := &cobra.Command{}
+	c.flags(cmd, false)
+	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
+		"--jwt-operator-role", "toolbus-operator", "--jwt-roles-claim", "groups"}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.authConfig()
+	if err != nil {
+		t.Fatalf("authConfig() error = %v", err)
+	}
+	if len(a.Keys) != 2 || !a.Keys[0].Operator || a.Keys[1].Operator {
+		t.Errorf("keys = %+v, want ops alone an operator", a.Keys)
+	}
+	if a.JWT == nil || a.JWT.OperatorRole != "toolbus-operator" || a.JWT.RolesClaim != "groups" {
+		t.Errorf("jwt = %+v, want operator role toolbus-operator in claim groups", a.JWT)
+	}
+}
+
 func TestParseMethodCaps(t *testing.T) {
 	tests := []struct {
 		name    string

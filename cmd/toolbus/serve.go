@@ -21,6 +21,7 @@ func newDevCmd() *cobra.Command {
 		wc         workerConfig
 		tc         tracingConfig
 		natsListen string
+		natsToken  string
 		dataDir    string
 	)
 	cmd := &cobra.Command{
@@ -29,7 +30,9 @@ func newDevCmd() *cobra.Command {
 		Long: `dev runs an embedded NATS server with JetStream, the HTTP ingress and a worker
 serving the demo tools in one process, and prints the URL when it is ready.
 The ingress and the worker reach NATS in-process; --nats-listen also opens a
-TCP port so that other workers (toolbus worker --nats ...) can join.`,
+TCP port so that other workers can join. Clients of that port must present a
+token: --nats-token, or else one generated at start. The ready lines print the
+command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := wc.validate(); err != nil {
@@ -44,6 +47,9 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			if err := ic.sec.validate(); err != nil {
 				return err
 			}
+			if err := ic.validateCallbacks(); err != nil {
+				return err
+			}
 			if natsListen != "" {
 				if err := checkListen(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
 					return err
@@ -54,7 +60,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 			var emb *bus.Embedded
 			var st *startup
 			app := newTracedApp(tc, tracingService(cmd),
-				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, DataDir: dataDir}),
+				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, Token: natsToken, DataDir: dataDir}),
 				workerModule(wc),
 				ingressModule(ic),
 				fx.Populate(&addr, &emb, &st),
@@ -65,7 +71,12 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "dashboard: http://%s/ui/\n", addr)
 				}
 				if u := emb.ClientURL(); u != "" {
-					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\n", u)
+					prefix := ""
+					if ic.prefix != bus.DefaultPrefix {
+						prefix = " --prefix " + shellQuote(ic.prefix)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\njoin a worker with:\n  toolbus worker --nats %s --nats-token %s%s\n",
+						u, u, shellQuote(emb.Token()), prefix)
 				}
 			})
 		},
@@ -75,6 +86,7 @@ TCP port so that other workers (toolbus worker --nats ...) can join.`,
 	wc.flags(cmd, false)
 	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
+	cmd.Flags().StringVar(&natsToken, "nats-token", "", "token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
 	return cmd
 }
@@ -104,6 +116,9 @@ func newIngressCmd() *cobra.Command {
 			if err := ic.sec.validate(); err != nil {
 				return err
 			}
+			if err := ic.validateCallbacks(); err != nil {
+				return err
+			}
 			var addr ingressAddr
 			var st *startup
 			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr, &st))
@@ -126,6 +141,7 @@ func newWorkerCmd() *cobra.Command {
 		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
+		inbox   string
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -139,6 +155,10 @@ func newWorkerCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
+			if err := bus.CheckInboxPrefix(inbox); err != nil {
+				return fmt.Errorf("worker: --nats-inbox-prefix: %w", err)
+			}
+			natsOpts = append(natsOpts, bus.WithInboxPrefix(inbox))
 			if err := tc.validate(); err != nil {
 				return err
 			}
@@ -152,6 +172,7 @@ func newWorkerCmd() *cobra.Command {
 	wc.flags(cmd, true)
 	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	cmd.Flags().StringVar(&inbox, "nats-inbox-prefix", bus.WorkerInboxPrefix, "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies")
 	auth.flags(cmd)
 	return cmd
 }

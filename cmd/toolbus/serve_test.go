@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strings"
@@ -15,12 +16,16 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 )
 
 var (
 	readyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)\n`)
 	natsLine  = regexp.MustCompile(`embedded NATS: (nats://\S+)\n`)
+	// joinLine is the command the ready lines give for a worker to join;
+	// its group is the token.
+	joinLine = regexp.MustCompile(`\n  toolbus worker --nats nats://\S+ --nats-token (\S+)\n`)
 )
 
 // running is a command started by runCommand.
@@ -103,6 +108,10 @@ func TestDev(t *testing.T) {
 	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data", data)
 	url := dev.waitFor(t, readyLine)
 	natsURL := dev.waitFor(t, natsLine)
+	token := dev.waitFor(t, joinLine)
+	if want := "toolbus worker --nats " + natsURL + " --nats-token " + token + "\n"; !strings.Contains(dev.out.String(), want) {
+		t.Errorf("dev printed:\n%s\nwant the line %q", dev.out.String(), want)
+	}
 
 	r := postEcho(t, url)
 	if r.Error != nil {
@@ -116,11 +125,26 @@ func TestDev(t *testing.T) {
 		t.Errorf("echo via dev result = %s, want {\"hello\":\"dev\"}", r.Result)
 	}
 
-	// A worker process joins over the embedded server's TCP port. It
-	// serves its own prefix, so an answer can only come from it.
+	// The TCP port takes no client without the token.
+	t.Run("no token", func(t *testing.T) {
+		for _, opts := range [][]bus.Option{nil, {bus.WithToken(token + "x")}} {
+			nc, err := bus.Connect(natsURL, opts...)
+			if err == nil {
+				nc.Close()
+				t.Fatalf("connect to dev's NATS with %d options and no right token succeeded, want a refusal", len(opts))
+			}
+			if !errors.Is(err, nats.ErrAuthorization) {
+				t.Errorf("connect without the right token = %v, want %v", err, nats.ErrAuthorization)
+			}
+		}
+	})
+
+	// A worker process joins over the embedded server's TCP port with the
+	// printed token. It serves its own prefix, so an answer can only come
+	// from it.
 	t.Run("worker joins", func(t *testing.T) {
-		w := runCommand(t, "worker", "--nats", natsURL, "--prefix", "joined", "--tools", "demo", "--metrics-listen", "127.0.0.1:0")
-		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"))
+		w := runCommand(t, "worker", "--nats", natsURL, "--nats-token", token, "--prefix", "joined", "--tools", "demo", "--metrics-listen", "127.0.0.1:0")
+		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-test"), bus.WithToken(token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,6 +226,25 @@ func TestDevWithoutNATSListener(t *testing.T) {
 	}
 }
 
+// TestDevChosenToken checks that --nats-token closes the TCP port with the
+// token given, and that the join line carries it and the prefix.
+func TestDevChosenToken(t *testing.T) {
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--nats-token", "chosen-token", "--prefix", "acme", "--jobs=false")
+	natsURL := dev.waitFor(t, natsLine)
+	dev.waitFor(t, readyLine)
+	if want := "toolbus worker --nats " + natsURL + " --nats-token chosen-token --prefix acme\n"; !strings.Contains(dev.out.String(), want) {
+		t.Errorf("dev printed:\n%s\nwant the line %q", dev.out.String(), want)
+	}
+	nc, err := bus.Connect(natsURL, bus.WithToken("chosen-token"))
+	if err != nil {
+		t.Fatalf("connect with the chosen token: %v", err)
+	}
+	nc.Close()
+	if err := dev.stop(); err != nil {
+		t.Errorf("dev stopped with %v, want nil", err)
+	}
+}
+
 func TestFlagErrors(t *testing.T) {
 	// Nothing listens on port 1: a command that got as far as connecting
 	// would fail there instead of on its flags.
@@ -221,6 +264,10 @@ func TestFlagErrors(t *testing.T) {
 		{name: "worker concurrency not a number", args: []string{"worker", "--nats", noNATS, "--concurrency", "many"}, want: "--concurrency"},
 		{name: "ingress unknown flag", args: []string{"ingress", "--nats", noNATS, "--max-bodybytes", "1"}, want: "--max-bodybytes"},
 		{name: "worker takes no arguments", args: []string{"worker", "--nats", noNATS, "extra"}, want: "extra"},
+		{name: "worker fetch allowlist", args: []string{"worker", "--nats", noNATS, "--fetch-allow", "*.internal"}, want: "--fetch-allow"},
+		{name: "ingress callback allowlist", args: []string{"ingress", "--nats", noNATS, "--auth", "off", "--callback-allow", "10.0.0.0/33"}, want: "--callback-allow"},
+		{name: "dev callback allowlist", args: []string{"dev", "--listen", "127.0.0.1:0", "--nats-listen", "", "--callback-allow", "http://hooks/"}, want: "--callback-allow"},
+		{name: "worker inbox prefix with a wildcard", args: []string{"worker", "--nats", noNATS, "--nats-inbox-prefix", "_INBOX.>"}, want: "--nats-inbox-prefix"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -231,5 +278,65 @@ func TestFlagErrors(t *testing.T) {
 				t.Errorf("toolbus %s = %v, want an error naming %s", strings.Join(tt.args, " "), err, tt.want)
 			}
 		})
+	}
+}
+
+// TestDevAllowlists: the demo tool fetch_page and job callbacks reach a
+// receiver on loopback only through --fetch-allow and --callback-allow.
+func TestDevAllowlists(t *testing.T) {
+	secret := "0123456789abcdef-secret"
+	type delivery struct {
+		header http.Header
+		body   []byte
+	}
+	delivered := make(chan delivery, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/page":
+			io.WriteString(w, "<title>Inside</title><p>allowed</p>")
+		case "/hook":
+			body, _ := io.ReadAll(r.Body)
+			select {
+			case delivered <- delivery{r.Header.Clone(), body}:
+			default:
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("%s reached, want it refused", r.URL)
+	}))
+	t.Cleanup(other.Close)
+	addr := srv.Listener.Addr().String()
+
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "",
+		"--fetch-allow", addr, "--callback-secret", secret, "--callback-allow", addr)
+	url := dev.waitFor(t, readyLine)
+
+	r := call(t, url, `{"jsonrpc":"2.0","id":1,"method":"fetch_page","params":{"url":"`+srv.URL+`/page"}}`)
+	if r.Error != nil || !strings.Contains(string(r.Result), "allowed") {
+		t.Errorf("fetch_page of the allowed receiver = %s %v, want its page", r.Result, r.Error)
+	}
+	r = call(t, url, `{"jsonrpc":"2.0","id":2,"method":"fetch_page","params":{"url":"`+other.URL+`/page"}}`)
+	if r.Error == nil || r.Error.Code != schema.CodeInvalidParams || !strings.Contains(r.Error.Message, "--fetch-allow") {
+		t.Errorf("fetch_page of another loopback server = %s %v, want -32602 naming --fetch-allow", r.Result, r.Error)
+	}
+	r = call(t, url, `{"jsonrpc":"2.0","id":3,"method":"rpc.jobs.submit","params":{"method":"echo","notify_url":"`+other.URL+`/hook"}}`)
+	if r.Error == nil || r.Error.Code != schema.CodeInvalidParams || !strings.Contains(r.Error.Message, "--callback-allow") {
+		t.Errorf("submit with a notify_url on another loopback server = %s %v, want -32602 naming --callback-allow", r.Result, r.Error)
+	}
+	r = call(t, url, `{"jsonrpc":"2.0","id":4,"method":"rpc.jobs.submit","params":{"method":"echo","params":{"a":1},"notify_url":"`+srv.URL+`/hook"}}`)
+	if r.Error != nil {
+		t.Fatalf("submit with an allowed notify_url = %v", r.Error)
+	}
+	select {
+	case d := <-delivered:
+		if err := jobs.Verify([]byte(secret), d.header, d.body, time.Now(), jobs.ReplayWindow); err != nil {
+			t.Errorf("the callback's signature: %v", err)
+		}
+	case <-dev.done:
+		t.Fatalf("dev ended before the callback: %v", dev.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no callback within 30s")
 	}
 }

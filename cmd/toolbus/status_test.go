@@ -51,7 +51,7 @@ func TestStatusCommand(t *testing.T) {
 	}})
 	other := serveFakeStatus(t, e, "elsewhere", bus.KindWorker, bus.Status{Methods: []bus.MethodStatus{{Method: "secret.method"}}})
 
-	args := []string{"status", "--nats", e.ClientURL(), "--wait", "300ms"}
+	args := []string{"status", "--nats", e.ClientURL(), "--nats-token", e.Token(), "--wait", "300ms"}
 	t.Run("text", func(t *testing.T) {
 		out, err := execute(t, context.Background(), args...)
 		if err != nil {
@@ -110,7 +110,7 @@ func TestStatusCommandNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
-	out, err := execute(t, context.Background(), "status", "--nats", e.ClientURL(), "--prefix", "acme.toolbus")
+	out, err := execute(t, context.Background(), "status", "--nats", e.ClientURL(), "--nats-token", e.Token(), "--prefix", "acme.toolbus")
 	if err != nil {
 		t.Fatalf("status = %v; output:\n%s", err, out)
 	}

@@ -161,6 +161,12 @@
     $('#updated').textContent = clock(s.now);
     $('#updated').title = s.now || '';
     $('#window').textContent = Number.isFinite(s.window_seconds) ? `last ${s.window_seconds} s` : '';
+    // With authentication on, a caller sees its own data; an operator all.
+    $('#viewer-item').hidden = !s.caller;
+    $('#viewer').textContent = s.caller ? (s.all_callers ? `${s.caller} (operator)` : s.caller) : dash;
+    $('#viewer').title = s.all_callers
+      ? 'every caller\'s jobs and errors, every method'
+      : 'your own jobs and errors, and the methods you may call';
   }
 
   function renderMethods(s) {

@@ -82,6 +82,9 @@ type ErrorAnswer struct {
 	Code    int
 	Message string
 	TraceID string
+	// Caller is who the answer went to, so that a view of one caller's
+	// errors can leave out the others'; empty when unauthenticated.
+	Caller string
 }
 
 // Set holds the statistics of many methods. Make one with [New]; its

@@ -9,10 +9,17 @@ import (
 	"github.com/toolbus/toolbus/jobs"
 )
 
-// Func returns what [ingress.WithJobStats] takes, reading svc.
-func Func(svc *jobs.Service) func(ctx context.Context, recent int) (ingress.JobsState, error) {
-	return func(ctx context.Context, recent int) (ingress.JobsState, error) {
-		st, err := svc.Stats(ctx, recent)
+// Func returns what [ingress.WithJobStats] takes, reading svc: every
+// caller's jobs, or the asking caller's alone.
+func Func(svc *jobs.Service) func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+	return func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+		var st jobs.Stats
+		var err error
+		if q.All {
+			st, err = svc.Stats(ctx, q.Recent)
+		} else {
+			st, err = svc.CallerStats(ctx, q.Caller, q.Recent)
+		}
 		if err != nil {
 			return ingress.JobsState{}, err
 		}

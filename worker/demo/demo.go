@@ -1,11 +1,10 @@
 package demo
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -25,23 +24,29 @@ const (
 )
 
 type config struct {
-	client        *http.Client
+	fetchAllow    []string
 	fetchMaxBytes int64
 	fetchTimeout  time.Duration
+	// egress holds further options of fetch_page's guard (tests resolve
+	// and dial through hooks).
+	egress []egress.Option
 }
 
 // Option configures [Register].
 type Option func(*config) error
 
-// WithHTTPClient sets the client fetch_page uses. The default is a client of
-// the toolset's own, with a transport cloned from http.DefaultTransport and
-// so sharing no connections with the rest of the process.
-func WithHTTPClient(c *http.Client) Option {
+// WithFetchAllow admits pages at addresses fetch_page otherwise refuses
+// (loopback, private, link-local, CGNAT, multicast, unspecified, broadcast
+// and reserved ones). An entry is a CIDR (10.0.0.0/8), an address
+// (127.0.0.1), an address with a port (127.0.0.1:8080), or a host name
+// with an optional port (intranet.example:8443), admitted whatever it
+// resolves to. The default admits none; options add up.
+func WithFetchAllow(entries ...string) Option {
 	return func(cfg *config) error {
-		if c == nil {
-			return errors.New("demo: nil http client")
+		if _, err := egress.New(egress.WithAllow(entries...)); err != nil {
+			return fmt.Errorf("demo: fetch allowlist: %w", err)
 		}
-		cfg.client = c
+		cfg.fetchAllow = append(cfg.fetchAllow, entries...)
 		return nil
 	}
 }
@@ -81,10 +86,13 @@ func Register(rt *worker.Runtime, opts ...Option) error {
 			return err
 		}
 	}
-	if cfg.client == nil {
-		cfg.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	guard, err := egress.New(append([]egress.Option{egress.WithAllow(cfg.fetchAllow...)}, cfg.egress...)...)
+	if err != nil {
+		return fmt.Errorf("demo: fetch allowlist: %w", err)
 	}
-	f := &fetcher{client: cfg.client, maxBytes: cfg.fetchMaxBytes, timeout: cfg.fetchTimeout}
+	// The toolset's own client shares no connections with the rest of
+	// the process; it follows redirects, each checked as it connects.
+	f := &fetcher{client: guard.Client(), maxBytes: cfg.fetchMaxBytes, timeout: cfg.fetchTimeout}
 	tools := []struct {
 		method string
 		h      worker.Handler

@@ -12,7 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,8 +250,15 @@ func TestFetchPage(t *testing.T) {
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
+	mux.HandleFunc("/inside", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+	})
+	mux.HandleFunc("/here", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/page", http.StatusFound)
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
+	nats := bannerServer(t)
 
 	// A port that was free a moment ago refuses connections.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -259,7 +268,8 @@ func TestFetchPage(t *testing.T) {
 	closedURL := "http://" + l.Addr().String() + "/"
 	l.Close()
 
-	nc := startDemo(t, demo.WithHTTPClient(srv.Client()), demo.WithFetchMaxBytes(1000), demo.WithFetchTimeout(300*time.Millisecond))
+	// The test's servers are on loopback, which the allowlist admits.
+	nc := startDemo(t, demo.WithFetchAllow("127.0.0.1"), demo.WithFetchMaxBytes(1000), demo.WithFetchTimeout(300*time.Millisecond))
 	fetch := func(t *testing.T, url string) *schema.ReplyEnvelope {
 		t.Helper()
 		params, _ := json.Marshal(map[string]string{"url": url})
@@ -281,6 +291,7 @@ func TestFetchPage(t *testing.T) {
 		{"html", "/page", page{Title: "Hello & welcome", Content: "Heading\nSome bold text.\none\ntwo", StatusCode: 200}},
 		{"size cap", "/big", page{Content: strings.Repeat("a", 1000), StatusCode: 200, Truncated: true, Limit: "max_fetch_bytes", MaxBytes: 1000}},
 		{"error status", "/missing", page{Title: "Not found", Content: "nothing here", StatusCode: 404}},
+		{"redirect to the same server", "/here", page{Title: "Hello & welcome", Content: "Heading\nSome bold text.\none\ntwo", StatusCode: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := fetch(t, srv.URL+tc.path)
@@ -310,11 +321,19 @@ func TestFetchPage(t *testing.T) {
 		{"ftp scheme", "ftp://127.0.0.1/x", schema.CodeInvalidParams, "url", ""},
 		{"no host", "http:///page", schema.CodeInvalidParams, "url", ""},
 		{"timeout", srv.URL + "/slow", schema.CodeToolError, "", "timeout"},
-		{"connection refused", closedURL, schema.CodeToolError, "", ""},
+		{"connection refused", closedURL, schema.CodeToolError, "", "refused"},
+		{"a NATS server's banner", "http://" + nats + "/", schema.CodeToolError, "", "protocol"},
+		{"private address", "http://10.0.0.1/", schema.CodeInvalidParams, "url", ""},
+		{"metadata address", "http://169.254.169.254/latest/meta-data/", schema.CodeInvalidParams, "url", ""},
+		{"IPv6 loopback, not allowed", "http://[::1]/", schema.CodeInvalidParams, "url", ""},
+		{"redirect to the metadata address", srv.URL + "/inside", schema.CodeToolError, "", "blocked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := fetch(t, tc.url)
 			check(t, r, "", tc.code, tc.field)
+			if strings.Contains(r.Err().Message+string(r.Err().Data), "NBANNER") {
+				t.Errorf("error = %q %s, holds the receiver's words", r.Err().Message, r.Err().Data)
+			}
 			if tc.code != schema.CodeToolError {
 				return
 			}
@@ -327,6 +346,68 @@ func TestFetchPage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFetchPageRefusesLoopback: without the allowlist, a page on loopback
+// is refused, also through a name that resolves there, naming the rule and
+// the flag that admits it; nothing is dialed.
+func TestFetchPageRefusesLoopback(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("fetch_page reached %s, want it refused", r.URL)
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	resolve := resolverFunc(func(host string) ([]netip.Addr, error) {
+		if host == "inside.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	})
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		t.Errorf("dialed %s, want nothing dialed", address)
+		return nil, errors.New("test: no network")
+	}
+	nc := startDemo(t, demo.WithFetchNet(resolve, dial))
+	for _, url := range []string{srv.URL + "/", "http://inside.test:" + port + "/", "http://[::ffff:127.0.0.1]:" + port + "/"} {
+		params, _ := json.Marshal(map[string]string{"url": url})
+		r := call(t, nc, "fetch_page", string(params), 10*time.Second)
+		check(t, r, "", schema.CodeInvalidParams, "url")
+		if e := r.Err(); e == nil || !strings.Contains(e.Message, "loopback") || !strings.Contains(e.Message, "--fetch-allow") {
+			t.Errorf("fetch_page(%s) = %v, want an error naming loopback and --fetch-allow", url, e)
+		}
+	}
+}
+
+type resolverFunc func(host string) ([]netip.Addr, error)
+
+func (f resolverFunc) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return f(host)
+}
+
+// bannerServer is a listener on loopback that greets every connection as
+// a NATS server does.
+func bannerServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, `INFO {"server_id":"NBANNERSECRET","max_payload":1048576}`+"\r\n")
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
 }
 
 func TestRegister(t *testing.T) {
@@ -344,7 +425,7 @@ func TestRegister(t *testing.T) {
 		name string
 		opt  demo.Option
 	}{
-		{"nil client", demo.WithHTTPClient(nil)},
+		{"bad allowlist entry", demo.WithFetchAllow("http://10.0.0.1/")},
 		{"zero bytes", demo.WithFetchMaxBytes(0)},
 		{"zero timeout", demo.WithFetchTimeout(0)},
 	} {

@@ -15,6 +15,10 @@
 //	get_data      → ["hello", 5]
 //	update, notify_hello, notify_sum   accept anything and answer null
 //
-// fetch_page fetches any http or https URL the worker can reach, including
-// addresses on the worker's own network: serve it only to trusted callers.
+// fetch_page fetches http and https URLs on public addresses. It refuses
+// loopback, private, link-local and other internal addresses, also when a
+// name resolves to one or a redirect leads to one, unless they are admitted
+// with [WithFetchAllow] (toolbus worker --fetch-allow), and it reports a
+// failed fetch by its class (refused, timeout, dns, ...) without the words
+// of whatever answered.
 package demo

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -104,20 +104,35 @@ func checkURL(raw string) (*url.URL, error) {
 }
 
 // failure reports a fetch that did not get a page. When the call itself
-// ran out of time or was canceled that is what it answers; otherwise it is a
-// tool error whose data gives the URL and the reason.
+// ran out of time or was canceled that is what it answers. An address the
+// guard refused is named with the rule and the flag that admits it:
+// invalid params when it is the URL's own host, a tool error when a
+// redirect led there. Any other failure is a tool error whose data gives
+// the URL and the class of the failure; the error's own text, which may
+// quote whatever answered, is not passed on.
 func (f *fetcher) failure(ctx, fctx context.Context, u *url.URL, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var netErr net.Error
-	if errors.Is(fctx.Err(), context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout() {
+	class := egress.Classify(err)
+	if errors.Is(fctx.Err(), context.DeadlineExceeded) || class == egress.ClassTimeout {
 		return schema.NewError(schema.CodeToolError, fmt.Sprintf("fetch_page: no answer from %s within %v", u.Host, f.timeout),
 			map[string]any{"url": u.String(), "reason": "timeout", "limit": "fetch_timeout",
 				"timeout_ms": f.timeout.Milliseconds(), "retryable": true})
 	}
-	return schema.NewError(schema.CodeToolError, "fetch_page: "+err.Error(),
-		map[string]any{"url": u.String(), "reason": err.Error()})
+	var blocked *egress.BlockedError
+	if errors.As(err, &blocked) {
+		reason := blocked.Reason() + "; fetch_page reaches loopback, private, link-local and other internal " +
+			"addresses only when the operator allows them with --fetch-allow"
+		if strings.EqualFold(blocked.Host, strings.TrimSuffix(u.Hostname(), ".")) {
+			return schema.NewError(schema.CodeInvalidParams, "invalid params: url: "+reason,
+				map[string]any{"field": "url", "reason": reason, "range": blocked.Range.Kind})
+		}
+		return schema.NewError(schema.CodeToolError, "fetch_page: "+u.Host+" redirected to an address it may not reach: "+reason,
+			map[string]any{"url": u.String(), "reason": string(egress.ClassBlocked), "range": blocked.Range.Kind})
+	}
+	return schema.NewError(schema.CodeToolError, fmt.Sprintf("fetch_page: could not fetch %s: %s", u.Host, class.Describe()),
+		map[string]any{"url": u.String(), "reason": string(class)})
 }
 
 func isText(mediaType string) bool {

@@ -1,0 +1,411 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// testNet stands in for DNS and the network of the callbacks: names
+// resolve through a map (an answer per lookup, the last repeating),
+// loopback addresses are dialed for real, addresses in hang wait for the
+// dial's context to end, and a dial of any other address fails the test,
+// so no packet leaves loopback.
+type testNet struct {
+	t *testing.T
+
+	mu      sync.Mutex
+	names   map[string][]string
+	lookups map[string]int
+	hang    map[string]bool
+}
+
+func newTestNet(t *testing.T, names map[string][]string) *testNet {
+	return &testNet{t: t, names: names, lookups: map[string]int{}, hang: map[string]bool{}}
+}
+
+func (n *testNet) option() jobs.Option { return jobs.WithCallbackNet(n, n.dial) }
+
+func (n *testNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	answers := n.names[host]
+	if len(answers) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	a := answers[min(n.lookups[host], len(answers)-1)]
+	n.lookups[host]++
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
+func (n *testNet) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(address)
+	n.mu.Lock()
+	hang := n.hang[address]
+	n.mu.Unlock()
+	switch {
+	case hang:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case err == nil && ap.Addr().IsLoopback():
+		var d net.Dialer
+		return d.DialContext(ctx, network, address)
+	}
+	n.t.Errorf("dialed %s, outside loopback", address)
+	return nil, errors.New("test: no network outside loopback")
+}
+
+func TestCallback(t *testing.T) {
+	secret := []byte("0123456789abcdef-secret")
+	var hits atomic.Int32
+	type delivery struct {
+		body   []byte
+		header http.Header
+	}
+	got := make(chan delivery, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if hits.Add(1) <= 2 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+		got <- delivery{body, r.Header.Clone()}
+	}))
+	defer srv.Close()
+
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	// The receiver is on loopback: the allowlist admits it, and it alone.
+	s := newService(t, js, jobs.WithCallbackSecret(secret), jobs.WithCallbackRetry(5, 10*time.Millisecond, 50*time.Millisecond),
+		jobs.WithCallbackAllow(srv.Listener.Addr().String()), newTestNet(t, nil).option())
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	startRunner(t, js, newRuntime(t, nc, echoTools))
+	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","params":{"a":1},"notify_url":%q}`, srv.URL+"/done"))
+	if rpcErr != nil {
+		t.Fatalf("submit: %v", rpcErr)
+	}
+	var sub jobs.SubmitResult
+	json.Unmarshal(res, &sub)
+	var d delivery
+	select {
+	case d = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no callback accepted after %d attempts", hits.Load())
+	}
+	if err := jobs.Verify(secret, d.header, d.body, time.Now(), jobs.ReplayWindow); err != nil {
+		t.Errorf("Verify = %v, want nil", err)
+	}
+	ts, err := strconv.ParseInt(d.header.Get(jobs.TimestampHeader), 10, 64)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", jobs.TimestampHeader, d.header.Get(jobs.TimestampHeader), err)
+	}
+	if sig, want := d.header.Get(jobs.SignatureHeader), jobs.Sign(secret, ts, d.body); sig != want {
+		t.Errorf("signature = %q, want %q", sig, want)
+	}
+	var posted jobs.Record
+	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.header.Get(jobs.JobIDHeader) != sub.ID ||
+		posted.State != jobs.StateSucceeded || string(posted.Result) != `{"a":1}` {
+		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.header.Get(jobs.JobIDHeader), sub.ID)
+	}
+	r := waitFor(t, s, sub.ID, "callback delivered", func(r *jobs.Record) bool {
+		return r.Callback != nil && r.Callback.State == jobs.CallbackDelivered
+	})
+	if r.Callback.Attempts != 3 || len(r.Callback.Failures) != 2 {
+		t.Fatalf("callback = %+v, want 3 attempts and 2 recorded failures", r.Callback)
+	}
+	for _, f := range r.Callback.Failures {
+		if f.Error != "status 503" {
+			t.Errorf("failure = %q, want %q", f.Error, "status 503")
+		}
+	}
+	if string(r.Result) != `{"a":1}` {
+		t.Errorf("result after the callback = %s", r.Result)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	secret := []byte("0123456789abcdef-secret")
+	body := []byte(`{"id":"01j","state":"succeeded"}`)
+	now := time.Unix(1_800_000_000, 0)
+	header := func(ts, sig string) http.Header {
+		h := http.Header{}
+		if ts != "" {
+			h.Set(jobs.TimestampHeader, ts)
+		}
+		if sig != "" {
+			h.Set(jobs.SignatureHeader, sig)
+		}
+		return h
+	}
+	at := func(d time.Duration) (string, string) {
+		ts := now.Add(d).Unix()
+		return strconv.FormatInt(ts, 10), jobs.Sign(secret, ts, body)
+	}
+	tsNow, sigNow := at(0)
+	tsOld, sigOld := at(-6 * time.Minute)
+	tsAhead, sigAhead := at(4 * time.Minute)
+	for _, tc := range []struct {
+		name string
+		h    http.Header
+		body []byte
+		want error
+	}{
+		{"fresh", header(tsNow, sigNow), body, nil},
+		{"a little ahead", header(tsAhead, sigAhead), body, nil},
+		{"one of several signatures", header(tsNow, "v1=00ff,"+sigNow), body, nil},
+		{"replayed after the window", header(tsOld, sigOld), body, jobs.ErrStale},
+		{"old timestamp with a fresh one's signature", header(tsOld, sigNow), body, jobs.ErrSignature},
+		{"body changed", header(tsNow, sigNow), []byte(`{"id":"01j","state":"failed"}`), jobs.ErrSignature},
+		{"signature of the body alone", header(tsNow, "sha256="+strings.TrimPrefix(jobs.Sign(secret, 0, body), "v1=")), body, jobs.ErrSignature},
+		{"other secret", header(tsNow, sigNow[:len(sigNow)-2]+"00"), body, jobs.ErrSignature},
+		{"no timestamp", header("", sigNow), body, jobs.ErrSignature},
+		{"timestamp not a number", header("soon", sigNow), body, jobs.ErrSignature},
+		{"timestamp with a leading zero", header("0"+tsNow, sigNow), body, jobs.ErrSignature},
+		{"no signature", header(tsNow, ""), body, jobs.ErrSignature},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := jobs.Verify(secret, tc.h, tc.body, now, jobs.ReplayWindow)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Verify = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func ExampleVerify() {
+	secret := []byte("0123456789abcdef-secret")
+	body := []byte(`{"id":"01jd7v4k1m8r3c5q9x2w6y0z7a","state":"succeeded"}`)
+	sent := time.Unix(1_800_000_000, 0)
+
+	// What the callback carries.
+	h := http.Header{}
+	h.Set(jobs.TimestampHeader, strconv.FormatInt(sent.Unix(), 10))
+	h.Set(jobs.SignatureHeader, jobs.Sign(secret, sent.Unix(), body))
+
+	// A receiver checks it on arrival, and a replay later is refused.
+	fmt.Println(jobs.Verify(secret, h, body, sent.Add(2*time.Second), jobs.ReplayWindow))
+	err := jobs.Verify(secret, h, body, sent.Add(time.Hour), jobs.ReplayWindow)
+	fmt.Println(errors.Is(err, jobs.ErrStale))
+	// Output:
+	// <nil>
+	// true
+}
+
+func TestNotifyURLRefused(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	n := newTestNet(t, map[string][]string{
+		"public.test":    {"203.0.113.10"},
+		"inside.test":    {"10.1.2.3"},
+		"meta.test":      {"169.254.169.254"},
+		"hooks.internal": {"10.9.9.9"},
+	})
+	s := newService(t, js, jobs.WithCallbackSecret([]byte("0123456789abcdef-secret")), n.option(),
+		jobs.WithCallbackAllow("127.0.0.1:9000", "hooks.internal:8443"))
+	for _, tc := range []struct {
+		name, url string
+		kind      string // the range refused; "" when accepted
+	}{
+		{"public name", "https://public.test/hook", ""},
+		{"public address", "http://203.0.113.7/hook", ""},
+		{"allowed loopback receiver", "http://127.0.0.1:9000/hook", ""},
+		{"allowed name", "https://hooks.internal:8443/hook", ""},
+		{"loopback", "http://127.0.0.1:4222/", "loopback"},
+		{"loopback on another port", "http://127.0.0.1:9001/", "loopback"},
+		{"IPv6 loopback", "http://[::1]:9000/", "loopback"},
+		{"IPv4-mapped loopback", "http://[::ffff:127.0.0.1]:4222/", "loopback"},
+		{"private", "http://10.0.0.1/", "private"},
+		{"IPv6 private", "http://[fd00::1]/", "private"},
+		{"link-local metadata", "http://169.254.169.254/latest/meta-data/", "link-local"},
+		{"IPv6 link-local", "http://[fe80::1]/", "link-local"},
+		{"CGNAT", "http://100.100.100.200/", "CGNAT"},
+		{"multicast", "http://224.0.0.1/", "multicast"},
+		{"unspecified", "http://0.0.0.0:4222/", "unspecified"},
+		{"broadcast", "http://255.255.255.255/", "broadcast"},
+		{"name inside", "https://inside.test/hook", "private"},
+		{"name of the metadata address", "http://meta.test/", "link-local"},
+		{"allowed name on another port", "https://hooks.internal/hook", "private"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
+			if tc.kind == "" {
+				if rpcErr != nil {
+					t.Fatalf("submit with %s = %d %s, want a job", tc.url, rpcErr.Code, rpcErr.Message)
+				}
+				return
+			}
+			if !isErr(rpcErr, schema.ErrInvalidParams) {
+				t.Fatalf("submit with %s = %v, want -32602", tc.url, rpcErr)
+			}
+			if d := errorData(t, rpcErr); d["field"] != "notify_url" || d["range"] != tc.kind {
+				t.Errorf("error data = %s, want field notify_url and range %q", rpcErr.Data, tc.kind)
+			}
+			if !strings.Contains(rpcErr.Message, "--callback-allow") {
+				t.Errorf("message %q does not name the allowlist flag", rpcErr.Message)
+			}
+		})
+	}
+	_, rpcErr := rpc(t, s, "", jobs.MethodSubmit, `{"method":"echo","notify_url":"http://nowhere.test/"}`)
+	if !isErr(rpcErr, schema.ErrInvalidParams) || !strings.Contains(rpcErr.Message, "does not resolve") {
+		t.Errorf("submit with a name that does not resolve = %v, want -32602 saying so", rpcErr)
+	}
+}
+
+// banner is what a NATS server says first on any connection.
+const banner = `INFO {"server_id":"NBANNERSECRET","version":"2.11.0","max_payload":1048576}`
+
+// rawListener serves every connection with serve, on loopback, until the
+// test ends.
+func rawListener(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			serve(c)
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestCallbackFailureClasses(t *testing.T) {
+	closed := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	nats := rawListener(t, func(c net.Conn) {
+		io.WriteString(c, banner+"\r\n")
+		_, _ = io.Copy(io.Discard, c)
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/busy":
+			http.Error(w, "upstream NBANNERSECRET is down", http.StatusServiceUnavailable)
+		case "/moved":
+			http.Redirect(w, r, "http://10.0.0.1/NBANNERSECRET", http.StatusFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+
+	n := newTestNet(t, map[string][]string{
+		"slow.test":   {"203.0.113.50"},
+		"rebind.test": {"203.0.113.60", "10.0.0.1"},
+	})
+	n.hang["203.0.113.50:80"] = true
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	s := newService(t, js, jobs.WithCallbackSecret([]byte("0123456789abcdef-secret")), n.option(),
+		jobs.WithCallbackAllow("127.0.0.1"), jobs.WithCallbackRetry(1, time.Millisecond, time.Millisecond),
+		jobs.WithCallbackTimeout(300*time.Millisecond))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	startRunner(t, js, newRuntime(t, nc, echoTools))
+	for _, tc := range []struct {
+		name, url string
+		want      string
+	}{
+		{"refused", "http://" + closed + "/hook", "refused"},
+		{"a NATS server's banner", "http://" + nats + "/hook", "protocol"},
+		{"error status with a body", srv.URL + "/busy", "status 503"},
+		{"redirect, not followed", srv.URL + "/moved", "status 302"},
+		{"timeout", "http://slow.test/hook", "timeout"},
+		{"name that resolves inside once submitted", "http://rebind.test/hook", "blocked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
+			if rpcErr != nil {
+				t.Fatalf("submit: %d %s", rpcErr.Code, rpcErr.Message)
+			}
+			var sub jobs.SubmitResult
+			json.Unmarshal(res, &sub)
+			r := waitFor(t, s, sub.ID, "callback failed", func(r *jobs.Record) bool {
+				return r.Callback != nil && r.Callback.State == jobs.CallbackFailed
+			})
+			if len(r.Callback.Failures) != 1 || r.Callback.Failures[0].Error != tc.want {
+				t.Fatalf("callback = %+v, want one failure %q", r.Callback, tc.want)
+			}
+			raw, rpcErr := rpc(t, s, "", jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, sub.ID))
+			if rpcErr != nil {
+				t.Fatal(rpcErr)
+			}
+			for _, leak := range []string{"NBANNERSECRET", "INFO", "upstream", "10.0.0.1", "refused", "dial"} {
+				if leak == tc.want {
+					continue
+				}
+				if strings.Contains(string(raw), leak) {
+					t.Errorf("rpc.jobs.get = %s, holds %q", raw, leak)
+				}
+			}
+		})
+	}
+}
+
+// A failure recorded with the receiver's words (as an older ingress wrote
+// them) reads "failed" to the caller.
+func TestCallbackFailureTextHidden(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js)
+	id := submit(t, s, "echo", `{}`)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, "toolbus_jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(ctx, "job."+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["callback"] = map[string]any{"state": "failed", "attempts": 2, "failures": []map[string]any{
+		{"at": time.Now(), "error": `Post "http://127.0.0.1:4222/": net/http: HTTP/1.x transport connection broken: malformed HTTP response "` + banner + `"`},
+		{"at": time.Now(), "error": "status 503"},
+	}}
+	b, _ := json.Marshal(rec)
+	if _, err := kv.Update(ctx, "job."+id, b, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	r, rpcErr := get(t, s, id)
+	if rpcErr != nil {
+		t.Fatal(rpcErr)
+	}
+	if f := r.Callback.Failures; len(f) != 2 || f[0].Error != "failed" || f[1].Error != "status 503" {
+		t.Errorf("failures = %+v, want failed and status 503", f)
+	}
+}
