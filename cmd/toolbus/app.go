@@ -38,6 +38,7 @@ type ingressConfig struct {
 	maxTimeout       time.Duration
 	batchConcurrency int
 	maxInFlight      int
+	callerInFlight   int
 	shutdownTimeout  time.Duration
 	jsonrpc1         bool
 	wsMaxInFlight    int
@@ -69,6 +70,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.DurationVar(&c.maxTimeout, "max-timeout", aggregator.DefaultMaxTimeout, "longest deadline any call may get")
 	f.IntVar(&c.batchConcurrency, "batch-concurrency", aggregator.DefaultBatchConcurrency, "calls of one batch in flight at once")
 	f.IntVar(&c.maxInFlight, "max-in-flight", aggregator.DefaultMaxInFlight, "calls in flight on this ingress; more are refused with -32002")
+	f.IntVar(&c.callerInFlight, "caller-max-in-flight", 0, "calls in flight on this ingress for one authenticated caller (0: half of --max-in-flight); without auth the one anonymous caller may use all of --max-in-flight")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
 	f.IntVar(&c.wsMaxInFlight, "ws-max-in-flight", ingress.DefaultWebSocketMaxInFlight, "calls in flight on one WebSocket connection")
@@ -252,6 +254,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 					t, ok := reg.Lookup(method)
 					return ok && t.Idempotent && !t.Conflict
 				}))
+			}
+			if cfg.callerInFlight != 0 {
+				policy = append(policy, aggregator.WithCallerMaxInFlight(cfg.callerInFlight))
 			}
 			agg, err := aggregator.New(nc, append([]aggregator.Option{
 				aggregator.WithPrefix(cfg.prefix),
