@@ -184,6 +184,13 @@ func (s *Server) setupMetrics() error {
 			return err
 		}
 	}
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolbus_ingress_connections",
+		Help: "Connections open on the listeners of Serve, WebSocket connections included (bounded per client address by max_conns_per_addr).",
+	}, func() float64 { return float64(s.conns.Open()) })
+	if err := reg.Register(open); err != nil {
+		return err
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:          promLogger{s},
 		Registry:          reg,

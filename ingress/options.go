@@ -62,6 +62,9 @@ type config struct {
 	registry      *Registry // set by WithDiscovery
 	noValidate    bool      // WithValidation(false)
 
+	maxHeaderBytes  int
+	maxConnsPerAddr int
+
 	auth        *authenticator
 	rate        *RateLimit
 	callerRates map[string]RateLimit
@@ -88,6 +91,9 @@ func defaultConfig() config {
 		pingInterval:  DefaultPingInterval,
 		pingMisses:    DefaultPingMisses,
 		heartbeat:     DefaultSSEHeartbeat,
+
+		maxHeaderBytes:  DefaultMaxHeaderBytes,
+		maxConnsPerAddr: DefaultMaxConnsPerAddr,
 	}
 }
 

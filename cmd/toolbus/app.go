@@ -41,6 +41,8 @@ type ingressConfig struct {
 	callerInFlight   int
 	shutdownTimeout  time.Duration
 	jsonrpc1         bool
+	maxHeaderBytes   int
+	maxConnsPerAddr  int
 	wsMaxInFlight    int
 	wsPingInterval   time.Duration
 	wsPingMisses     int
@@ -73,6 +75,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.callerInFlight, "caller-max-in-flight", 0, "calls in flight on this ingress for one authenticated caller (0: half of --max-in-flight); without auth the one anonymous caller may use all of --max-in-flight")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
+	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", ingress.DefaultMaxHeaderBytes, "largest request line and headers in bytes (431 beyond)")
+	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", ingress.DefaultMaxConnsPerAddr, "connections one client IP address may have open (0: no bound, as behind a proxy)")
 	f.IntVar(&c.wsMaxInFlight, "ws-max-in-flight", ingress.DefaultWebSocketMaxInFlight, "calls in flight on one WebSocket connection")
 	f.DurationVar(&c.wsPingInterval, "ws-ping-interval", ingress.DefaultPingInterval, "how often the server pings a WebSocket client")
 	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
@@ -274,6 +278,8 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				ingress.WithMaxTimeout(cfg.maxTimeout),
 				ingress.WithLogger(log),
 				ingress.WithJSONRPC1(cfg.jsonrpc1),
+				ingress.WithMaxHeaderBytes(cfg.maxHeaderBytes),
+				ingress.WithMaxConnsPerAddr(cfg.maxConnsPerAddr),
 				ingress.WithWebSocketMaxInFlight(cfg.wsMaxInFlight),
 				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
 				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
