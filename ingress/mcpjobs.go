@@ -142,6 +142,7 @@ func jobResult(rec *jobRecord) *mcp.CallToolResult {
 // its answer.
 func (m *mcpDoor) run(ctx context.Context, hdr callHeaders, method string, params json.RawMessage) schema.Response {
 	p := m.s.plan([]element{{req: schema.Request{ID: m.nextID(), Method: method, Params: params}}}, hdr, nil)
+	defer p.done()
 	m.s.dispatch(ctx, &p)
 	if len(p.out) != 1 {
 		return schema.Response{Error: internalError()}

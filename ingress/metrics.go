@@ -191,6 +191,13 @@ func (s *Server) setupMetrics() error {
 	if err := reg.Register(open); err != nil {
 		return err
 	}
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolbus_ingress_bytes_in_flight",
+		Help: "Bytes of answers the ingress holds that are not written to their clients yet (bounded by max_bytes_in_flight, and per caller by caller_max_bytes_in_flight).",
+	}, func() float64 { return float64(s.bytes.Total()) })
+	if err := reg.Register(held); err != nil {
+		return err
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:          promLogger{s},
 		Registry:          reg,

@@ -51,8 +51,10 @@ type Server struct {
 	limiter *limiter
 	handler http.Handler
 
-	// conns counts the connections of Serve's listeners per address.
+	// conns counts the connections of Serve's listeners per address;
+	// bytes the answers held for each caller until they are written.
 	conns *connLimiter
+	bytes *byteBudget
 
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
@@ -118,6 +120,7 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		limiter: newLimiter(cfg.rate, cfg.callerRates),
 	}
 	s.conns = newConnLimiter(s, cfg.maxConnsPerAddr)
+	s.bytes = newByteBudget(cfg.maxBytes, cfg.callerMaxBytes)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)
 	s.mux.HandleFunc(restPattern, s.serveREST)

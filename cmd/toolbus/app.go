@@ -43,7 +43,11 @@ type ingressConfig struct {
 	jsonrpc1         bool
 	maxHeaderBytes   int
 	maxConnsPerAddr  int
+	maxBytes         int64
+	callerMaxBytes   int64
 	wsMaxInFlight    int
+	wsMaxUnsent      int64
+	wsWriteTimeout   time.Duration
 	wsPingInterval   time.Duration
 	wsPingMisses     int
 	wsOrigins        []string
@@ -77,7 +81,11 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
 	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", ingress.DefaultMaxHeaderBytes, "largest request line and headers in bytes (431 beyond)")
 	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", ingress.DefaultMaxConnsPerAddr, "connections one client IP address may have open (0: no bound, as behind a proxy)")
+	f.Int64Var(&c.maxBytes, "max-bytes-in-flight", ingress.DefaultMaxBytesInFlight, "bytes of answers the ingress holds unwritten, over all callers")
+	f.Int64Var(&c.callerMaxBytes, "caller-max-bytes-in-flight", 0, "bytes of answers the ingress holds unwritten for one authenticated caller (0: half of --max-bytes-in-flight)")
 	f.IntVar(&c.wsMaxInFlight, "ws-max-in-flight", ingress.DefaultWebSocketMaxInFlight, "calls in flight on one WebSocket connection")
+	f.Int64Var(&c.wsMaxUnsent, "ws-max-unsent-bytes", ingress.DefaultWebSocketMaxUnsentBytes, "bytes of answers a WebSocket client may leave unread before its connection is closed")
+	f.DurationVar(&c.wsWriteTimeout, "ws-write-timeout", ingress.DefaultWebSocketWriteTimeout, "how long writing one message to a WebSocket client may take before its connection is closed")
 	f.DurationVar(&c.wsPingInterval, "ws-ping-interval", ingress.DefaultPingInterval, "how often the server pings a WebSocket client")
 	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
 	f.StringSliceVar(&c.wsOrigins, "ws-origins", nil, "origin patterns allowed to open a WebSocket besides the same origin (e.g. *.example.com)")
@@ -280,7 +288,10 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				ingress.WithJSONRPC1(cfg.jsonrpc1),
 				ingress.WithMaxHeaderBytes(cfg.maxHeaderBytes),
 				ingress.WithMaxConnsPerAddr(cfg.maxConnsPerAddr),
+				ingress.WithMaxBytesInFlight(cfg.maxBytes),
 				ingress.WithWebSocketMaxInFlight(cfg.wsMaxInFlight),
+				ingress.WithWebSocketMaxUnsentBytes(cfg.wsMaxUnsent),
+				ingress.WithWebSocketWriteTimeout(cfg.wsWriteTimeout),
 				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
 				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
 				ingress.WithReadiness(func(context.Context) error {
@@ -292,6 +303,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 					}
 					return nil
 				}),
+			}
+			if cfg.callerMaxBytes != 0 {
+				opts = append(opts, ingress.WithCallerMaxBytesInFlight(cfg.callerMaxBytes))
 			}
 			if len(cfg.wsOrigins) > 0 {
 				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
