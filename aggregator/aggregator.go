@@ -52,6 +52,8 @@ type Aggregator struct {
 	retrySafeFunc     func(method string) bool
 	methodInFlight    map[string]chan struct{}
 	idem              *IdempotencyStore
+	idemQuota         *idemLedger
+	idemFailOpen      bool
 	breakers          *breakers
 	hedge             time.Duration
 	busyWait          time.Duration
@@ -76,6 +78,9 @@ type config struct {
 	retrySafeFunc  func(method string) bool
 	methodInFlight map[string]int
 	idem           *IdempotencyStore
+	idemRecords    int
+	idemBytes      int64
+	idemFailOpen   bool
 	breaker        *Breaker
 	hedge          time.Duration
 	busyWait       time.Duration
@@ -186,6 +191,8 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		ackTimeout:     DefaultAckTimeout,
 		maxAttempts:    DefaultMaxAttempts,
 		busyWait:       DefaultBusyWait,
+		idemRecords:    DefaultIdempotencyCallerMaxRecords,
+		idemBytes:      DefaultIdempotencyCallerMaxBytes,
 	}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -220,6 +227,8 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		retrySafeFunc:     cfg.retrySafeFunc,
 		methodInFlight:    methodInFlight,
 		idem:              cfg.idem,
+		idemQuota:         newIdemLedger(cfg.idemRecords, cfg.idemBytes),
+		idemFailOpen:      cfg.idemFailOpen,
 		breakers:          brk,
 		hedge:             cfg.hedge,
 		busyWait:          cfg.busyWait,

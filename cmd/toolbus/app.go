@@ -428,7 +428,7 @@ func openIdempotency(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressCon
 				if err != nil {
 					return err
 				}
-				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas)
+				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas, cfg.sec.idemMaxBytes)
 				if err != nil {
 					store.Waiting("JetStream: " + err.Error())
 					return err
