@@ -222,7 +222,7 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 	cfg := runnerConfig{
 		prefix:           bus.DefaultPrefix,
 		logger:           slog.Default(),
-		store:            storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued},
+		store:            defaultStoreConfig(),
 		lease:            DefaultLease,
 		concurrency:      DefaultRunConcurrency,
 		maxDeliver:       DefaultMaxDeliver,

@@ -24,6 +24,12 @@ const (
 	DefaultReplicas = 1
 	// DefaultMaxQueued is the most jobs waiting in the queue stream.
 	DefaultMaxQueued = 1_000_000
+	// DefaultQueueMaxBytes and DefaultRecordsMaxBytes are the byte caps
+	// of the queue stream (job_queue_max_bytes) and of the bucket of
+	// records (job_records_max_bytes), so that together with the
+	// idempotency bucket they stay within the JetStream store.
+	DefaultQueueMaxBytes   int64 = 1 << 30
+	DefaultRecordsMaxBytes int64 = 1 << 30
 	// DuplicateWindow is how long the queue stream remembers a job id, so
 	// that publishing the same job twice within it queues it once.
 	DuplicateWindow = 2 * time.Minute
@@ -85,8 +91,15 @@ func jobKey(id string) string { return "job." + id }
 
 // storeConfig is what setup creates the stream and bucket with.
 type storeConfig struct {
-	replicas  int
-	maxQueued int64
+	replicas     int
+	maxQueued    int64
+	queueBytes   int64
+	recordsBytes int64
+}
+
+func defaultStoreConfig() storeConfig {
+	return storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued,
+		queueBytes: DefaultQueueMaxBytes, recordsBytes: DefaultRecordsMaxBytes}
 }
 
 func (n names) streamConfig(c storeConfig) jetstream.StreamConfig {
@@ -98,6 +111,7 @@ func (n names) streamConfig(c storeConfig) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.replicas,
 		MaxMsgs:     c.maxQueued,
+		MaxBytes:    c.queueBytes,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DuplicateWindow,
 	}
@@ -112,6 +126,7 @@ func (n names) bucketConfig(c storeConfig) jetstream.KeyValueConfig {
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       c.replicas,
+		MaxBytes:       c.recordsBytes,
 		LimitMarkerTTL: markerTTL,
 	}
 }
@@ -279,6 +294,19 @@ func (s *store) putKey(ctx context.Context, key string, value []byte, rev uint64
 		return fmt.Errorf("jobs: write %s: %w", key, err)
 	}
 	return nil
+}
+
+// isFull reports whether JetStream refused a write because a stream or
+// the server's store is at its byte cap.
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	const insufficientResources = 10023 // the server's store is full
+	return apiErr.ErrorCode == insufficientResources ||
+		strings.Contains(apiErr.Description, "maximum bytes") ||
+		strings.Contains(apiErr.Description, "insufficient resources")
 }
 
 // isConflict reports whether err is a failed revision check.

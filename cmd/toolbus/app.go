@@ -56,6 +56,8 @@ type ingressConfig struct {
 	jobTTL           time.Duration
 	jobReplicas      int
 	jobMaxAttempts   int
+	jobQueueBytes    int64
+	jobRecordsBytes  int64
 	callbackSecret   string
 	discovery        bool
 	validate         bool
@@ -94,6 +96,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.DurationVar(&c.jobTTL, "job-ttl", jobs.DefaultTTL, "how long a finished job's record is kept")
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
+	f.Int64Var(&c.jobQueueBytes, "job-queue-max-bytes", jobs.DefaultQueueMaxBytes, "byte cap of the JetStream stream of queued jobs")
+	f.Int64Var(&c.jobRecordsBytes, "job-records-max-bytes", jobs.DefaultRecordsMaxBytes, "byte cap of the JetStream bucket of job records")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
 	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
@@ -373,6 +377,7 @@ func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfi
 		jobs.WithTTL(cfg.jobTTL),
 		jobs.WithReplicas(cfg.jobReplicas),
 		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
+		jobs.WithStoreBytes(cfg.jobQueueBytes, cfg.jobRecordsBytes),
 		jobs.WithLogger(log),
 		jobs.WithCounters(counters),
 	}
