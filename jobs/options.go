@@ -55,6 +55,8 @@ type config struct {
 	maxListScan    int
 	counters       *Counters
 
+	callerMaxQueued int64
+
 	callbackSecret   []byte
 	callbackClient   *http.Client
 	callbackAttempts int
@@ -73,6 +75,7 @@ func defaultConfig() config {
 		listLimit:        DefaultListLimit,
 		maxListLimit:     DefaultMaxListLimit,
 		maxListScan:      DefaultMaxListScan,
+		callerMaxQueued:  DefaultCallerMaxQueued,
 		callbackAttempts: DefaultCallbackAttempts,
 		callbackMin:      DefaultCallbackMinBackoff,
 		callbackMax:      DefaultCallbackMaxBackoff,

@@ -198,6 +198,9 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 			return existing, e
 		}
 	}
+	if e := s.admitQueued(ctx, rec.Caller); e != nil {
+		return nil, e
+	}
 	seq, qerr := s.enqueue(ctx, rec)
 	if qerr != nil {
 		return nil, qerr
@@ -310,7 +313,7 @@ func (s *Service) enqueue(ctx context.Context, rec *stored) (uint64, *schema.Err
 	if err != nil {
 		return 0, schema.NewError(schema.CodeInternal, "internal error: encode job: "+err.Error(), nil)
 	}
-	msg := &nats.Msg{Subject: s.st.names.runSubject(rec.Method), Data: b}
+	msg := &nats.Msg{Subject: s.st.names.queueSubject(rec.Caller, rec.Method), Data: b}
 	ack, err := s.st.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.ID), jetstream.WithExpectStream(s.st.names.stream))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages") {
@@ -331,6 +334,11 @@ func (s *Service) enqueue(ctx context.Context, rec *stored) (uint64, *schema.Err
 	// A duplicate is a job an earlier submit of the same id queued.
 	if !ack.Duplicate {
 		s.cfg.counters.addSubmitted(rec.Method)
+		// Wake a runner with nothing to do; one that misses it finds the
+		// job when it next lists the stream.
+		if err := s.st.js.Conn().Publish(s.st.names.readySubject(rec.Caller, rec.Method), nil); err != nil {
+			s.log.Debug("ring for a queued job", "id", rec.ID, "err", err)
+		}
 	}
 	return ack.Sequence, nil
 }

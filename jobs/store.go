@@ -65,7 +65,10 @@ func newNames(prefix string) (names, error) {
 	return names{prefix: prefix, stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}, nil
 }
 
-// runSubject is the subject a job of method is queued on.
+// runSubject is the subject a job of method was queued on before jobs
+// were queued per caller ([names.queueSubject]); runners still take the
+// jobs left there, and the durable consumer of each served pattern on it
+// tells which methods run as jobs.
 func (n names) runSubject(method string) string { return n.prefix + ".jobs.run." + method }
 
 // runFilter is the subject a runner serving pattern ("math.*") fetches from.
@@ -106,7 +109,7 @@ func (n names) streamConfig(c storeConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        n.stream,
 		Description: "toolbus jobs waiting to run and callbacks waiting to be sent",
-		Subjects:    []string{n.prefix + ".jobs.run.>", n.notifySubject()},
+		Subjects:    []string{n.prefix + ".jobs.queue.>", n.prefix + ".jobs.run.>", n.notifySubject()},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.replicas,

@@ -57,6 +57,7 @@ type ingressConfig struct {
 	jobReplicas      int
 	jobMaxAttempts   int
 	jobQueueBytes    int64
+	jobCallerQueued  int64
 	jobRecordsBytes  int64
 	callbackSecret   string
 	discovery        bool
@@ -96,6 +97,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.DurationVar(&c.jobTTL, "job-ttl", jobs.DefaultTTL, "how long a finished job's record is kept")
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
+	f.Int64Var(&c.jobCallerQueued, "job-caller-max-queued", jobs.DefaultCallerMaxQueued, "jobs one authenticated caller may have queued or running (without auth the anonymous caller is bounded by the queue alone)")
 	f.Int64Var(&c.jobQueueBytes, "job-queue-max-bytes", jobs.DefaultQueueMaxBytes, "byte cap of the JetStream stream of queued jobs")
 	f.Int64Var(&c.jobRecordsBytes, "job-records-max-bytes", jobs.DefaultRecordsMaxBytes, "byte cap of the JetStream bucket of job records")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
@@ -378,6 +380,7 @@ func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfi
 		jobs.WithReplicas(cfg.jobReplicas),
 		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
 		jobs.WithStoreBytes(cfg.jobQueueBytes, cfg.jobRecordsBytes),
+		jobs.WithCallerMaxQueued(cfg.jobCallerQueued),
 		jobs.WithLogger(log),
 		jobs.WithCounters(counters),
 	}
