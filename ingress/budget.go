@@ -79,15 +79,17 @@ func (b *byteBudget) limit(caller string) (int64, string) {
 	return b.callerMax, "caller_max_bytes_in_flight"
 }
 
-// admit returns the refusal of a new call of caller while it, or the
-// ingress, holds half its bound of bytes or more; nil otherwise. The other
-// half is room for the answers of the calls already running, which would
-// otherwise be dropped on arrival.
+// admit returns the refusal of a new call of caller while it holds half
+// its bound of bytes or more, or while the ingress holds all but that much
+// of its own; nil otherwise. The half left is room for the answers of the
+// calls already running, which would otherwise be dropped on arrival; and
+// as a named caller's bound is below the ingress's by more than that, one
+// caller alone never closes the ingress to the others.
 func (b *byteBudget) admit(caller string) *schema.Error {
 	max, name := b.limit(caller)
 	b.mu.Lock()
 	full := b.held[caller] >= max/2
-	if !full && b.total >= b.max/2 {
+	if !full && b.total >= b.max-max/2 {
 		full, max, name = true, b.max, "max_bytes_in_flight"
 	}
 	b.mu.Unlock()
