@@ -37,6 +37,7 @@ type Aggregator struct {
 	methodTimeouts map[string]time.Duration
 	batchCap       int
 	inFlight       chan struct{}
+	callers        *callerSlots
 	log            *slog.Logger
 	now            func() time.Time
 
@@ -51,6 +52,8 @@ type Aggregator struct {
 	retrySafeFunc     func(method string) bool
 	methodInFlight    map[string]chan struct{}
 	idem              *IdempotencyStore
+	idemQuota         *idemLedger
+	idemFailOpen      bool
 	breakers          *breakers
 	hedge             time.Duration
 	busyWait          time.Duration
@@ -65,6 +68,8 @@ type config struct {
 	maxInFlight    int
 	log            *slog.Logger
 
+	callerMaxInFlight int
+
 	heartbeat      time.Duration
 	misses         int
 	ackTimeout     time.Duration
@@ -73,6 +78,9 @@ type config struct {
 	retrySafeFunc  func(method string) bool
 	methodInFlight map[string]int
 	idem           *IdempotencyStore
+	idemRecords    int
+	idemBytes      int64
+	idemFailOpen   bool
 	breaker        *Breaker
 	hedge          time.Duration
 	busyWait       time.Duration
@@ -142,7 +150,8 @@ func WithBatchConcurrency(n int) Option {
 
 // WithMaxInFlight caps the calls in flight across all batches of this
 // aggregator (default [DefaultMaxInFlight]). A call over the cap is refused at
-// once with [schema.CodeOverloaded] and a retry_after_ms hint.
+// once with [schema.CodeOverloaded] and a retry_after_ms hint. Each named
+// caller may take a share of it ([WithCallerMaxInFlight]).
 func WithMaxInFlight(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
@@ -182,6 +191,8 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		ackTimeout:     DefaultAckTimeout,
 		maxAttempts:    DefaultMaxAttempts,
 		busyWait:       DefaultBusyWait,
+		idemRecords:    DefaultIdempotencyCallerMaxRecords,
+		idemBytes:      DefaultIdempotencyCallerMaxBytes,
 	}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -216,6 +227,8 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		retrySafeFunc:     cfg.retrySafeFunc,
 		methodInFlight:    methodInFlight,
 		idem:              cfg.idem,
+		idemQuota:         newIdemLedger(cfg.idemRecords, cfg.idemBytes),
+		idemFailOpen:      cfg.idemFailOpen,
 		breakers:          brk,
 		hedge:             cfg.hedge,
 		busyWait:          cfg.busyWait,
@@ -226,9 +239,19 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		methodTimeouts:    cfg.methodTimeouts,
 		batchCap:          cfg.batchCap,
 		inFlight:          make(chan struct{}, cfg.maxInFlight),
+		callers:           newCallerSlots(callerShare(cfg)),
 		log:               cfg.log.With("component", "aggregator"),
 		now:               time.Now,
 	}, nil
+}
+
+// callerShare is the in-flight cap of one named caller: as configured, or
+// half of the global cap.
+func callerShare(cfg config) int {
+	if cfg.callerMaxInFlight > 0 {
+		return min(cfg.callerMaxInFlight, cfg.maxInFlight)
+	}
+	return max(cfg.maxInFlight/2, 1)
 }
 
 // MaxTimeout returns the server maximum deadline of a call.
@@ -351,13 +374,19 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 	case <-ctx.Done():
 		return nil, a.ctxError(ctx, c, timeout)
 	}
+	if c.Caller != "" {
+		if !a.callers.take(c.Caller) {
+			return nil, callerOverloaded(a.callers.max)
+		}
+		defer a.callers.give(c.Caller)
+	}
 	select {
 	case a.inFlight <- struct{}{}:
 		defer func() { <-a.inFlight }()
 	default:
 		return nil, schema.NewError(schema.CodeOverloaded,
-			fmt.Sprintf("overloaded: %d calls in flight on this ingress (max_in_flight)", cap(a.inFlight)),
-			map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(), "limit": "max_in_flight"})
+			fmt.Sprintf("overloaded: %d calls in flight on this ingress (max_in_flight); send the call again shortly", cap(a.inFlight)),
+			map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(), "limit": "max_in_flight", "max": cap(a.inFlight)})
 	}
 	if sem, ok := a.methodInFlight[c.Method]; ok {
 		select {

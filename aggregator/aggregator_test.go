@@ -365,6 +365,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"wildcard method timeout", aggregator.WithMethodTimeout("a.*", time.Second)},
 		{"zero batch concurrency", aggregator.WithBatchConcurrency(0)},
 		{"zero max in flight", aggregator.WithMaxInFlight(0)},
+		{"zero caller max in flight", aggregator.WithCallerMaxInFlight(0)},
 		{"bad prefix", aggregator.WithPrefix("a b")},
 		{"nil logger", aggregator.WithLogger(nil)},
 	} {

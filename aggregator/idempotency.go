@@ -16,9 +16,17 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// DefaultIdempotencyTTL is how long a finished call's answer is replayed
-// for a duplicate, unless [IdempotencyBucket] is given another TTL.
-const DefaultIdempotencyTTL = 24 * time.Hour
+// Defaults of the idempotency records.
+const (
+	// DefaultIdempotencyTTL is how long a finished call's answer is
+	// replayed for a duplicate, unless [IdempotencyBucket] is given
+	// another TTL.
+	DefaultIdempotencyTTL = 24 * time.Hour
+	// DefaultIdempotencyMaxBytes is the byte cap of the bucket of
+	// records (idempotency_max_bytes), unless [IdempotencyBucket] is
+	// given another.
+	DefaultIdempotencyMaxBytes int64 = 1 << 30
+)
 
 // storeTimeout bounds one write of an idempotency record.
 const storeTimeout = 5 * time.Second
@@ -28,13 +36,19 @@ const storeTimeout = 5 * time.Second
 // ingress replica of the cluster must use the same one. A record expires
 // ttl after its last write (zero means [DefaultIdempotencyTTL]); choose a
 // ttl longer than the longest call. replicas is the bucket's JetStream
-// replica count (zero means 1; 3 on a three-node cluster).
-func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
-	if ttl < 0 || replicas < 0 {
-		return nil, fmt.Errorf("aggregator: idempotency ttl and replicas must not be negative, got %v and %d", ttl, replicas)
+// replica count (zero means 1; 3 on a three-node cluster). maxBytes caps
+// the bucket (zero means [DefaultIdempotencyMaxBytes]): once it is full a
+// call with an idempotency key is refused -32003 rather than run without
+// its record, and the rest of the JetStream store stays for jobs.
+func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration, replicas int, maxBytes int64) (jetstream.KeyValue, error) {
+	if ttl < 0 || replicas < 0 || maxBytes < 0 {
+		return nil, fmt.Errorf("aggregator: idempotency ttl, replicas and max bytes must not be negative, got %v, %d and %d", ttl, replicas, maxBytes)
 	}
 	if ttl == 0 {
 		ttl = DefaultIdempotencyTTL
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultIdempotencyMaxBytes
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucketName(prefix) + "_idem",
@@ -42,6 +56,7 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 		TTL:         ttl,
 		History:     1,
 		Replicas:    max(replicas, 1),
+		MaxBytes:    maxBytes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: idempotency bucket: %w", err)
@@ -70,8 +85,11 @@ func bucketName(prefix string) string {
 // is not stored, so that sending the call again runs it again. The key of
 // a single call names it; in a batch each call is named by the key and its
 // JSON-RPC id. A key sent again with a different method or params is
-// answered -32600. When the store cannot be reached, the call runs as if
-// it carried no key, and the failure is logged.
+// answered -32600. When the store cannot record the call (unreachable, or
+// full), the call is refused -32003, retryable, and does not run: a
+// safety feature that cannot work never runs the call unprotected, unless
+// [WithIdempotencyFailOpen] says so. Each caller may hold a bounded number
+// of records ([WithIdempotencyCallerLimits]).
 func WithIdempotency(kv jetstream.KeyValue) Option {
 	return func(c *config) error {
 		if kv == nil {
@@ -194,20 +212,28 @@ func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, kv jetstrea
 	deadline, _ := ctx.Deadline()
 	running, _ := json.Marshal(idemRecord{State: idemRunning, Fingerprint: fp, Until: deadline.UnixNano()})
 	for {
+		if e := a.idemQuota.admit(ctx, c.Caller, k, bucketTTL(kv)); e != nil {
+			return nil, e
+		}
 		rev, err := kv.Create(ctx, k, running)
 		if err == nil {
-			return a.runAndStore(ctx, kv, k, rev, fp, run)
+			a.idemQuota.add(c.Caller, k, len(k)+len(running))
+			return a.runAndStore(ctx, kv, k, c.Caller, rev, fp, run)
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			if ctx.Err() != nil {
 				return nil, a.ctxError(ctx, c, timeout)
 			}
-			a.log.Warn("idempotency store unavailable, running the call without it", "method", c.Method, "err", err)
-			return run()
+			if a.idemFailOpen {
+				a.log.Warn("idempotency store cannot record the call, running it without a record (fail-open)", "method", c.Method, "err", err)
+				return run()
+			}
+			a.log.Warn("idempotency store cannot record the call, refused", "method", c.Method, "err", err)
+			return nil, storeRefused(err)
 		}
 		result, rpcErr, claimed, rev := a.await(ctx, c, kv, k, fp, running)
 		if claimed {
-			return a.runAndStore(ctx, kv, k, rev, fp, run)
+			return a.runAndStore(ctx, kv, k, c.Caller, rev, fp, run)
 		}
 		if result != nil || rpcErr != nil {
 			return result, rpcErr
@@ -285,8 +311,11 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, kv jetstream.Key
 // runAndStore runs a call whose record this aggregator claimed at rev, and
 // stores its answer, or deletes the record when the answer is a retryable
 // failure. The store is written even when the client has gone, so that
-// the duplicates waiting for it are answered.
-func (a *Aggregator) runAndStore(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, fp string,
+// the duplicates waiting for it are answered. An answer the store cannot
+// take (the bucket is full) is replaced in the record by a small one that
+// says so: a duplicate then learns that the call ran rather than running
+// it again.
+func (a *Aggregator) runAndStore(ctx context.Context, kv jetstream.KeyValue, k, caller string, rev uint64, fp string,
 	run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
 	result, rpcErr := run()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -295,6 +324,7 @@ func (a *Aggregator) runAndStore(ctx context.Context, kv jetstream.KeyValue, k s
 		if err := kv.Delete(sctx, k, jetstream.LastRevision(rev)); err != nil {
 			a.log.Warn("idempotency record not released", "err", err)
 		}
+		a.idemQuota.remove(caller, k)
 		return result, rpcErr
 	}
 	done, err := json.Marshal(idemRecord{State: idemDone, Fingerprint: fp, Result: result, Error: rpcErr})
@@ -302,11 +332,67 @@ func (a *Aggregator) runAndStore(ctx context.Context, kv jetstream.KeyValue, k s
 		_, err = kv.Update(sctx, k, done, rev)
 	}
 	if err != nil {
+		a.log.Warn("idempotency record not stored, keeping a record without the answer", "err", err)
+		done, _ = json.Marshal(idemRecord{State: idemDone, Fingerprint: fp, Error: answerNotKept()})
+		_, err = kv.Update(sctx, k, done, rev)
+	}
+	if err != nil {
 		a.log.Warn("idempotency record not stored", "err", err)
 		// A duplicate must not wait on a record that will never finish.
 		_ = kv.Delete(sctx, k)
+		a.idemQuota.remove(caller, k)
+		return result, rpcErr
 	}
+	a.idemQuota.add(caller, k, len(done))
 	return result, rpcErr
+}
+
+// bucketTTL reads the TTL of kv's records.
+func bucketTTL(kv jetstream.KeyValue) ttlFunc {
+	return func(ctx context.Context) (time.Duration, error) {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return st.TTL(), nil
+	}
+}
+
+// storeRefused is the refusal of a call whose idempotency record cannot
+// be written: it does not run without one.
+func storeRefused(err error) *schema.Error {
+	if isStoreFull(err) {
+		return schema.NewError(schema.CodeUnavailable,
+			"unavailable: the idempotency store is full (idempotency_max_bytes), so the call did not run; "+
+				"send it again once older records expire, or without Idempotency-Key",
+			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_full",
+				"limit": "idempotency_max_bytes"})
+	}
+	return schema.NewError(schema.CodeUnavailable,
+		"unavailable: the idempotency store cannot record the call, so it did not run; send it again shortly",
+		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_unavailable"})
+}
+
+// isStoreFull reports whether JetStream refused a write because a stream
+// or the server's store is at its byte cap.
+func isStoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	const insufficientResources = 10023 // the server's store is full
+	return apiErr.ErrorCode == insufficientResources ||
+		strings.Contains(apiErr.Description, "maximum bytes") ||
+		strings.Contains(apiErr.Description, "insufficient resources")
+}
+
+// answerNotKept is what a duplicate is answered when the first call ran
+// but its answer did not fit the store.
+func answerNotKept() *schema.Error {
+	return schema.NewError(schema.CodeLimitExceeded,
+		"limit exceeded: a call with this idempotency key ran, but its answer could not be kept (idempotency_max_bytes); "+
+			"it was not run again",
+		map[string]any{"limit": "idempotency_max_bytes", "reason": "idempotency_answer_not_kept", "may_have_run": true})
 }
 
 // retryable reports whether an answer is a failure that sending the call

@@ -82,7 +82,14 @@ type plan struct {
 	calls []schema.Call
 	// slots holds, per call, its index in out, or -1 for a notification.
 	slots []int
+	// charge holds the bytes of the answers in out against the caller's
+	// budget until the transport has written them and calls done.
+	charge *charge
 }
+
+// done gives back the bytes p's answers hold: they are written, or will
+// never be.
+func (p *plan) done() { p.charge.close() }
 
 // plan sorts the elements of a message: invalid elements and methods that
 // can never be routed are answered at once, methods in local are run at
@@ -91,7 +98,7 @@ type plan struct {
 // deadline the client asked for. This is the one place where every
 // transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
-	p := plan{out: make([]reply, 0, len(elems))}
+	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.open(hdr.caller.String())}
 	for _, el := range elems {
 		if el.err != nil {
 			// An element whose id could not be read is answered with a
@@ -159,8 +166,9 @@ func (p *plan) answers() int {
 // settle returns the answer to send for call c, given what the dispatcher
 // returned: the call's own id, an error in preference to a result (an error
 // is never swallowed, even next to a result), and an internal error when
-// there is neither.
-func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response) schema.Response {
+// there is neither. The answer is held against ch until it is written;
+// one that does not fit is replaced by the refusal that says so.
+func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response, ch *charge) schema.Response {
 	out := schema.Response{ID: c.ID}
 	switch {
 	case r.Error != nil:
@@ -172,55 +180,32 @@ func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response) 
 			slog.String("id", string(c.ID)), slog.String("method", c.Method))
 		out.Error = internalError()
 	}
-	return out
+	held := ch.hold(out)
+	if held.Error != out.Error {
+		s.countRefusal(limitOf(held.Error))
+	}
+	return held
 }
 
-// dispatch calls [Dispatcher.Dispatch] and settles the answers into the
-// slots of p. Every call gets an answer: a dispatcher that panics or
-// returns too few responses is logged and its calls answered -32603.
+// dispatch runs the calls of p and settles each answer into its slot as
+// it arrives, so that it is held against p's charge from then on. Every
+// call gets an answer (see [Server.stream]).
 func (s *Server) dispatch(ctx context.Context, p *plan) {
-	if len(p.calls) == 0 {
-		return
-	}
-	got, err := s.dispatchSafely(ctx, p.calls)
-	if err == nil && len(got) != len(p.calls) {
-		err = fmt.Errorf("dispatcher returned %d responses for %d calls", len(got), len(p.calls))
-	}
-	if err != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))
-		for _, slot := range p.slots {
-			if slot >= 0 {
-				p.out[slot].Error = internalError()
-			}
+	s.stream(ctx, p.calls, p.charge, func(i int, r schema.Response) {
+		if slot := p.slots[i]; slot >= 0 {
+			p.out[slot].Response = r
 		}
-		return
-	}
-	for i, slot := range p.slots {
-		if slot >= 0 {
-			p.out[slot].Response = s.settle(ctx, &p.calls[i], got[i])
-		}
-	}
-}
-
-// dispatchSafely calls the dispatcher, turning a panic into an error so that
-// every call of the request is still answered.
-func (s *Server) dispatchSafely(ctx context.Context, calls []schema.Call) (resps []schema.Response, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = s.recovered(ctx, v)
-		}
-	}()
-	return s.d.Dispatch(ctx, calls), nil
+	})
 }
 
 // stream calls [Dispatcher.Stream] and hands emit the settled answer of
 // every call that is not a notification, exactly once each, in completion
-// order. Whatever the dispatcher does wrong (panicking, skipping a call,
+// order, held against ch (see [Server.settle]). Whatever the dispatcher does wrong (panicking, skipping a call,
 // answering one twice, emitting late) stays inside: a call it never
 // answered gets -32603 when Stream returns, and emit is never called after
 // stream returns. emit is called from one goroutine at a time and must not
 // block for long.
-func (s *Server) stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+func (s *Server) stream(ctx context.Context, calls []schema.Call, ch *charge, emit func(i int, r schema.Response)) {
 	if len(calls) == 0 {
 		return
 	}
@@ -235,7 +220,7 @@ func (s *Server) stream(ctx context.Context, calls []schema.Call, emit func(i in
 			return
 		}
 		answered[i] = true
-		emit(i, s.settle(ctx, &calls[i], r))
+		emit(i, s.settle(ctx, &calls[i], r, ch))
 	}
 	if err := s.streamSafely(ctx, calls, once); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))

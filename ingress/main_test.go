@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 //	sleep {"ms"}                  answers {"slept_ms"} after ms, or the
 //	                              context's error when it ends first
 //	error {"code", "data"}        an error with that code and data
+//	big {"bytes"}                 a JSON string of that many bytes
 //	bad.empty                     neither result nor error
 //	bad.both                      both a result and an error
 //	bad.short                     one response too few for the whole batch
@@ -186,6 +187,14 @@ func (f *fakeDispatcher) answer(ctx context.Context, c schema.Call) schema.Respo
 			return invalid()
 		}
 		return schema.Response{Error: schema.NewError(p.Code, "error asked for", p.Data)}
+	case "big":
+		var p struct{ Bytes int }
+		if json.Unmarshal(c.Params, &p) != nil || p.Bytes < 2 {
+			return invalid()
+		}
+		b := bytes.Repeat([]byte{'x'}, p.Bytes)
+		b[0], b[len(b)-1] = '"', '"'
+		return schema.Response{Result: b}
 	case "bad.empty":
 		return schema.Response{}
 	case "bad.both":

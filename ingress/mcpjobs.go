@@ -147,6 +147,7 @@ func (m *mcpDoor) run(ctx context.Context, hdr callHeaders, method string, param
 		ctx = context.WithValue(ctx, callerKey{}, hdr.caller)
 	}
 	p := m.s.plan([]element{{req: schema.Request{ID: m.nextID(), Method: method, Params: params}}}, hdr, nil)
+	defer p.done()
 	m.s.dispatch(ctx, &p)
 	if len(p.out) != 1 {
 		return schema.Response{Error: internalError()}

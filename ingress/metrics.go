@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/internal/callstats"
 )
 
 // metrics are the ingress's Prometheus collectors. Every method label is
@@ -21,6 +23,9 @@ type metrics struct {
 	batchSize    prometheus.Histogram
 	timeouts     *prometheus.CounterVec
 	noResponders *prometheus.CounterVec
+	// refusals counts answers that name a limit (data.limit), by limit.
+	refusals *prometheus.CounterVec
+	limits   callstats.Names
 }
 
 func newMetrics() *metrics {
@@ -51,7 +56,21 @@ func newMetrics() *metrics {
 			Name: "toolbus_ingress_no_responders_total",
 			Help: "Calls no worker was subscribed to take.",
 		}, []string{"method"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolbus_limit_refusals_total",
+			Help: "Calls, messages and connections refused or closed because a limit was reached, by the limit's name (as data.limit says it).",
+		}, []string{"limit"}),
+		limits: callstats.Names{Max: maxLimitLabels, Other: labelOther},
 	}
+}
+
+// maxLimitLabels bounds the limit names counted apart: toolbus has a few
+// dozen, and a tool's own error data must not grow the metrics.
+const maxLimitLabels = 64
+
+// refused counts one refusal under limit.
+func (m *metrics) refused(limit string) {
+	m.refusals.WithLabelValues(m.limits.Label(limit)).Inc()
 }
 
 // labelMetrics are the series of one method label that every call uses.
@@ -88,7 +107,7 @@ func (m *metrics) forLabel(label string) *labelMetrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.calls, m.duration, m.inFlight, m.batchSize, m.timeouts, m.noResponders} {
+	for _, c := range []prometheus.Collector{m.calls, m.duration, m.inFlight, m.batchSize, m.timeouts, m.noResponders, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -164,6 +183,20 @@ func (s *Server) setupMetrics() error {
 		if err := reg.Register(wc); err != nil {
 			return err
 		}
+	}
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolbus_ingress_connections",
+		Help: "Connections open on the listeners of Serve, WebSocket connections included (bounded per client address by max_conns_per_addr).",
+	}, func() float64 { return float64(s.conns.Open()) })
+	if err := reg.Register(open); err != nil {
+		return err
+	}
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolbus_ingress_bytes_in_flight",
+		Help: "Bytes of answers the ingress holds that are not written to their clients yet (bounded by max_bytes_in_flight, and per caller by caller_max_bytes_in_flight).",
+	}, func() float64 { return float64(s.bytes.Total()) })
+	if err := reg.Register(held); err != nil {
+		return err
 	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:          promLogger{s},

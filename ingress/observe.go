@@ -233,7 +233,7 @@ func (s *Server) countCall(label, code string) {
 }
 
 // countError counts the errors the issue of an operator most often is:
-// timeouts and calls no worker took.
+// timeouts, calls no worker took, and refusals by a limit.
 func (s *Server) countError(label string, e *schema.Error) {
 	if s.metrics == nil {
 		return
@@ -243,7 +243,39 @@ func (s *Server) countError(label string, e *schema.Error) {
 		s.metrics.timeouts.WithLabelValues(label).Inc()
 	case isNoResponders(e), isNoWorkers(e):
 		s.metrics.noResponders.WithLabelValues(label).Inc()
+	default:
+		if limit := limitOf(e); limit != "" {
+			s.metrics.refused(limit)
+		}
 	}
+}
+
+// countRefusal counts a refusal the ingress makes outside any call: a
+// connection closed or turned away by a limit.
+func (s *Server) countRefusal(limit string) {
+	if s.metrics != nil {
+		s.metrics.refused(limit)
+	}
+}
+
+// limitOf returns the limit an error names in data.limit, or "". Only the
+// codes with which toolbus refuses for a limit are read.
+func limitOf(e *schema.Error) string {
+	switch e.Code {
+	case schema.CodeOverloaded, schema.CodeUnavailable, schema.CodeLimitExceeded:
+	default:
+		return ""
+	}
+	if !bytes.Contains(e.Data, []byte(`"limit"`)) {
+		return ""
+	}
+	var d struct {
+		Limit string `json:"limit"`
+	}
+	if json.Unmarshal(e.Data, &d) != nil {
+		return ""
+	}
+	return d.Limit
 }
 
 // methodLabel returns the label calls of method are counted under. With

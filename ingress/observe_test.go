@@ -388,6 +388,36 @@ func TestNoWorkersCounted(t *testing.T) {
 	}
 }
 
+// TestLimitRefusalsCounted checks that every answer naming a limit, from
+// the dispatcher or from admission, is counted under that limit, and that
+// a tool's own errors with a "limit" member cannot grow the series without
+// bound.
+func TestLimitRefusalsCounted(t *testing.T) {
+	s, _ := newServer(t, WithMetrics(prometheus.NewRegistry()), WithRateLimit(RateLimit{PerSecond: 1e-9, Burst: 2}))
+	h := s.Handler()
+	serve(h, post(`{"jsonrpc":"2.0","method":"error","params":{"code":-32002,"data":{"limit":"caller_max_in_flight"}},"id":1}`))
+	serve(h, post(`{"jsonrpc":"2.0","method":"error","params":{"code":-32000,"data":{"limit":"a tool's own"}},"id":2}`))
+	serve(h, post(`{"jsonrpc":"2.0","method":"echo","id":3}`)) // refused by the rate limit
+	m := s.metrics
+	if n := testutil.CollectAndCount(m.refusals); n != 2 {
+		t.Errorf("limit series = %d, want 2 (a tool error's data names no limit of toolbus)", n)
+	}
+	for _, c := range []struct {
+		limit string
+		want  float64
+	}{{"caller_max_in_flight", 1}, {"rate_limit", 1}} {
+		if got := testutil.ToFloat64(m.refusals.WithLabelValues(c.limit)); got != c.want {
+			t.Errorf("toolbus_limit_refusals_total{limit=%q} = %v, want %v", c.limit, got, c.want)
+		}
+	}
+	for i := range 2 * maxLimitLabels {
+		m.refused(fmt.Sprintf("made_up_%d", i))
+	}
+	if n := testutil.CollectAndCount(m.refusals); n > maxLimitLabels+1 {
+		t.Errorf("limit series = %d, want at most %d", n, maxLimitLabels+1)
+	}
+}
+
 // TestRefusedCallsCarryTheTrace checks that a call answered before
 // dispatch names the caller's trace in its error data and in the recent
 // errors.

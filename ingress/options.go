@@ -27,6 +27,12 @@ const (
 	// this many pongs in a row.
 	DefaultPingInterval = 20 * time.Second
 	DefaultPingMisses   = 3
+	// DefaultWebSocketMaxUnsentBytes bounds the answers one WebSocket
+	// connection holds unwritten (ws_max_unsent_bytes), and
+	// DefaultWebSocketWriteTimeout how long writing one message may take
+	// (ws_write_timeout): a client that does not read is closed at either.
+	DefaultWebSocketMaxUnsentBytes int64 = 32 << 20
+	DefaultWebSocketWriteTimeout         = 30 * time.Second
 	// DefaultSSEHeartbeat is the interval of the comment lines that keep
 	// an idle event stream open.
 	DefaultSSEHeartbeat = 15 * time.Second
@@ -52,15 +58,22 @@ type config struct {
 	ready      func(context.Context) error
 	maxTimeout time.Duration
 
-	wsMaxInFlight int
-	pingInterval  time.Duration
-	pingMisses    int
-	origins       []string
-	heartbeat     time.Duration
-	jsonrpc1      bool
-	extensions    map[string]Extension
-	registry      *Registry // set by WithDiscovery
-	noValidate    bool      // WithValidation(false)
+	wsMaxInFlight  int
+	wsMaxUnsent    int64
+	wsWriteTimeout time.Duration
+	pingInterval   time.Duration
+	pingMisses     int
+	origins        []string
+	heartbeat      time.Duration
+	jsonrpc1       bool
+	extensions     map[string]Extension
+	registry       *Registry // set by WithDiscovery
+	noValidate     bool      // WithValidation(false)
+
+	maxHeaderBytes  int
+	maxConnsPerAddr int
+	maxBytes        int64
+	callerMaxBytes  int64
 
 	auth        *authenticator
 	rate        *RateLimit
@@ -82,12 +95,18 @@ func defaultConfig() config {
 			MaxBatchItems: DefaultMaxBatchItems,
 			MaxDepth:      DefaultMaxDepth,
 		},
-		logger:        slog.Default(),
-		maxTimeout:    DefaultMaxTimeout,
-		wsMaxInFlight: DefaultWebSocketMaxInFlight,
-		pingInterval:  DefaultPingInterval,
-		pingMisses:    DefaultPingMisses,
-		heartbeat:     DefaultSSEHeartbeat,
+		logger:         slog.Default(),
+		maxTimeout:     DefaultMaxTimeout,
+		wsMaxInFlight:  DefaultWebSocketMaxInFlight,
+		wsMaxUnsent:    DefaultWebSocketMaxUnsentBytes,
+		wsWriteTimeout: DefaultWebSocketWriteTimeout,
+		pingInterval:   DefaultPingInterval,
+		pingMisses:     DefaultPingMisses,
+		heartbeat:      DefaultSSEHeartbeat,
+
+		maxHeaderBytes:  DefaultMaxHeaderBytes,
+		maxConnsPerAddr: DefaultMaxConnsPerAddr,
+		maxBytes:        DefaultMaxBytesInFlight,
 	}
 }
 
@@ -169,11 +188,42 @@ func WithWebSocketMaxInFlight(n int) Option {
 	}
 }
 
+// WithWebSocketMaxUnsentBytes bounds the bytes of answers one WebSocket
+// connection holds that its client has not taken yet (default
+// [DefaultWebSocketMaxUnsentBytes]): the answers waiting for the one being
+// written, and those of a batch still gathering. A connection past it is
+// closed and its calls canceled, so a client that sends calls and never
+// reads costs at most this much; the close is counted in
+// toolbus_limit_refusals_total as ws_max_unsent_bytes. It counts against
+// the caller's budget too ([WithCallerMaxBytesInFlight]).
+func WithWebSocketMaxUnsentBytes(n int64) Option {
+	return func(c *config) error {
+		if n < 1<<10 {
+			return fmt.Errorf("ingress: websocket max unsent bytes must be at least 1 KiB, got %d", n)
+		}
+		c.wsMaxUnsent = n
+		return nil
+	}
+}
+
+// WithWebSocketWriteTimeout bounds how long writing one message to a
+// WebSocket client may take (default [DefaultWebSocketWriteTimeout]); a
+// client that does not take it in time is closed and its calls canceled,
+// counted as ws_write_timeout.
+func WithWebSocketWriteTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("ingress: websocket write timeout must be positive, got %v", d)
+		}
+		c.wsWriteTimeout = d
+		return nil
+	}
+}
+
 // WithWebSocketPing sets how the server tells a live WebSocket peer from a
 // dead one: it pings every interval, waits up to interval for the pong, and
 // closes the connection, canceling its calls, after misses pings in a row
 // went unanswered (defaults [DefaultPingInterval], [DefaultPingMisses]).
-// interval × misses also bounds how long writing one message may take.
 func WithWebSocketPing(interval time.Duration, misses int) Option {
 	return func(c *config) error {
 		if interval <= 0 || misses <= 0 {

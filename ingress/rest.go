@@ -95,7 +95,8 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 		return s.restError(w, rid, 0, perr)
 	}
 	p := s.plan(elems, hdr, nil)
-	s.stream(r.Context(), p.calls, func(i int, resp schema.Response) { p.out[p.slots[i]].Response = resp })
+	defer p.done()
+	s.stream(r.Context(), p.calls, p.charge, func(i int, resp schema.Response) { p.out[p.slots[i]].Response = resp })
 	o := outcome{items: 1, calls: len(p.calls)}
 	if len(p.out) != 1 {
 		// Impossible: the message is one request with an id.

@@ -119,6 +119,7 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 		return o
 	}
 	p := s.plan(elems, hdr, nil)
+	defer p.done()
 	var o outcome
 	if sse {
 		o = s.writeEvents(r.Context(), w, &p)

@@ -51,6 +51,11 @@ type Server struct {
 	limiter *limiter
 	handler http.Handler
 
+	// conns counts the connections of Serve's listeners per address;
+	// bytes the answers held for each caller until they are written.
+	conns *connLimiter
+	bytes *byteBudget
+
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
 	closing atomic.Bool
@@ -119,6 +124,8 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		auth:    cfg.auth,
 		limiter: newLimiter(cfg.rate, cfg.callerRates),
 	}
+	s.conns = newConnLimiter(s, cfg.maxConnsPerAddr)
+	s.bytes = newByteBudget(cfg.maxBytes, cfg.callerMaxBytes)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)
 	s.mux.HandleFunc(restPattern, s.serveREST)
@@ -141,6 +148,7 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      readTimeout + cfg.maxTimeout + writeSlack,
 		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    cfg.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
@@ -155,11 +163,13 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Serve accepts connections on l until [Server.Shutdown] is called, with
 // timeouts that let the slowest allowed call finish: the write timeout
-// exceeds the maximum call deadline ([WithMaxTimeout]). Serve may be called
-// for several listeners. It returns nil once Shutdown has been called, and
+// exceeds the maximum call deadline ([WithMaxTimeout]), and with the bounds
+// of [WithMaxHeaderBytes] and [WithMaxConnsPerAddr]. Serve may be called
+// for several listeners; the connections of one address are counted
+// across them. It returns nil once Shutdown has been called, and
 // otherwise the error that stopped it.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.srv.Serve(l)
+	err := s.srv.Serve(s.conns.listener(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

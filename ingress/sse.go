@@ -57,7 +57,7 @@ func wantsEvents(h http.Header) bool {
 func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, p *plan) outcome {
 	o := outcome{status: http.StatusOK}
 	if len(p.out) == 0 {
-		s.stream(ctx, p.calls, func(int, schema.Response) {})
+		s.stream(ctx, p.calls, p.charge, func(int, schema.Response) {})
 		o.status = http.StatusNoContent
 		w.WriteHeader(http.StatusNoContent)
 		return o
@@ -88,7 +88,7 @@ func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, p *plan
 		answers := make(chan reply, p.answers())
 		go func() {
 			defer close(answers)
-			s.stream(ctx, p.calls, func(i int, r schema.Response) {
+			s.stream(ctx, p.calls, p.charge, func(i int, r schema.Response) {
 				answers <- reply{r, p.out[p.slots[i]].v1}
 			})
 		}()

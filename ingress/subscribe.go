@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -85,11 +82,5 @@ func (cn *wsConn) notify(ctx context.Context, method string, params json.RawMess
 	b = append(b, `,"params":`...)
 	b = append(b, params...)
 	b = append(b, '}')
-	cn.writeMu.Lock()
-	defer cn.writeMu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, cn.s.cfg.pingInterval*time.Duration(cn.s.cfg.pingMisses))
-	defer cancel()
-	if err := cn.c.Write(wctx, websocket.MessageText, b); err != nil {
-		cn.stop(fmt.Errorf("write: %w", err))
-	}
+	cn.send(ctx, b)
 }

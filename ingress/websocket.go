@@ -35,6 +35,15 @@ var (
 	errShutdown         = errors.New("ingress: server shut down")
 )
 
+// slowReader is why a connection whose client does not read its answers
+// was closed: the limit it reached.
+type slowReader struct {
+	limit  string
+	detail string
+}
+
+func (e *slowReader) Error() string { return "ingress: " + e.detail + " (" + e.limit + ")" }
+
 // wsOverloadRetryAfter is the wait a connection over its in-flight cap
 // suggests: about the time a short call takes.
 const wsOverloadRetryAfter = 100 * time.Millisecond
@@ -75,9 +84,11 @@ type wsConn struct {
 	mu       sync.Mutex
 	flights  map[string][]*flight // calls in flight by id, for rpc.cancel
 	inFlight int                  // calls in flight, notifications included
+	unsent   int64                // bytes of answers waiting to be written
 	closed   bool                 // no call is admitted any more
 	draining bool                 // shutting down: new calls are refused
 	goAway   sync.Once
+	slowOnce sync.Once
 
 	messages, calls int // for the log line; read and written by the reading goroutine only
 }
@@ -208,29 +219,42 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		if len(p.out) > 0 {
 			cn.write(ctx, p.out, batch)
 		}
+		p.done()
 		return
 	}
 	// A single request's answer goes out alone; a batch's answers wait
-	// for each other and go out as one array.
+	// for each other and go out as one array. Until they are written they
+	// count against the connection's unsent bytes and the caller's budget.
 	var mu sync.Mutex
 	waiting := p.answers()
-	if waiting == 0 && len(p.out) > 0 {
-		cn.write(ctx, p.out, batch) // the batch's calls are all notifications
+	var held int64 // the bytes of the batch's answers
+	if waiting == 0 {
+		if len(p.out) > 0 {
+			cn.write(ctx, p.out, batch) // the batch's calls are all notifications
+		}
+		p.done()
 	}
 	deliver := func(slot int, r schema.Response) {
 		if slot < 0 {
 			return
 		}
+		n := answerSize(r)
+		cn.hold(n)
 		mu.Lock()
 		p.out[slot].Response = r
 		waiting--
+		held += n
 		last := waiting == 0
 		mu.Unlock()
 		switch {
 		case !batch:
 			cn.write(ctx, p.out[slot:slot+1], false)
+			cn.free(n)
+			p.done()
 		case last:
 			cn.write(ctx, p.out, true)
+			cn.free(held)
+			p.done()
 		}
 	}
 	for i := range p.calls {
@@ -248,7 +272,7 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		go func() {
 			defer cn.wg.Done()
 			var answer schema.Response
-			cn.s.stream(callCtx, []schema.Call{c}, func(_ int, r schema.Response) { answer = r })
+			cn.s.stream(callCtx, []schema.Call{c}, p.charge, func(_ int, r schema.Response) { answer = r })
 			cn.land(f)
 			deliver(slot, answer)
 			cn.release()
@@ -348,19 +372,65 @@ func (cn *wsConn) closeCalls(cause error) {
 	}
 }
 
+// hold counts n bytes of an answer waiting to be written; past the
+// connection's budget the connection is closed, its calls canceled: its
+// client does not read what it asked for.
+func (cn *wsConn) hold(n int64) {
+	cn.mu.Lock()
+	cn.unsent += n
+	over := cn.unsent > cn.s.cfg.wsMaxUnsent
+	cn.mu.Unlock()
+	if over {
+		cn.slow(&slowReader{limit: "ws_max_unsent_bytes", detail: fmt.Sprintf(
+			"the client left more than %d bytes of answers unread", cn.s.cfg.wsMaxUnsent)})
+	}
+}
+
+// free takes n bytes of answers written (or dropped) off the count.
+func (cn *wsConn) free(n int64) {
+	cn.mu.Lock()
+	cn.unsent -= n
+	cn.mu.Unlock()
+}
+
+// slow closes the connection of a client that does not read, once.
+func (cn *wsConn) slow(cause *slowReader) {
+	cn.slowOnce.Do(func() {
+		cn.s.countRefusal(cause.limit)
+		cn.stop(cause)
+	})
+}
+
 // write sends one message: an answer, or a batch's array. A message that
-// cannot be written within the dead-peer window closes the connection.
+// cannot be written within the write timeout closes the connection.
 func (cn *wsConn) write(ctx context.Context, rs []reply, batch bool) {
 	b, err := appendReplies(nil, rs, batch)
 	if err != nil {
 		cn.s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))
 		b, _ = schema.Response{Error: internalError()}.AppendJSON(nil)
 	}
+	cn.send(ctx, b)
+}
+
+// send writes one message under the write timeout.
+func (cn *wsConn) send(ctx context.Context, b []byte) {
+	if ctx.Err() != nil {
+		return // closed: the message can go nowhere
+	}
 	cn.writeMu.Lock()
 	defer cn.writeMu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, cn.s.cfg.pingInterval*time.Duration(cn.s.cfg.pingMisses))
+	timeout := cn.s.cfg.wsWriteTimeout
+	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := cn.c.Write(wctx, websocket.MessageText, b); err != nil {
+	err := cn.c.Write(wctx, websocket.MessageText, b)
+	switch {
+	case errors.Is(wctx.Err(), context.DeadlineExceeded):
+		// The library closes the connection when a write's context runs
+		// out, even when the write got through at that very moment; the
+		// reading side may notice it first.
+		cn.slow(&slowReader{limit: "ws_write_timeout", detail: fmt.Sprintf(
+			"the client did not take a message of %d bytes within %v", len(b), timeout)})
+	case err != nil:
 		cn.stop(fmt.Errorf("write: %w", err))
 	}
 }

@@ -6,9 +6,9 @@
 // default), hold everything:
 //
 //   - the work-queue stream P_JOBS (upper-cased, characters outside
-//     A-Z a-z 0-9 _ - become '_') of subjects "P.jobs.run.<method>", one
-//     message per queued job, and "P.jobs.notify", one message per
-//     completion callback due;
+//     A-Z a-z 0-9 _ - become '_') of subjects
+//     "P.jobs.queue.<caller token>.<method>", one message per queued job,
+//     and "P.jobs.notify", one message per completion callback due;
 //   - the KV bucket "P_jobs" of records: "job.<id>" is a job's [Record],
 //     "idem.<sha256>" maps a caller's idempotency key to a job id and
 //     the fingerprint of the submit (method, params, notify_url), so that
@@ -19,9 +19,19 @@
 // rpc.jobs.cancel and rpc.jobs.list through [Service.ServeRPC]; once
 // started it also delivers completion callbacks. A [Runner] (one per
 // worker) serves the tools of an [Invoker], such as a worker.Runtime: for
-// each served pattern it pulls from the durable consumer "run_<pattern>_<hash>"
-// with explicit acks, marks the record running, runs the tool while renewing
-// its lease with in-progress acks, writes the outcome and acks.
+// each served pattern it takes jobs one caller after the other, each
+// caller's through a durable consumer of its own with explicit acks (see
+// fair.go), marks the record running, runs the tool while renewing its
+// lease with in-progress acks, writes the outcome and acks.
+//
+// # Quotas and fairness
+//
+// Both JetStream objects have byte caps ([WithStoreBytes]). A named caller
+// may have [DefaultCallerMaxQueued] jobs queued or running
+// ([WithCallerMaxQueued]); the next submit is refused -32006 naming
+// caller_max_queued_jobs. Dispatch is fair across callers: a free slot goes
+// to the caller after the one served last, so one caller's backlog delays
+// another caller's new job by about one job's run per slot.
 //
 // # States and concurrency
 //

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -30,4 +31,23 @@ func WithCallbackNet(r egress.Resolver, dial egress.DialFunc) Option {
 		c.egress = append(c.egress, egress.WithResolver(r), egress.WithDialer(dial))
 		return nil
 	}
+}
+
+// QueueLegacy queues a job of method as a version before per-caller queues
+// did: on the method's subject alone, with its record. It returns the id.
+func QueueLegacy(ctx context.Context, s *Service, method string, params []byte) (string, error) {
+	now := time.Now().UTC()
+	rec := &stored{Record: Record{ID: s.ids.next(now), Method: method, Params: params, State: StateQueued,
+		MaxAttempts: s.cfg.maxAttempts, CreatedAt: now, TTLSeconds: int64(s.cfg.ttl / time.Second)}}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.st.js.Publish(ctx, s.st.names.runSubject(method), b); err != nil {
+		return "", err
+	}
+	if _, err := s.st.create(ctx, rec); err != nil {
+		return "", err
+	}
+	return rec.ID, nil
 }

@@ -593,6 +593,7 @@ func TestOptions(t *testing.T) {
 		{"ttl", jobs.WithTTL(10 * time.Millisecond)},
 		{"attempts", jobs.WithMaxAttempts(0)},
 		{"queued", jobs.WithMaxQueued(0)},
+		{"store bytes", jobs.WithStoreBytes(1<<30, 10)},
 		{"params", jobs.WithMaxParamsBytes(0)},
 		{"list", jobs.WithListLimits(10, 5)},
 		{"secret", jobs.WithCallbackSecret([]byte("short"))},

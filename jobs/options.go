@@ -59,6 +59,8 @@ type config struct {
 	maxListScan    int
 	counters       *Counters
 
+	callerMaxQueued int64
+
 	callbackSecret   []byte
 	callbackTimeout  time.Duration
 	callbackAttempts int
@@ -75,7 +77,7 @@ func defaultConfig() config {
 	return config{
 		prefix:           bus.DefaultPrefix,
 		logger:           slog.Default(),
-		store:            storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued},
+		store:            defaultStoreConfig(),
 		ttl:              DefaultTTL,
 		maxAttempts:      DefaultMaxAttempts,
 		maxParamsBytes:   DefaultMaxParamsBytes,
@@ -83,6 +85,7 @@ func defaultConfig() config {
 		maxListLimit:     DefaultMaxListLimit,
 		maxListScan:      DefaultMaxListScan,
 		callbackTimeout:  DefaultCallbackTimeout,
+		callerMaxQueued:  DefaultCallerMaxQueued,
 		callbackAttempts: DefaultCallbackAttempts,
 		callbackMin:      DefaultCallbackMinBackoff,
 		callbackMax:      DefaultCallbackMaxBackoff,
@@ -162,6 +165,22 @@ func WithMaxQueued(n int64) Option {
 			return fmt.Errorf("jobs: max queued jobs must be at least 1, got %d", n)
 		}
 		c.store.maxQueued = n
+		return nil
+	}
+}
+
+// WithStoreBytes sets the byte caps of the queue stream and of the bucket
+// of records (defaults [DefaultQueueMaxBytes], [DefaultRecordsMaxBytes]).
+// A submit the full queue cannot take is refused -32006 naming
+// job_queue_max_bytes; one the full bucket cannot record is refused -32003
+// naming job_records_max_bytes. Choose them, with the idempotency bucket's,
+// to fit the JetStream store of the servers.
+func WithStoreBytes(queue, records int64) Option {
+	return func(c *config) error {
+		if queue < 1<<20 || records < 1<<20 {
+			return fmt.Errorf("jobs: store byte caps must be at least 1 MiB, got %d and %d", queue, records)
+		}
+		c.store.queueBytes, c.store.recordsBytes = queue, records
 		return nil
 	}
 }

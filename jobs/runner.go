@@ -207,6 +207,7 @@ type Runner struct {
 	closed    bool
 	running   map[string]context.CancelCauseFunc
 	cancelSub *nats.Subscription
+	readySub  *nats.Subscription
 
 	stop  chan struct{}
 	loops sync.WaitGroup // fetch loops
@@ -222,7 +223,7 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 	cfg := runnerConfig{
 		prefix:           bus.DefaultPrefix,
 		logger:           slog.Default(),
-		store:            storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued},
+		store:            defaultStoreConfig(),
 		lease:            DefaultLease,
 		concurrency:      DefaultRunConcurrency,
 		maxDeliver:       DefaultMaxDeliver,
@@ -247,34 +248,51 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 	}, nil
 }
 
+// served is what a runner takes the jobs of one served pattern from.
+type served struct {
+	pattern string
+	// legacy is the pattern's consumer of the subjects jobs were queued on
+	// before they were queued per caller: it takes the jobs left there,
+	// and its filter tells services which methods run as jobs.
+	legacy jetstream.Consumer
+	// queue hands out the jobs queued per caller, in turn.
+	queue *fairQueue
+}
+
 // setUp opens the store and creates the consumers of every served pattern.
-func (r *Runner) setUp(ctx context.Context, n names) ([]jetstream.Consumer, error) {
+func (r *Runner) setUp(ctx context.Context, n names) ([]served, error) {
 	st, err := openStore(ctx, r.js, n, r.cfg.store, false)
 	if err != nil {
 		return nil, err
 	}
 	r.st = st
-	var consumers []jetstream.Consumer
+	var out []served
 	for _, pattern := range r.inv.Methods() {
 		filter, err := n.runFilter(pattern)
 		if err != nil {
 			return nil, fmt.Errorf("jobs: serve %q: %w", pattern, err)
 		}
-		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, jetstream.ConsumerConfig{
-			Durable:       consumerName(pattern),
-			Description:   "toolbus jobs of " + pattern,
-			FilterSubject: filter,
+		template := jetstream.ConsumerConfig{
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       r.cfg.lease,
 			MaxDeliver:    r.cfg.maxDeliver,
 			MaxAckPending: 10_000,
-		})
+		}
+		cfg := template
+		cfg.Durable = consumerName(pattern)
+		cfg.Description = "toolbus jobs of " + pattern
+		cfg.FilterSubject = filter
+		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("jobs: consumer for %q: %w", pattern, err)
 		}
-		consumers = append(consumers, cons)
+		q, err := newFairQueue(r.js, st.stream, n, pattern, template, r.cfg.fetchWait, r.log)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: serve %q: %w", pattern, err)
+		}
+		out = append(out, served{pattern: pattern, legacy: cons, queue: q})
 	}
-	return consumers, nil
+	return out, nil
 }
 
 // consumerName is the durable consumer of pattern: readable, and unique
@@ -317,10 +335,25 @@ func (r *Runner) Start(ctx context.Context) error {
 			return fmt.Errorf("jobs: serve %q: %w", pattern, err)
 		}
 	}
-	consumers, err := r.setUp(ctx, n)
+	patterns, err := r.setUp(ctx, n)
 	if err != nil {
 		return err
 	}
+	ready, err := r.js.Conn().Subscribe(n.readyWildcard(), func(m *nats.Msg) {
+		tok, method, ok := strings.Cut(strings.TrimPrefix(m.Subject, n.prefix+".jobs.ready."), ".")
+		if !ok {
+			return
+		}
+		for _, p := range patterns {
+			if p.queue.serves(method) {
+				p.queue.wake(tok)
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("jobs: subscribe to queued jobs: %w", err)
+	}
+	r.readySub = ready
 	sub, err := r.js.Conn().Subscribe(n.cancelWildcard(), func(m *nats.Msg) {
 		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 		r.mu.Lock()
@@ -334,23 +367,61 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("jobs: subscribe to cancels: %w", err)
 	}
 	r.cancelSub = sub
-	for _, cons := range consumers {
-		r.loops.Add(1)
-		go func() {
-			defer r.loops.Done()
-			sem := make(chan struct{}, r.cfg.concurrency)
-			fetchLoop(r.ctx, r.stop, cons, sem, r.cfg.fetchWait, r.log, func(msg jetstream.Msg) {
+	for _, p := range patterns {
+		run := func(sem chan struct{}) func(jetstream.Msg) {
+			return func(msg jetstream.Msg) {
 				r.jobs.Add(1)
 				go func() {
 					defer r.jobs.Done()
 					defer func() { <-sem }()
 					r.handle(msg)
 				}()
-			})
+			}
+		}
+		sem := make(chan struct{}, r.cfg.concurrency)
+		r.loops.Add(1)
+		go func() {
+			defer r.loops.Done()
+			fairLoop(r.ctx, r.stop, p.queue, sem, run(sem))
 		}()
+		// Jobs queued by an older version wait on the legacy subjects
+		// until a runner takes them; only then is a loop spent on them.
+		if info, err := p.legacy.Info(ctx); err != nil || info.NumPending+uint64(info.NumAckPending) > 0 {
+			r.loops.Add(1)
+			go func() {
+				defer r.loops.Done()
+				legacy := make(chan struct{}, r.cfg.concurrency)
+				fetchLoop(r.ctx, r.stop, p.legacy, legacy, r.cfg.fetchWait, r.log, run(legacy))
+			}()
+		}
 	}
 	r.started = true
 	return nil
+}
+
+// fairLoop hands the jobs of q to run, one free slot of sem at a time,
+// until stop is closed.
+func fairLoop(ctx context.Context, stop <-chan struct{}, q *fairQueue, sem chan struct{}, run func(jetstream.Msg)) {
+	for {
+		select {
+		case sem <- struct{}{}:
+		case <-stop:
+			return
+		}
+		msg := q.next(ctx, stop)
+		if msg == nil {
+			<-sem
+			return
+		}
+		select {
+		case <-stop:
+			_ = msg.Nak() // another runner takes it now
+			<-sem
+			return
+		default:
+		}
+		run(msg)
+	}
 }
 
 // Shutdown stops the runner: it fetches no more jobs and waits for the
@@ -367,6 +438,9 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 			// Cancels still reach running jobs through the lease renewal,
 			// which reads the record.
 			_ = r.cancelSub.Unsubscribe()
+		}
+		if r.readySub != nil {
+			_ = r.readySub.Unsubscribe()
 		}
 	}
 	r.mu.Unlock()

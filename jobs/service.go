@@ -207,10 +207,22 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 			return existing, e
 		}
 	}
-	if err := s.enqueue(ctx, rec); err != nil {
-		return nil, err
+	if e := s.admitQueued(ctx, rec.Caller); e != nil {
+		return nil, e
+	}
+	seq, qerr := s.enqueue(ctx, rec)
+	if qerr != nil {
+		return nil, qerr
 	}
 	if _, err := s.st.create(ctx, rec); err != nil {
+		if isFull(err) {
+			// The job must not run behind a refusal: take it out of the
+			// queue again.
+			if err := s.st.stream.DeleteMsg(ctx, seq); err != nil {
+				s.log.Warn("take a refused job out of the queue", "id", rec.ID, "err", err)
+			}
+			return nil, recordsFull(s.cfg.store.recordsBytes)
+		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, unavailable("store the job", err)
 		}
@@ -328,6 +340,9 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 		if err == nil {
 			return nil, nil
 		}
+		if isFull(err) {
+			return nil, recordsFull(s.cfg.store.recordsBytes)
+		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, unavailable("store the idempotency key", err)
 		}
@@ -365,28 +380,39 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 // so a runner can write the record itself if the submitter stopped before
 // it did; its id is the message id, so a resubmit within [DuplicateWindow]
 // queues the job once.
-func (s *Service) enqueue(ctx context.Context, rec *stored) *schema.Error {
+func (s *Service) enqueue(ctx context.Context, rec *stored) (uint64, *schema.Error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return schema.NewError(schema.CodeInternal, "internal error: encode job: "+err.Error(), nil)
+		return 0, schema.NewError(schema.CodeInternal, "internal error: encode job: "+err.Error(), nil)
 	}
-	msg := &nats.Msg{Subject: s.st.names.runSubject(rec.Method), Data: b}
+	msg := &nats.Msg{Subject: s.st.names.queueSubject(rec.Caller, rec.Method), Data: b}
 	ack, err := s.st.js.PublishMsg(ctx, msg, jetstream.WithMsgID(rec.ID), jetstream.WithExpectStream(s.st.names.stream))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages") {
-		return schema.LimitError("max_queued_jobs", s.cfg.store.maxQueued, -1)
+		return 0, schema.LimitError("max_queued_jobs", s.cfg.store.maxQueued, -1)
+	}
+	if isFull(err) {
+		e := schema.LimitError("job_queue_max_bytes", s.cfg.store.queueBytes, -1)
+		e.Message += "; the queue is full: submit again once queued jobs have run"
+		return 0, e.WithData(map[string]any{"limit": "job_queue_max_bytes", "max": s.cfg.store.queueBytes,
+			"retryable": true, "retry_after_ms": 1000})
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
-		return schema.LimitError("max_payload", s.st.js.Conn().MaxPayload(), int64(len(b)))
+		return 0, schema.LimitError("max_payload", s.st.js.Conn().MaxPayload(), int64(len(b)))
 	}
 	if err != nil {
-		return unavailable("queue the job", err)
+		return 0, unavailable("queue the job", err)
 	}
 	// A duplicate is a job an earlier submit of the same id queued.
 	if !ack.Duplicate {
 		s.cfg.counters.addSubmitted(rec.Method)
+		// Wake a runner with nothing to do; one that misses it finds the
+		// job when it next lists the stream.
+		if err := s.st.js.Conn().Publish(s.st.names.readySubject(rec.Caller, rec.Method), nil); err != nil {
+			s.log.Debug("ring for a queued job", "id", rec.ID, "err", err)
+		}
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
 type idParams struct {
@@ -482,6 +508,13 @@ func storeError(id string, err error) *schema.Error {
 		return notFound(id)
 	}
 	return unavailable("job "+id, err)
+}
+
+// recordsFull is the answer of a write the full bucket of records refused.
+func recordsFull(max int64) *schema.Error {
+	return schema.NewError(schema.CodeUnavailable,
+		fmt.Sprintf("unavailable: the bucket of job records is full (job_records_max_bytes is %d); try again once finished jobs expire", max),
+		map[string]any{"retryable": true, "retry_after_ms": 1000, "limit": "job_records_max_bytes", "max": max})
 }
 
 func unavailable(what string, err error) *schema.Error {

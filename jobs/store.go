@@ -24,6 +24,12 @@ const (
 	DefaultReplicas = 1
 	// DefaultMaxQueued is the most jobs waiting in the queue stream.
 	DefaultMaxQueued = 1_000_000
+	// DefaultQueueMaxBytes and DefaultRecordsMaxBytes are the byte caps
+	// of the queue stream (job_queue_max_bytes) and of the bucket of
+	// records (job_records_max_bytes), so that together with the
+	// idempotency bucket they stay within the JetStream store.
+	DefaultQueueMaxBytes   int64 = 1 << 30
+	DefaultRecordsMaxBytes int64 = 1 << 30
 	// DuplicateWindow is how long the queue stream remembers a job id, so
 	// that publishing the same job twice within it queues it once.
 	DuplicateWindow = 2 * time.Minute
@@ -59,7 +65,10 @@ func newNames(prefix string) (names, error) {
 	return names{prefix: prefix, stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}, nil
 }
 
-// runSubject is the subject a job of method is queued on.
+// runSubject is the subject a job of method was queued on before jobs
+// were queued per caller ([names.queueSubject]); runners still take the
+// jobs left there, and the durable consumer of each served pattern on it
+// tells which methods run as jobs.
 func (n names) runSubject(method string) string { return n.prefix + ".jobs.run." + method }
 
 // runFilter is the subject a runner serving pattern ("math.*") fetches from.
@@ -85,19 +94,27 @@ func jobKey(id string) string { return "job." + id }
 
 // storeConfig is what setup creates the stream and bucket with.
 type storeConfig struct {
-	replicas  int
-	maxQueued int64
+	replicas     int
+	maxQueued    int64
+	queueBytes   int64
+	recordsBytes int64
+}
+
+func defaultStoreConfig() storeConfig {
+	return storeConfig{replicas: DefaultReplicas, maxQueued: DefaultMaxQueued,
+		queueBytes: DefaultQueueMaxBytes, recordsBytes: DefaultRecordsMaxBytes}
 }
 
 func (n names) streamConfig(c storeConfig) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        n.stream,
 		Description: "toolbus jobs waiting to run and callbacks waiting to be sent",
-		Subjects:    []string{n.prefix + ".jobs.run.>", n.notifySubject()},
+		Subjects:    []string{n.prefix + ".jobs.queue.>", n.prefix + ".jobs.run.>", n.notifySubject()},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.replicas,
 		MaxMsgs:     c.maxQueued,
+		MaxBytes:    c.queueBytes,
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  DuplicateWindow,
 	}
@@ -112,6 +129,7 @@ func (n names) bucketConfig(c storeConfig) jetstream.KeyValueConfig {
 		History:        1,
 		Storage:        jetstream.FileStorage,
 		Replicas:       c.replicas,
+		MaxBytes:       c.recordsBytes,
 		LimitMarkerTTL: markerTTL,
 	}
 }
@@ -299,6 +317,19 @@ func (s *store) putKey(ctx context.Context, key string, value []byte, rev uint64
 		return fmt.Errorf("jobs: write %s: %w", key, err)
 	}
 	return nil
+}
+
+// isFull reports whether JetStream refused a write because a stream or
+// the server's store is at its byte cap.
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	const insufficientResources = 10023 // the server's store is full
+	return apiErr.ErrorCode == insufficientResources ||
+		strings.Contains(apiErr.Description, "maximum bytes") ||
+		strings.Contains(apiErr.Description, "insufficient resources")
 }
 
 // isConflict reports whether err is a failed revision check.

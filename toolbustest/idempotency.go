@@ -30,7 +30,7 @@ func idempotencyBucket(t testing.TB, nc *nats.Conn, ttl time.Duration) jetstream
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := aggregator.IdempotencyBucket(ctx, js, bus.DefaultPrefix, ttl, 1)
+	kv, err := aggregator.IdempotencyBucket(ctx, js, bus.DefaultPrefix, ttl, 1, 0)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}

@@ -39,9 +39,16 @@ type ingressConfig struct {
 	maxTimeout       time.Duration
 	batchConcurrency int
 	maxInFlight      int
+	callerInFlight   int
 	shutdownTimeout  time.Duration
 	jsonrpc1         bool
+	maxHeaderBytes   int
+	maxConnsPerAddr  int
+	maxBytes         int64
+	callerMaxBytes   int64
 	wsMaxInFlight    int
+	wsMaxUnsent      int64
+	wsWriteTimeout   time.Duration
 	wsPingInterval   time.Duration
 	wsPingMisses     int
 	wsOrigins        []string
@@ -50,6 +57,9 @@ type ingressConfig struct {
 	jobTTL           time.Duration
 	jobReplicas      int
 	jobMaxAttempts   int
+	jobQueueBytes    int64
+	jobCallerQueued  int64
+	jobRecordsBytes  int64
 	callbackSecret   string
 	callbackAllow    []string
 	discovery        bool
@@ -71,9 +81,16 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.DurationVar(&c.maxTimeout, "max-timeout", aggregator.DefaultMaxTimeout, "longest deadline any call may get")
 	f.IntVar(&c.batchConcurrency, "batch-concurrency", aggregator.DefaultBatchConcurrency, "calls of one batch in flight at once")
 	f.IntVar(&c.maxInFlight, "max-in-flight", aggregator.DefaultMaxInFlight, "calls in flight on this ingress; more are refused with -32002")
+	f.IntVar(&c.callerInFlight, "caller-max-in-flight", 0, "calls in flight on this ingress for one authenticated caller (0: half of --max-in-flight); without auth the one anonymous caller may use all of --max-in-flight")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
+	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", ingress.DefaultMaxHeaderBytes, "largest request line and headers in bytes (431 beyond)")
+	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", ingress.DefaultMaxConnsPerAddr, "connections one client IP address may have open (0: no bound, as behind a proxy)")
+	f.Int64Var(&c.maxBytes, "max-bytes-in-flight", ingress.DefaultMaxBytesInFlight, "bytes of answers the ingress holds unwritten, over all callers")
+	f.Int64Var(&c.callerMaxBytes, "caller-max-bytes-in-flight", 0, "bytes of answers the ingress holds unwritten for one authenticated caller (0: half of --max-bytes-in-flight)")
 	f.IntVar(&c.wsMaxInFlight, "ws-max-in-flight", ingress.DefaultWebSocketMaxInFlight, "calls in flight on one WebSocket connection")
+	f.Int64Var(&c.wsMaxUnsent, "ws-max-unsent-bytes", ingress.DefaultWebSocketMaxUnsentBytes, "bytes of answers a WebSocket client may leave unread before its connection is closed")
+	f.DurationVar(&c.wsWriteTimeout, "ws-write-timeout", ingress.DefaultWebSocketWriteTimeout, "how long writing one message to a WebSocket client may take before its connection is closed")
 	f.DurationVar(&c.wsPingInterval, "ws-ping-interval", ingress.DefaultPingInterval, "how often the server pings a WebSocket client")
 	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
 	f.StringSliceVar(&c.wsOrigins, "ws-origins", nil, "origin patterns allowed to open a WebSocket besides the same origin (e.g. *.example.com)")
@@ -82,6 +99,9 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.DurationVar(&c.jobTTL, "job-ttl", jobs.DefaultTTL, "how long a finished job's record is kept")
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
+	f.Int64Var(&c.jobCallerQueued, "job-caller-max-queued", jobs.DefaultCallerMaxQueued, "jobs one authenticated caller may have queued or running (without auth the anonymous caller is bounded by the queue alone)")
+	f.Int64Var(&c.jobQueueBytes, "job-queue-max-bytes", jobs.DefaultQueueMaxBytes, "byte cap of the JetStream stream of queued jobs")
+	f.Int64Var(&c.jobRecordsBytes, "job-records-max-bytes", jobs.DefaultRecordsMaxBytes, "byte cap of the JetStream bucket of job records")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
@@ -276,6 +296,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 					return ok && t.Idempotent && !t.Conflict
 				}))
 			}
+			if cfg.callerInFlight != 0 {
+				policy = append(policy, aggregator.WithCallerMaxInFlight(cfg.callerInFlight))
+			}
 			agg, err := aggregator.New(nc, append([]aggregator.Option{
 				aggregator.WithPrefix(cfg.prefix),
 				aggregator.WithDefaultTimeout(cfg.defaultTimeout),
@@ -292,7 +315,12 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				ingress.WithMaxTimeout(cfg.maxTimeout),
 				ingress.WithLogger(log),
 				ingress.WithJSONRPC1(cfg.jsonrpc1),
+				ingress.WithMaxHeaderBytes(cfg.maxHeaderBytes),
+				ingress.WithMaxConnsPerAddr(cfg.maxConnsPerAddr),
+				ingress.WithMaxBytesInFlight(cfg.maxBytes),
 				ingress.WithWebSocketMaxInFlight(cfg.wsMaxInFlight),
+				ingress.WithWebSocketMaxUnsentBytes(cfg.wsMaxUnsent),
+				ingress.WithWebSocketWriteTimeout(cfg.wsWriteTimeout),
 				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
 				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
 				ingress.WithReadiness(func(context.Context) error {
@@ -304,6 +332,9 @@ func ingressModule(cfg ingressConfig) fx.Option {
 					}
 					return nil
 				}),
+			}
+			if cfg.callerMaxBytes != 0 {
+				opts = append(opts, ingress.WithCallerMaxBytesInFlight(cfg.callerMaxBytes))
 			}
 			if len(cfg.wsOrigins) > 0 {
 				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
@@ -371,6 +402,8 @@ func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfi
 		jobs.WithTTL(cfg.jobTTL),
 		jobs.WithReplicas(cfg.jobReplicas),
 		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
+		jobs.WithStoreBytes(cfg.jobQueueBytes, cfg.jobRecordsBytes),
+		jobs.WithCallerMaxQueued(cfg.jobCallerQueued),
 		jobs.WithLogger(log),
 		jobs.WithCounters(counters),
 	}
@@ -426,7 +459,7 @@ func openIdempotency(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressCon
 				if err != nil {
 					return err
 				}
-				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas)
+				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas, cfg.sec.idemMaxBytes)
 				if err != nil {
 					store.Waiting("JetStream: " + err.Error())
 					return err

@@ -30,11 +30,15 @@ type securityConfig struct {
 	jwtRolesClaim  string
 	jwtOperator    string
 
-	rateLimit   float64
-	rateBurst   int
-	methodCaps  []string
-	idempotency bool
-	idemTTL     time.Duration
+	rateLimit    float64
+	rateBurst    int
+	methodCaps   []string
+	idempotency  bool
+	idemTTL      time.Duration
+	idemMaxBytes int64
+	idemRecords  int
+	idemBytes    int64
+	idemFailOpen bool
 
 	heartbeat       time.Duration
 	heartbeatMisses int
@@ -72,6 +76,10 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.StringSliceVar(&c.methodCaps, "method-max-in-flight", nil, "per-method in-flight caps, method=n (e.g. fetch_page=64)")
 	f.BoolVar(&c.idempotency, "idempotency", true, "honour Idempotency-Key headers with records in JetStream (needs JetStream)")
 	f.DurationVar(&c.idemTTL, "idempotency-ttl", aggregator.DefaultIdempotencyTTL, "how long a finished call's answer is replayed for its idempotency key")
+	f.Int64Var(&c.idemMaxBytes, "idempotency-max-bytes", aggregator.DefaultIdempotencyMaxBytes, "byte cap of the JetStream bucket of idempotency records; once full, calls with Idempotency-Key are refused -32003")
+	f.IntVar(&c.idemRecords, "idempotency-caller-max-records", aggregator.DefaultIdempotencyCallerMaxRecords, "idempotency records one authenticated caller may hold on this ingress")
+	f.Int64Var(&c.idemBytes, "idempotency-caller-max-bytes", aggregator.DefaultIdempotencyCallerMaxBytes, "bytes of idempotency records one authenticated caller may hold on this ingress")
+	f.BoolVar(&c.idemFailOpen, "idempotency-fail-open", false, "run a call with Idempotency-Key without its record when the store cannot record it, instead of refusing it -32003 (a retry may then run it twice)")
 	f.DurationVar(&c.heartbeat, "heartbeat", aggregator.DefaultHeartbeat, "interval of the workers' heartbeats of a running call (0: off)")
 	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost, and unheard heartbeats after which a worker cancels a call of a vanished ingress")
 	f.DurationVar(&c.ackTimeout, "ack-timeout", aggregator.DefaultAckTimeout, "how long a retry-safe call may go unacknowledged before it is published again")
@@ -174,6 +182,8 @@ func (c *securityConfig) aggregatorOptions() ([]aggregator.Option, error) {
 		aggregator.WithMaxAttempts(c.maxAttempts),
 		aggregator.WithBusyWait(c.busyWait),
 		aggregator.WithHedge(c.hedge),
+		aggregator.WithIdempotencyCallerLimits(c.idemRecords, c.idemBytes),
+		aggregator.WithIdempotencyFailOpen(c.idemFailOpen),
 	}
 	if c.ackTimeout > 0 {
 		opts = append(opts, aggregator.WithAckTimeout(c.ackTimeout))
