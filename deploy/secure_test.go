@@ -202,7 +202,7 @@ func startSecured(t *testing.T) *securedCluster {
 		t.Fatalf("ingress jobs service Start: %v", err)
 	}
 	t.Cleanup(func() { c.jobs.Shutdown(context.Background()) })
-	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1)
+	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress idempotency bucket: %v", err)
 	}
