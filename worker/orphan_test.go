@@ -173,7 +173,7 @@ func cuttable(t *testing.T, e *bus.Embedded) (nc *nats.Conn, g *cutter, up <-cha
 	t.Helper()
 	g = &cutter{refused: make(chan struct{}, 8)}
 	ups := make(chan struct{}, 8)
-	nc, err := bus.Connect(e.ClientURL(), bus.WithLogger(quiet), bus.WithNATSOptions(nats.SetCustomDialer(g)),
+	nc, err := bus.Connect(e.ClientURL(), bus.WithToken(e.Token()), bus.WithLogger(quiet), bus.WithNATSOptions(nats.SetCustomDialer(g)),
 		bus.WithStatusFunc(func(_ *nats.Conn, err error) {
 			if err == nil {
 				ups <- struct{}{}
