@@ -62,8 +62,6 @@ func (n names) readySubject(caller, method string) string {
 	return n.prefix + ".jobs.ready." + callerToken(caller) + "." + method
 }
 
-func (n names) readyWildcard() string { return n.prefix + ".jobs.ready.>" }
-
 // patternTail is the subject form of a served pattern, after the prefix:
 // "math.*" stays "math.*".
 func (n names) patternTail(pattern string) (string, error) {

@@ -207,7 +207,7 @@ type Runner struct {
 	closed    bool
 	running   map[string]context.CancelCauseFunc
 	cancelSub *nats.Subscription
-	readySub  *nats.Subscription
+	readySubs []*nats.Subscription
 
 	stop  chan struct{}
 	loops sync.WaitGroup // fetch loops
@@ -339,7 +339,9 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ready, err := r.js.Conn().Subscribe(n.readyWildcard(), func(m *nats.Msg) {
+	// One subscription per served pattern, so that a worker whose
+	// credential covers only its own methods may hear their rings.
+	ring := func(m *nats.Msg) {
 		tok, method, ok := strings.Cut(strings.TrimPrefix(m.Subject, n.prefix+".jobs.ready."), ".")
 		if !ok {
 			return
@@ -349,11 +351,22 @@ func (r *Runner) Start(ctx context.Context) error {
 				p.queue.wake(tok)
 			}
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("jobs: subscribe to queued jobs: %w", err)
 	}
-	r.readySub = ready
+	for _, pattern := range r.inv.Methods() {
+		tail, err := n.patternTail(pattern)
+		if err != nil {
+			return fmt.Errorf("jobs: serve %q: %w", pattern, err)
+		}
+		ready, err := r.js.Conn().Subscribe(n.prefix+".jobs.ready.*."+tail, ring)
+		if err != nil {
+			for _, s := range r.readySubs {
+				_ = s.Unsubscribe()
+			}
+			r.readySubs = nil
+			return fmt.Errorf("jobs: subscribe to queued jobs: %w", err)
+		}
+		r.readySubs = append(r.readySubs, ready)
+	}
 	sub, err := r.js.Conn().Subscribe(n.cancelWildcard(), func(m *nats.Msg) {
 		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 		r.mu.Lock()
@@ -439,8 +452,8 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 			// which reads the record.
 			_ = r.cancelSub.Unsubscribe()
 		}
-		if r.readySub != nil {
-			_ = r.readySub.Unsubscribe()
+		for _, sub := range r.readySubs {
+			_ = sub.Unsubscribe()
 		}
 	}
 	r.mu.Unlock()
