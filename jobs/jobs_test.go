@@ -420,6 +420,38 @@ func TestPollOnAnotherService(t *testing.T) {
 	}
 }
 
+// TestServiceBringsStoreToItsLimits starts services on a stream a runner
+// made: one with the limits the stream has, one with others, which the
+// stream takes.
+func TestServiceBringsStoreToItsLimits(t *testing.T) {
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	startRunner(t, js, newRuntime(t, nc, echoTools))
+	maxMsgs := func() int64 {
+		t.Helper()
+		st, err := js.Stream(context.Background(), "TOOLBUS_JOBS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.MaxMsgs
+	}
+	for _, tc := range []struct {
+		name      string
+		maxQueued int64
+	}{
+		{"the runner's limits", jobs.DefaultMaxQueued},
+		{"other limits", 5},
+		{"the same again", 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			newService(t, js, jobs.WithMaxQueued(tc.maxQueued))
+			if got := maxMsgs(); got != tc.maxQueued {
+				t.Errorf("stream MaxMsgs = %d, want %d", got, tc.maxQueued)
+			}
+		})
+	}
+}
+
 func TestProgress(t *testing.T) {
 	e := startServer(t, "")
 	nc, js := connect(t, e)

@@ -146,6 +146,13 @@ type store struct {
 // brings an existing stream and bucket to c (the service does, as the owner
 // of the limits); without, it creates them only when missing (a runner
 // starting before any service).
+//
+// An update is sent only when the configuration differs, which the server
+// tells when asked to create what exists: every service that starts would
+// otherwise rewrite the stream's configuration (on a JetStream cluster, a
+// proposal to its meta group), and nats-server (2.15.3 at least) reads a
+// stream's configuration without its lock while it creates a consumer, so
+// that an update beside a runner creating its consumers is a data race.
 func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConfig, update bool) (*store, error) {
 	if o := js.Options(); o.APIPrefix != "" || o.Domain != "" {
 		return nil, errors.New("jobs: JetStream domains and API prefixes are not supported")
@@ -153,7 +160,10 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 	s := &store{js: js, names: n}
 	var err error
 	if update {
-		s.stream, err = js.CreateOrUpdateStream(ctx, n.streamConfig(c))
+		s.stream, err = js.CreateStream(ctx, n.streamConfig(c))
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s.stream, err = js.CreateOrUpdateStream(ctx, n.streamConfig(c))
+		}
 	} else if s.stream, err = js.Stream(ctx, n.stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.stream, err = js.CreateStream(ctx, n.streamConfig(c))
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -169,7 +179,10 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 		return nil, fmt.Errorf("jobs: stream %s: %w", n.stream, err)
 	}
 	if update {
-		s.kv, err = js.CreateOrUpdateKeyValue(ctx, n.bucketConfig(c))
+		s.kv, err = js.CreateKeyValue(ctx, n.bucketConfig(c))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			s.kv, err = js.CreateOrUpdateKeyValue(ctx, n.bucketConfig(c))
+		}
 	} else if s.kv, err = js.KeyValue(ctx, n.bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		s.kv, err = js.CreateKeyValue(ctx, n.bucketConfig(c))
 		if errors.Is(err, jetstream.ErrBucketExists) {
