@@ -99,12 +99,20 @@ func TestAnonymousCallerHasTheWholeByteBudget(t *testing.T) {
 }
 
 // floodWS sends n calls of a 1 MiB answer each on a new connection whose
-// client then reads nothing, and returns the connection.
+// client then reads nothing, and returns the connection. The server closes
+// such a connection, which is what the callers wait for, and may do so
+// before the client has sent all n: sending stops at the first write that
+// fails, and the callers check why the connection closed.
 func floodWS(t *testing.T, s *Server, n int) *websocket.Conn {
 	t.Helper()
 	c := dialWS(t, s)
 	for i := range n {
-		send(t, c, `{"jsonrpc":"2.0","method":"big","params":{"bytes":1048576},"id":`+strconv.Itoa(i)+`}`)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.Write(ctx, websocket.MessageText, []byte(`{"jsonrpc":"2.0","method":"big","params":{"bytes":1048576},"id":`+strconv.Itoa(i)+`}`))
+		cancel()
+		if err != nil {
+			break
+		}
 	}
 	return c
 }

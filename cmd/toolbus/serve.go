@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,7 +189,13 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func())
 	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	if err := app.Start(sig); err != nil {
-		return st.cause(err)
+		err = st.cause(err)
+		// A signal during startup is a stop like any other: fx has
+		// already stopped what had started.
+		if sig.Err() != nil && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
 	}
 	st.begin()
 	stop := func(cause error) error {
