@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -361,7 +362,7 @@ func bucketTTL(kv jetstream.KeyValue) ttlFunc {
 // storeRefused is the refusal of a call whose idempotency record cannot
 // be written: it does not run without one.
 func storeRefused(err error) *schema.Error {
-	if isStoreFull(err) {
+	if bus.StoreFull(err) {
 		return schema.NewError(schema.CodeUnavailable,
 			"unavailable: the idempotency store is full (idempotency_max_bytes), so the call did not run; "+
 				"send it again once older records expire, or without Idempotency-Key",
@@ -371,19 +372,6 @@ func storeRefused(err error) *schema.Error {
 	return schema.NewError(schema.CodeUnavailable,
 		"unavailable: the idempotency store cannot record the call, so it did not run; send it again shortly",
 		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_unavailable"})
-}
-
-// isStoreFull reports whether JetStream refused a write because a stream
-// or the server's store is at its byte cap.
-func isStoreFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	const insufficientResources = 10023 // the server's store is full
-	return apiErr.ErrorCode == insufficientResources ||
-		strings.Contains(apiErr.Description, "maximum bytes") ||
-		strings.Contains(apiErr.Description, "insufficient resources")
 }
 
 // answerNotKept is what a duplicate is answered when the first call ran

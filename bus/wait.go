@@ -225,6 +225,19 @@ func JetStreamError(nc *nats.Conn, replicas int, err error) error {
 	return err
 }
 
+// StoreFull reports whether JetStream refused a write because a stream, a
+// bucket or the server's store is at its byte cap: a condition that a
+// caller is told of, as a limit, rather than one to retry at once.
+func StoreFull(err error) bool {
+	var api *jetstream.APIError
+	if !errors.As(err, &api) {
+		return false
+	}
+	return api.ErrorCode == jsInsufficientResources ||
+		strings.Contains(api.Description, "maximum bytes") ||
+		strings.Contains(api.Description, "insufficient resources")
+}
+
 // Defaults of [Retry].
 const (
 	DefaultRetryWait      = 250 * time.Millisecond

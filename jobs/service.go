@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -215,7 +216,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		return nil, qerr
 	}
 	if _, err := s.st.create(ctx, rec); err != nil {
-		if isFull(err) {
+		if bus.StoreFull(err) {
 			// The job must not run behind a refusal: take it out of the
 			// queue again.
 			if err := s.st.stream.DeleteMsg(ctx, seq); err != nil {
@@ -340,7 +341,7 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 		if err == nil {
 			return nil, nil
 		}
-		if isFull(err) {
+		if bus.StoreFull(err) {
 			return nil, recordsFull(s.cfg.store.recordsBytes)
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -391,7 +392,7 @@ func (s *Service) enqueue(ctx context.Context, rec *stored) (uint64, *schema.Err
 	if errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "maximum messages") {
 		return 0, schema.LimitError("max_queued_jobs", s.cfg.store.maxQueued, -1)
 	}
-	if isFull(err) {
+	if bus.StoreFull(err) {
 		e := schema.LimitError("job_queue_max_bytes", s.cfg.store.queueBytes, -1)
 		e.Message += "; the queue is full: submit again once queued jobs have run"
 		return 0, e.WithData(map[string]any{"limit": "job_queue_max_bytes", "max": s.cfg.store.queueBytes,

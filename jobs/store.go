@@ -332,19 +332,6 @@ func (s *store) putKey(ctx context.Context, key string, value []byte, rev uint64
 	return nil
 }
 
-// isFull reports whether JetStream refused a write because a stream or
-// the server's store is at its byte cap.
-func isFull(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	const insufficientResources = 10023 // the server's store is full
-	return apiErr.ErrorCode == insufficientResources ||
-		strings.Contains(apiErr.Description, "maximum bytes") ||
-		strings.Contains(apiErr.Description, "insufficient resources")
-}
-
 // isConflict reports whether err is a failed revision check.
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
