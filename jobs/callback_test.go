@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/egress/egresstest"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -268,34 +269,6 @@ func TestNotifyURLRefused(t *testing.T) {
 	}
 }
 
-// banner is what a NATS server says first on any connection.
-const banner = `INFO {"server_id":"NBANNERSECRET","version":"2.11.0","max_payload":1048576}`
-
-// rawListener serves every connection with serve, on loopback, until the
-// test ends.
-func rawListener(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			serve(c)
-			c.Close()
-		}
-	}()
-	return l.Addr().String()
-}
-
 func TestCallbackFailureClasses(t *testing.T) {
 	closed := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -305,10 +278,7 @@ func TestCallbackFailureClasses(t *testing.T) {
 		defer l.Close()
 		return l.Addr().String()
 	}()
-	nats := rawListener(t, func(c net.Conn) {
-		io.WriteString(c, banner+"\r\n")
-		_, _ = io.Copy(io.Discard, c)
-	})
+	nats := egresstest.NATS(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/busy":
@@ -394,7 +364,7 @@ func TestCallbackFailureTextHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec["callback"] = map[string]any{"state": "failed", "attempts": 2, "failures": []map[string]any{
-		{"at": time.Now(), "error": `Post "http://127.0.0.1:4222/": net/http: HTTP/1.x transport connection broken: malformed HTTP response "` + banner + `"`},
+		{"at": time.Now(), "error": `Post "http://127.0.0.1:4222/": net/http: HTTP/1.x transport connection broken: malformed HTTP response "` + egresstest.Banner + `"`},
 		{"at": time.Now(), "error": "status 503"},
 	}}
 	b, _ := json.Marshal(rec)

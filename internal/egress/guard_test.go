@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/internal/egress/egresstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -393,34 +394,6 @@ func TestClientIgnoresProxy(t *testing.T) {
 	}
 }
 
-// listen opens a TCP listener on loopback that serve handles, one
-// connection at a time, until the test ends.
-func listen(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			serve(c)
-			c.Close()
-		}
-	}()
-	return l.Addr().String()
-}
-
-// banner is what a NATS server says first on any connection.
-const banner = `INFO {"server_id":"NBANNERSECRET","version":"2.11.0","port":4222,"max_payload":1048576}`
-
 func TestClientFailureClasses(t *testing.T) {
 	closed := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -430,13 +403,8 @@ func TestClientFailureClasses(t *testing.T) {
 		defer l.Close()
 		return l.Addr().String()
 	}()
-	nats := listen(t, func(c net.Conn) {
-		io.WriteString(c, banner+"\r\n")
-		// Keep the connection until the client has read the banner
-		// and gone, as a NATS server does.
-		_, _ = io.Copy(io.Discard, c)
-	})
-	hangup := listen(t, func(c net.Conn) {
+	nats := egresstest.NATS(t)
+	hangup := egresstest.Listen(t, func(c net.Conn) {
 		_, _ = bufio.NewReader(c).ReadString('\n')
 	})
 	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

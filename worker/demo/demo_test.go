@@ -14,7 +14,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/egress/egresstest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
@@ -258,7 +258,7 @@ func TestFetchPage(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	nats := bannerServer(t)
+	nats := egresstest.NATS(t)
 
 	// A port that was free a moment ago refuses connections.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -382,32 +382,6 @@ type resolverFunc func(host string) ([]netip.Addr, error)
 
 func (f resolverFunc) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	return f(host)
-}
-
-// bannerServer is a listener on loopback that greets every connection as
-// a NATS server does.
-func bannerServer(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			io.WriteString(c, `INFO {"server_id":"NBANNERSECRET","max_payload":1048576}`+"\r\n")
-			_, _ = io.Copy(io.Discard, c)
-			c.Close()
-		}
-	}()
-	return l.Addr().String()
 }
 
 func TestRegister(t *testing.T) {
