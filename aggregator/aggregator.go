@@ -271,29 +271,21 @@ func (a *Aggregator) Timeout(method string, requested time.Duration) time.Durati
 	return min(d, a.maxTimeout)
 }
 
-// Dispatch runs every call concurrently, each under its own deadline, and
-// returns one response per call in the order of calls. The entries of
-// notifications are zero: nobody waits for them. Dispatch returns when every
-// other call has a result or an error, at the latest at the largest deadline
-// among them; when ctx ends first, the calls still open are answered
-// [schema.CodeCanceled].
-func (a *Aggregator) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	out := make([]schema.Response, len(calls))
-	a.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
-	return out
-}
-
-// Stream is [Aggregator.Dispatch] that hands each answer to emit as soon as
-// it exists, in completion order, with the index of its call. emit is called
-// from one goroutine at a time and never after Stream returns.
-func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+// Dispatch implements [schema.Dispatcher]: it runs every call
+// concurrently, each under its own deadline, and hands each answer to emit
+// as soon as it exists, in completion order, with the index of its call.
+// Notifications get no answer: nobody waits for them. emit is called from
+// one goroutine at a time and never after Dispatch returns. Dispatch
+// returns when every other call has a result or an error, at the latest at
+// the largest deadline among them; when ctx ends first, the calls still
+// open are answered [schema.CodeCanceled].
+func (a *Aggregator) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	start := a.now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	batchSlots := make(chan struct{}, a.batchCap)
-	single := answered(calls) == 1
 	run := func(i int) {
-		r := a.call(ctx, &calls[i], start, batchSlots, single)
+		r := a.call(ctx, &calls[i], start, batchSlots)
 		mu.Lock()
 		emit(i, r)
 		mu.Unlock()
@@ -322,20 +314,8 @@ func (a *Aggregator) Stream(ctx context.Context, calls []schema.Call, emit func(
 	wg.Wait()
 }
 
-// answered counts the calls that are not notifications.
-func answered(calls []schema.Call) int {
-	n := 0
-	for i := range calls {
-		if !calls[i].IsNotification() {
-			n++
-		}
-	}
-	return n
-}
-
-// call runs one call and always returns a response for it. single says
-// that it is the only call of its message that expects an answer.
-func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, batchSlots chan struct{}, single bool) schema.Response {
+// call runs one call and always returns a response for it.
+func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, batchSlots chan struct{}) schema.Response {
 	timeout := a.Timeout(c.Method, c.Timeout)
 	ctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
@@ -345,7 +325,7 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	}
 	var result []byte
 	var err *schema.Error
-	if k := idemKey(ctx, c, single); k != "" && a.idem != nil {
+	if k := idemKey(c); k != "" && a.idem != nil {
 		if kv, waiting := a.idem.bucket(); kv != nil {
 			result, err = a.idempotent(ctx, c, kv, k, timeout, run)
 		} else {

@@ -119,7 +119,7 @@ func TestDispatchAnswersEveryCallInOrder(t *testing.T) {
 		call(`6`, "empty", `{}`),
 		call(`"101"`, "echo", `{"dup":true}`),
 	}
-	got := a.Dispatch(context.Background(), calls)
+	got := schema.Collect(context.Background(), a, calls)
 	if len(got) != len(calls) {
 		t.Fatalf("Dispatch returned %d responses, want %d", len(got), len(calls))
 	}
@@ -163,7 +163,7 @@ func TestSlowCallTimesOutAlone(t *testing.T) {
 	calls := []schema.Call{call(`1`, "echo", `[1]`), call(`2`, "hang", `{}`), call(`3`, "echo", `[3]`)}
 	calls[1].Timeout = 200 * time.Millisecond
 	start := time.Now()
-	got := a.Dispatch(context.Background(), calls)
+	got := schema.Collect(context.Background(), a, calls)
 	elapsed := time.Since(start)
 	if code(got[0]) != 0 || code(got[2]) != 0 {
 		t.Fatalf("fast calls = %v, %v; want results", got[0].Error, got[2].Error)
@@ -194,7 +194,7 @@ func TestDeadlineReachesWorker(t *testing.T) {
 	start := time.Now()
 	c := call(`1`, "probe", "")
 	c.Timeout = time.Hour
-	a.Dispatch(context.Background(), []schema.Call{c})
+	schema.Collect(context.Background(), a, []schema.Call{c})
 	end := time.Now()
 	d := <-deadlines
 	if d.Before(start.Add(2*time.Second)) || d.After(end.Add(2*time.Second)) {
@@ -238,7 +238,7 @@ func TestNotificationIsPublishedNotAwaited(t *testing.T) {
 		return nil
 	})
 	a := newAgg(t, ac)
-	resps := a.Dispatch(context.Background(), []schema.Call{call("", "note", `[1]`)})
+	resps := schema.Collect(context.Background(), a, []schema.Call{call("", "note", `[1]`)})
 	if len(resps) != 1 || resps[0].Error != nil || resps[0].Result != nil {
 		t.Fatalf("notification response = %+v, want zero", resps)
 	}
@@ -272,7 +272,7 @@ func TestBatchConcurrencyCap(t *testing.T) {
 	for i := range calls {
 		calls[i] = call(`1`, "sleep", "")
 	}
-	for i, r := range a.Dispatch(context.Background(), calls) {
+	for i, r := range schema.Collect(context.Background(), a, calls) {
 		if r.Error != nil {
 			t.Fatalf("call %d: %v", i, r.Error)
 		}
@@ -297,10 +297,10 @@ func TestMaxInFlightRefusesAtOnce(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		first = a.Dispatch(context.Background(), []schema.Call{call(`1`, "hold", "")})
+		first = schema.Collect(context.Background(), a, []schema.Call{call(`1`, "hold", "")})
 	}()
 	<-started
-	second := a.Dispatch(context.Background(), []schema.Call{call(`2`, "hold", "")})
+	second := schema.Collect(context.Background(), a, []schema.Call{call(`2`, "hold", "")})
 	close(release)
 	wg.Wait()
 	if first[0].Error != nil {
@@ -331,7 +331,7 @@ func TestCanceledContextAnswersCanceled(t *testing.T) {
 	a := newAgg(t, ac)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-started; cancel() }()
-	got := a.Dispatch(ctx, []schema.Call{call(`1`, "hang", "")})
+	got := schema.Collect(ctx, a, []schema.Call{call(`1`, "hang", "")})
 	if !errors.Is(got[0].Error, schema.ErrCanceled) {
 		t.Fatalf("canceled call = %v, want canceled", got[0].Error)
 	}
@@ -348,7 +348,7 @@ func TestStreamEmitsInCompletionOrder(t *testing.T) {
 	a := newAgg(t, ac)
 	calls := []schema.Call{call(`1`, "sleep", `{"MS":400}`), call(`2`, "sleep", `{"MS":1}`)}
 	var order []int
-	a.Stream(context.Background(), calls, func(i int, r schema.Response) { order = append(order, i) })
+	a.Dispatch(context.Background(), calls, func(i int, r schema.Response) { order = append(order, i) })
 	if len(order) != 2 || order[0] != 1 || order[1] != 0 {
 		t.Fatalf("emit order = %v, want [1 0]", order)
 	}
@@ -403,7 +403,7 @@ func TestCancelIsAnnouncedToWorkers(t *testing.T) {
 		callID = <-callIDs
 		cancel()
 	}()
-	got := a.Dispatch(ctx, []schema.Call{call(`1`, "hang", "")})
+	got := schema.Collect(ctx, a, []schema.Call{call(`1`, "hang", "")})
 	if !errors.Is(got[0].Error, schema.ErrCanceled) {
 		t.Fatalf("call = %v, want canceled", got[0].Error)
 	}
@@ -428,7 +428,7 @@ func TestTimeoutIsNotAnnouncedAsCancel(t *testing.T) {
 	a := newAgg(t, ac)
 	c := call(`1`, "hang", "")
 	c.Timeout = 50 * time.Millisecond
-	if got := a.Dispatch(context.Background(), []schema.Call{c}); !errors.Is(got[0].Error, schema.ErrTimeout) {
+	if got := schema.Collect(context.Background(), a, []schema.Call{c}); !errors.Is(got[0].Error, schema.ErrTimeout) {
 		t.Fatalf("call = %v, want timeout", got[0].Error)
 	}
 	if m, err := cancels.NextMsg(200 * time.Millisecond); err == nil {

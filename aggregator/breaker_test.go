@@ -32,7 +32,7 @@ func TestBreaker(t *testing.T) {
 	const openFor = 200 * time.Millisecond
 	a := newAgg(t, ac, aggregator.WithBreaker(aggregator.Breaker{Failures: 2, OpenFor: openFor}))
 	one := func(method string) schema.Response {
-		return a.Dispatch(context.Background(), []schema.Call{call(`1`, method, "")})[0]
+		return schema.Collect(context.Background(), a, []schema.Call{call(`1`, method, "")})[0]
 	}
 	steps := []struct {
 		name        string
@@ -103,7 +103,7 @@ func TestHedge(t *testing.T) {
 				aggregator.WithAckTimeout(time.Hour))
 			c := call(`1`, tc.method, "")
 			c.Timeout = tc.timeout
-			r := a.Dispatch(context.Background(), []schema.Call{c})[0]
+			r := schema.Collect(context.Background(), a, []schema.Call{c})[0]
 			if got := code(r); got != tc.wantCode {
 				t.Fatalf("%s = %s %v, want code %d", tc.method, r.Result, r.Error, tc.wantCode)
 			}

@@ -52,14 +52,14 @@ func TestCallerMaxInFlight(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					a.Dispatch(context.Background(), []schema.Call{callerCall(string(rune('1'+i)), "hold", "flood")})
+					schema.Collect(context.Background(), a, []schema.Call{callerCall(string(rune('1'+i)), "hold", "flood")})
 				}()
 				<-started
 			}
 			defer wg.Wait()
 			defer close(release)
 
-			over := a.Dispatch(context.Background(), []schema.Call{callerCall(`"over"`, "echo", "flood")})[0]
+			over := schema.Collect(context.Background(), a, []schema.Call{callerCall(`"over"`, "echo", "flood")})[0]
 			if !errors.Is(over.Error, schema.ErrOverloaded) {
 				t.Fatalf("the flooding caller's next call = %+v, want -32002", over)
 			}
@@ -72,11 +72,11 @@ func TestCallerMaxInFlight(t *testing.T) {
 				t.Fatalf("refusal data = %s, want limit caller_max_in_flight, max %d and retry_after_ms", over.Error.Data, tt.share)
 			}
 			if tt.share < 3 {
-				other := a.Dispatch(context.Background(), []schema.Call{callerCall(`"other"`, "echo", "quiet")})[0]
+				other := schema.Collect(context.Background(), a, []schema.Call{callerCall(`"other"`, "echo", "quiet")})[0]
 				if other.Error != nil {
 					t.Fatalf("another caller's call = %v, want a result", other.Error)
 				}
-				anon := a.Dispatch(context.Background(), []schema.Call{callerCall(`"anon"`, "echo", "")})[0]
+				anon := schema.Collect(context.Background(), a, []schema.Call{callerCall(`"anon"`, "echo", "")})[0]
 				if anon.Error != nil {
 					t.Fatalf("the anonymous caller's call = %v, want a result (its share is the whole cap)", anon.Error)
 				}
@@ -99,7 +99,7 @@ func TestAnonymousCallerHasTheWholeCap(t *testing.T) {
 	a := newAgg(t, ac, aggregator.WithMaxInFlight(4))
 	calls := []schema.Call{call(`1`, "hold", ""), call(`2`, "hold", ""), call(`3`, "hold", ""), call(`4`, "hold", "")}
 	done := make(chan []schema.Response)
-	go func() { done <- a.Dispatch(context.Background(), calls) }()
+	go func() { done <- schema.Collect(context.Background(), a, calls) }()
 	for range calls {
 		<-started
 	}

@@ -2,14 +2,13 @@
 // and gathers their answers.
 //
 // [Aggregator.Dispatch] publishes every call of a batch at once, each to the
-// subject of its method with its own deadline, and waits for the replies on
-// NATS inboxes. A call that misses its deadline is answered with a retryable
-// timeout for its id alone; a method that no worker serves is answered at
-// once; notifications are published and never waited for. A batch is never
-// held longer than its largest per-call deadline.
-//
-// [Aggregator.Stream] does the same but hands each answer over the moment it
-// exists, for transports that stream.
+// subject of its method with its own deadline, waits for the replies on
+// NATS inboxes, and hands each answer over the moment it exists. A call
+// that misses its deadline is answered with a retryable timeout for its id
+// alone; a method that no worker serves is answered at once; notifications
+// are published and never waited for. A batch is never held longer than
+// its largest per-call deadline. The aggregator is the last
+// [schema.Dispatcher] of the ingress's chain.
 //
 // Around each call sit the resilience policies: in-flight caps, global and
 // per method ([WithMaxInFlight], [WithMethodMaxInFlight]); the liveness

@@ -78,14 +78,12 @@ func bucketName(prefix string) string {
 }
 
 // WithIdempotency keeps idempotency records in kv (see [IdempotencyBucket])
-// for calls dispatched under a context with [schema.WithIdempotencyKey]
-// (default: keys are ignored). A duplicate of a call in flight, on this
-// or any other aggregator sharing kv, waits for the first and gets its
-// answer; a duplicate of a finished call gets the stored answer. A
-// retryable failure (a timeout, unavailability, overload, cancellation)
-// is not stored, so that sending the call again runs it again. The key of
-// a single call names it; in a batch each call is named by the key and its
-// JSON-RPC id. A key sent again with a different method or params is
+// for calls that carry a [schema.Call.IdempotencyKey] (default: keys are
+// ignored). A duplicate of a call in flight, on this or any other
+// aggregator sharing kv, waits for the first and gets its answer; a
+// duplicate of a finished call gets the stored answer. A retryable failure
+// (a timeout, unavailability, overload, cancellation) is not stored, so
+// that sending the call again runs it again. A key sent again with a different method or params is
 // answered -32600. When the store cannot record the call (unreachable, or
 // full), the call is refused -32003, retryable, and does not run: a
 // safety feature that cannot work never runs the call unprotected, unless
@@ -179,20 +177,16 @@ const (
 	idemDone    = "done"
 )
 
-// idemKey returns the record key of a call, or "" when it has none.
-func idemKey(ctx context.Context, c *schema.Call, single bool) string {
-	key := schema.IdempotencyKey(ctx)
-	if key == "" || c.IsNotification() {
+// idemKey returns the record key of a call, or "" when it has none. The
+// caller is part of it: one caller's key never names another's call.
+func idemKey(c *schema.Call) string {
+	if c.IdempotencyKey == "" || c.IsNotification() {
 		return ""
 	}
 	h := sha256.New()
 	h.Write([]byte(c.Caller))
 	h.Write([]byte{0})
-	h.Write([]byte(key))
-	if !single {
-		h.Write([]byte{0})
-		h.Write(c.ID)
-	}
+	h.Write([]byte(c.IdempotencyKey))
 	return "call." + hex.EncodeToString(h.Sum(nil))
 }
 

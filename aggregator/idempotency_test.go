@@ -43,13 +43,12 @@ func TestIdempotency(t *testing.T) {
 	// Two aggregators share the bucket, as two ingress replicas would.
 	a1 := newAgg(t, ac, aggregator.WithIdempotency(kv))
 	a2 := newAgg(t, wc, aggregator.WithIdempotency(kv))
-	keyed := func(k string) context.Context { return schema.WithIdempotencyKey(context.Background(), k) }
 
 	first := make(chan schema.Response, 1)
-	go func() { first <- a1.Dispatch(keyed("k1"), []schema.Call{call(`1`, "count", `[1]`)})[0] }()
+	go func() { first <- collectKeyed(a1, "k1", []schema.Call{call(`1`, "count", `[1]`)})[0] }()
 	<-entered
 	second := make(chan schema.Response, 1)
-	go func() { second <- a2.Dispatch(keyed("k1"), []schema.Call{call(`2`, "count", `[1]`)})[0] }()
+	go func() { second <- collectKeyed(a2, "k1", []schema.Call{call(`2`, "count", `[1]`)})[0] }()
 	close(release)
 	r1, r2 := <-first, <-second
 	if r1.Error != nil || string(r1.Result) != "1" || r2.Error != nil || string(r2.Result) != "1" {
@@ -61,23 +60,23 @@ func TestIdempotency(t *testing.T) {
 
 	tests := []struct {
 		name     string
-		ctx      context.Context
+		key      string
 		calls    []schema.Call
 		want     []string
 		wantCode int
 		wantRuns int64
 	}{
-		{name: "replayed after it finished", ctx: keyed("k1"), calls: []schema.Call{call(`3`, "count", `[1]`)}, want: []string{"1"}, wantRuns: 1},
-		{name: "other params", ctx: keyed("k1"), calls: []schema.Call{call(`4`, "count", `[2]`)}, wantCode: schema.CodeInvalidRequest, wantRuns: 1},
-		{name: "no key runs again", ctx: context.Background(), calls: []schema.Call{call(`5`, "count", `[1]`)}, want: []string{"2"}, wantRuns: 2},
-		{name: "batch runs each id", ctx: keyed("b"), calls: []schema.Call{call(`1`, "count", ``), call(`2`, "count", ``)}, want: []string{"", ""}, wantRuns: 4},
-		{name: "batch replayed by id", ctx: keyed("b"), calls: []schema.Call{call(`2`, "count", ``), call(`1`, "count", ``)}, want: []string{"", ""}, wantRuns: 4},
-		{name: "retryable failure is not kept", ctx: keyed("f"), calls: []schema.Call{call(`1`, "flaky", ``)}, wantCode: schema.CodeUnavailable, wantRuns: 4},
-		{name: "so the retry runs", ctx: keyed("f"), calls: []schema.Call{call(`1`, "flaky", ``)}, want: []string{`"ok"`}, wantRuns: 4},
+		{name: "replayed after it finished", key: "k1", calls: []schema.Call{call(`3`, "count", `[1]`)}, want: []string{"1"}, wantRuns: 1},
+		{name: "other params", key: "k1", calls: []schema.Call{call(`4`, "count", `[2]`)}, wantCode: schema.CodeInvalidRequest, wantRuns: 1},
+		{name: "no key runs again", calls: []schema.Call{call(`5`, "count", `[1]`)}, want: []string{"2"}, wantRuns: 2},
+		{name: "batch runs each id", key: "b", calls: []schema.Call{call(`1`, "count", ``), call(`2`, "count", ``)}, want: []string{"", ""}, wantRuns: 4},
+		{name: "batch replayed by id", key: "b", calls: []schema.Call{call(`2`, "count", ``), call(`1`, "count", ``)}, want: []string{"", ""}, wantRuns: 4},
+		{name: "retryable failure is not kept", key: "f", calls: []schema.Call{call(`1`, "flaky", ``)}, wantCode: schema.CodeUnavailable, wantRuns: 4},
+		{name: "so the retry runs", key: "f", calls: []schema.Call{call(`1`, "flaky", ``)}, want: []string{`"ok"`}, wantRuns: 4},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := a2.Dispatch(tc.ctx, tc.calls)
+			rs := collectKeyed(a2, tc.key, tc.calls)
 			for i, r := range rs {
 				if tc.wantCode != 0 {
 					var e *schema.Error

@@ -40,7 +40,12 @@ func idemSetup(t *testing.T, maxBytes int64, size int) (ac *nats.Conn, kv jetstr
 	return ac, kv, runs
 }
 
-func keyed(k string) context.Context { return schema.WithIdempotencyKey(context.Background(), k) }
+// collectKeyed dispatches calls on d carrying the idempotency key k, as the
+// ingress names them.
+func collectKeyed(d schema.Dispatcher, k string, calls []schema.Call) []schema.Response {
+	schema.SetIdempotencyKey(calls, k)
+	return schema.Collect(context.Background(), d, calls)
+}
 
 // dataOf decodes an error's data.
 func dataOf(t *testing.T, e *schema.Error) map[string]any {
@@ -75,7 +80,7 @@ func TestIdempotencyStoreFullRefuses(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 64<<10, 8)
 	fill(t, kv)
 	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
-	r := a.Dispatch(keyed("k"), []schema.Call{callerCall(`1`, "count", "t")})[0]
+	r := collectKeyed(a, "k", []schema.Call{callerCall(`1`, "count", "t")})[0]
 	if !errors.Is(r.Error, schema.ErrUnavailable) {
 		t.Fatalf("a call the full store cannot record = %+v, want -32003", r)
 	}
@@ -87,7 +92,7 @@ func TestIdempotencyStoreFullRefuses(t *testing.T) {
 	}
 
 	open := newAgg(t, ac, aggregator.WithIdempotency(kv), aggregator.WithIdempotencyFailOpen(true))
-	if r := open.Dispatch(keyed("k"), []schema.Call{callerCall(`1`, "count", "t")})[0]; r.Error != nil || runs.Load() != 1 {
+	if r := collectKeyed(open, "k", []schema.Call{callerCall(`1`, "count", "t")})[0]; r.Error != nil || runs.Load() != 1 {
 		t.Fatalf("fail-open: %+v after %d runs, want the call run once", r, runs.Load())
 	}
 }
@@ -102,7 +107,7 @@ func TestIdempotencyStoreUnavailableRefuses(t *testing.T) {
 	}
 	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
 	for i := range 3 {
-		r := a.Dispatch(keyed("k"), []schema.Call{call(`1`, "count", "")})[0]
+		r := collectKeyed(a, "k", []schema.Call{call(`1`, "count", "")})[0]
 		if !errors.Is(r.Error, schema.ErrUnavailable) || dataOf(t, r.Error)["reason"] != "idempotency_store_unavailable" {
 			t.Fatalf("try %d = %+v, want -32003 idempotency_store_unavailable", i, r)
 		}
@@ -118,11 +123,11 @@ func TestIdempotencyStoreUnavailableRefuses(t *testing.T) {
 func TestIdempotencyAnswerNotKept(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 16<<10, 32<<10)
 	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
-	first := a.Dispatch(keyed("k"), []schema.Call{call(`1`, "count", "")})[0]
+	first := collectKeyed(a, "k", []schema.Call{call(`1`, "count", "")})[0]
 	if first.Error != nil {
 		t.Fatalf("first call = %v, want its answer", first.Error)
 	}
-	dup := a.Dispatch(keyed("k"), []schema.Call{call(`1`, "count", "")})[0]
+	dup := collectKeyed(a, "k", []schema.Call{call(`1`, "count", "")})[0]
 	if !errors.Is(dup.Error, schema.ErrLimitExceeded) || dataOf(t, dup.Error)["reason"] != "idempotency_answer_not_kept" {
 		t.Fatalf("duplicate = %+v, want -32006 idempotency_answer_not_kept", dup)
 	}
@@ -138,11 +143,11 @@ func TestIdempotencyCallerLimits(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 0, 8)
 	a := newAgg(t, ac, aggregator.WithIdempotency(kv), aggregator.WithIdempotencyCallerLimits(2, 1<<20))
 	for _, k := range []string{"k1", "k2"} {
-		if r := a.Dispatch(keyed(k), []schema.Call{callerCall(`1`, "count", "flood")})[0]; r.Error != nil {
+		if r := collectKeyed(a, k, []schema.Call{callerCall(`1`, "count", "flood")})[0]; r.Error != nil {
 			t.Fatalf("key %s: %v", k, r.Error)
 		}
 	}
-	r := a.Dispatch(keyed("k3"), []schema.Call{callerCall(`1`, "count", "flood")})[0]
+	r := collectKeyed(a, "k3", []schema.Call{callerCall(`1`, "count", "flood")})[0]
 	if !errors.Is(r.Error, schema.ErrLimitExceeded) {
 		t.Fatalf("a third key = %+v, want -32006", r)
 	}
@@ -152,14 +157,14 @@ func TestIdempotencyCallerLimits(t *testing.T) {
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("runs = %d, want 2: the refused call must not run", n)
 	}
-	if r := a.Dispatch(keyed("k1"), []schema.Call{callerCall(`1`, "count", "flood")})[0]; r.Error != nil || runs.Load() != 2 {
+	if r := collectKeyed(a, "k1", []schema.Call{callerCall(`1`, "count", "flood")})[0]; r.Error != nil || runs.Load() != 2 {
 		t.Fatalf("an old key again = %+v after %d runs, want its replay", r, runs.Load())
 	}
-	if r := a.Dispatch(keyed("k3"), []schema.Call{callerCall(`1`, "count", "quiet")})[0]; r.Error != nil {
+	if r := collectKeyed(a, "k3", []schema.Call{callerCall(`1`, "count", "quiet")})[0]; r.Error != nil {
 		t.Fatalf("another caller's key = %v, want a result", r.Error)
 	}
 	for _, k := range []string{"a1", "a2", "a3"} {
-		if r := a.Dispatch(keyed(k), []schema.Call{call(`1`, "count", "")})[0]; r.Error != nil {
+		if r := collectKeyed(a, k, []schema.Call{call(`1`, "count", "")})[0]; r.Error != nil {
 			t.Fatalf("anonymous key %s = %v, want a result", k, r.Error)
 		}
 	}

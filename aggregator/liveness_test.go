@@ -170,7 +170,7 @@ func TestLiveness(t *testing.T) {
 			c := call(`1`, method, "")
 			c.Timeout = tc.timeout
 			start := time.Now()
-			r := a.Dispatch(context.Background(), []schema.Call{c})[0]
+			r := schema.Collect(context.Background(), a, []schema.Call{c})[0]
 			if got := code(r); got != tc.wantCode {
 				t.Fatalf("Dispatch(%s) code = %d (%v), want %d", method, got, r.Error, tc.wantCode)
 			}
@@ -211,7 +211,7 @@ func TestHeartbeatHeader(t *testing.T) {
 				bus.Reply(m, schema.ReplyResult([]byte(`1`)))
 			})
 			a := newAgg(t, ac, tc.opts...)
-			if r := a.Dispatch(context.Background(), []schema.Call{call(`1`, "hb", "")})[0]; r.Error != nil {
+			if r := schema.Collect(context.Background(), a, []schema.Call{call(`1`, "hb", "")})[0]; r.Error != nil {
 				t.Fatalf("Dispatch = %v, want a result", r.Error)
 			}
 			h := <-got
@@ -237,9 +237,9 @@ func TestMethodMaxInFlight(t *testing.T) {
 	serve(t, wc, "other", echo)
 	a := newAgg(t, ac, aggregator.WithMethodMaxInFlight("hold", 1))
 	done := make(chan schema.Response, 1)
-	go func() { done <- a.Dispatch(context.Background(), []schema.Call{call(`1`, "hold", "")})[0] }()
+	go func() { done <- schema.Collect(context.Background(), a, []schema.Call{call(`1`, "hold", "")})[0] }()
 	<-started
-	rs := a.Dispatch(context.Background(), []schema.Call{call(`2`, "hold", ""), call(`3`, "other", `[1]`)})
+	rs := schema.Collect(context.Background(), a, []schema.Call{call(`2`, "hold", ""), call(`3`, "other", `[1]`)})
 	close(release)
 	if r := <-done; r.Error != nil {
 		t.Fatalf("first hold = %v, want a result", r.Error)

@@ -226,8 +226,14 @@ func startSecured(t *testing.T) *securedCluster {
 
 // call dispatches one call through the ingress's aggregator.
 func (c *securedCluster) call(ctx context.Context, method, params string) schema.Response {
+	return c.keyedCall(ctx, "", method, params)
+}
+
+// keyedCall dispatches one call carrying an idempotency key.
+func (c *securedCluster) keyedCall(ctx context.Context, key, method, params string) schema.Response {
 	calls := []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: method, Params: json.RawMessage(params)}}}
-	return c.agg.Dispatch(ctx, calls)[0]
+	schema.SetIdempotencyKey(calls, key)
+	return schema.Collect(ctx, c.agg, calls)[0]
 }
 
 // job calls an rpc.jobs.* method as the ingress serves it.
@@ -277,8 +283,7 @@ func TestSecurePermissions(t *testing.T) {
 	}
 	// An idempotent call is recorded in the idempotency bucket and its
 	// duplicate answered from there.
-	keyed := schema.WithIdempotencyKey(ctx, "secured-1")
-	first, again := c.call(keyed, "echo", `{"n":1}`), c.call(keyed, "echo", `{"n":1}`)
+	first, again := c.keyedCall(ctx, "secured-1", "echo", `{"n":1}`), c.keyedCall(ctx, "secured-1", "echo", `{"n":1}`)
 	if first.Error != nil || again.Error != nil || string(first.Result) != string(again.Result) {
 		t.Fatalf("idempotent echo twice = %s %v, %s %v; want the same result", first.Result, first.Error, again.Result, again.Error)
 	}
@@ -599,7 +604,7 @@ func TestSecureFamilyCredential(t *testing.T) {
 	}
 	t.Cleanup(func() { rt.Shutdown(context.Background()) })
 
-	r := agg.Dispatch(ctx, []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: "math.add", Params: json.RawMessage(`[1,2]`)}}})[0]
+	r := schema.Collect(ctx, agg, []schema.Call{{Request: schema.Request{ID: json.RawMessage(`1`), Method: "math.add", Params: json.RawMessage(`[1,2]`)}}})[0]
 	if r.Error != nil || string(r.Result) != `[1,2]` {
 		t.Fatalf("math.add through the family's worker = %s, %v; want its params back", r.Result, r.Error)
 	}

@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -465,14 +463,6 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, p)))
 	})
-}
-
-// callHeaders reads what r's headers ask for its calls, and who sent them.
-func (s *Server) callHeaders(r *http.Request) (callHeaders, *schema.Error) {
-	hdr, err := parseCallHeaders(r.Header)
-	hdr.caller, _ = r.Context().Value(callerKey{}).(*principal)
-	hdr.trace = trace.SpanContextFromContext(r.Context())
-	return hdr, err
 }
 
 // WithAuth turns authentication and authorization on (default off: the

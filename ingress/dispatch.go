@@ -7,25 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"sync"
 
 	"github.com/toolbus/toolbus/schema"
 )
-
-// Dispatcher runs calls. The aggregator implements it. Every transport of
-// the ingress hands its calls to the one Dispatcher of its [Server].
-type Dispatcher interface {
-	// Dispatch runs every call concurrently, each under its own deadline, and returns
-	// one response per call in the same order; entries for notifications are ignored.
-	// It returns when every non-notification call has a result or an error.
-	Dispatch(ctx context.Context, calls []schema.Call) []schema.Response
-	// Stream runs calls as Dispatch does but hands each answer to emit as soon
-	// as it exists, in completion order, with the index of its call;
-	// notifications get none. emit is called from one goroutine at a time and
-	// never after Stream returns. When ctx ends, the calls still open are
-	// answered [schema.CodeCanceled].
-	Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response))
-}
 
 // element is one element of a message as the ingress sees it: a request to
 // run, or the error it is answered with, and the form of its answer.
@@ -149,6 +133,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 		p.calls = append(p.calls, call)
 		p.slots = append(p.slots, slot)
 	}
+	schema.SetIdempotencyKey(p.calls, hdr.idemKey)
 	return p
 }
 
@@ -198,43 +183,37 @@ func (s *Server) dispatch(ctx context.Context, p *plan) {
 	})
 }
 
-// stream calls [Dispatcher.Stream] and hands emit the settled answer of
-// every call that is not a notification, exactly once each, in completion
-// order, held against ch (see [Server.settle]). Whatever the dispatcher does wrong (panicking, skipping a call,
-// answering one twice, emitting late) stays inside: a call it never
-// answered gets -32603 when Stream returns, and emit is never called after
-// stream returns. emit is called from one goroutine at a time and must not
-// block for long.
+// stream runs calls on the server's chain and hands emit the settled
+// answer of every call that is not a notification, exactly once each, in
+// completion order, held against ch (see [Server.settle]). Whatever the
+// chain does wrong (panicking, skipping a call, answering one twice,
+// emitting late) stays inside: a call it never answered gets -32603 when
+// the chain returns, and emit is never called after stream returns. emit
+// is called from one goroutine at a time and must not block for long.
 func (s *Server) stream(ctx context.Context, calls []schema.Call, ch *charge, emit func(i int, r schema.Response)) {
 	if len(calls) == 0 {
 		return
 	}
-	var mu sync.Mutex
-	answered := make([]bool, len(calls))
-	closed := false
-	once := func(i int, r schema.Response) {
-		mu.Lock()
-		defer mu.Unlock()
-		if closed || i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
-			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher emitted an unexpected answer", slog.Int("index", i))
-			return
-		}
-		answered[i] = true
-		emit(i, s.settle(ctx, &calls[i], r, ch))
-	}
-	if err := s.streamSafely(ctx, calls, once); err != nil {
+	answers := schema.NewAnswers(calls)
+	if err := s.streamSafely(ctx, calls, func(i int, r schema.Response) {
+		answers.Answer(i, func(first bool) {
+			if !first {
+				s.log.LogAttrs(ctx, slog.LevelError, "dispatcher emitted an unexpected answer", slog.Int("index", i))
+				return
+			}
+			emit(i, s.settle(ctx, &calls[i], r, ch))
+		})
+	}); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "dispatch failed", slog.String("error", err.Error()))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	closed = true
-	for i := range calls {
-		if !answered[i] && !calls[i].IsNotification() {
-			s.log.LogAttrs(ctx, slog.LevelError, "dispatcher left a call unanswered",
-				slog.String("id", string(calls[i].ID)), slog.String("method", calls[i].Method))
-			emit(i, schema.Response{ID: calls[i].ID, Error: internalError()})
+	answers.Close(func(i int) {
+		if calls[i].IsNotification() {
+			return
 		}
-	}
+		s.log.LogAttrs(ctx, slog.LevelError, "dispatcher left a call unanswered",
+			slog.String("id", string(calls[i].ID)), slog.String("method", calls[i].Method))
+		emit(i, schema.Response{ID: calls[i].ID, Error: internalError()})
+	})
 }
 
 func (s *Server) streamSafely(ctx context.Context, calls []schema.Call, emit func(int, schema.Response)) (err error) {
@@ -243,7 +222,7 @@ func (s *Server) streamSafely(ctx context.Context, calls []schema.Call, emit fun
 			err = s.recovered(ctx, v)
 		}
 	}()
-	s.d.Stream(ctx, calls, emit)
+	s.d.Dispatch(ctx, calls, emit)
 	return nil
 }
 

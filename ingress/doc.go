@@ -1,16 +1,17 @@
 // Package ingress is the HTTP front door of toolbus: it takes JSON-RPC
 // messages from agents over several transports, applies the operator's
-// limits, and hands the calls to a [Dispatcher] (the aggregator).
+// limits, and hands the calls to its dispatcher chain ([Server.chain]),
+// which ends at the aggregator.
 //
 // Every transport turns what it receives into []schema.Call and goes
 // through the same core: [schema.Parse] under the [Limits], the same method
 // checks (a name outside the bus grammar, or one of the reserved rpc.*
 // names, is answered -32601 and never dispatched), the deadline the client
-// asked for in the [TimeoutHeader] header, and the one Dispatcher. No
+// asked for in the [TimeoutHeader] header, and the one chain. No
 // transport has a dispatch path of its own. The routes of [Server.Handler]:
 //
 //   - POST /rpc with a JSON body: JSON-RPC 2.0 singles, batches and
-//     notifications, handed to [Dispatcher.Dispatch] in one piece. The
+//     notifications, handed to the chain in one piece. The
 //     answer keeps request order: one object for a single request, an
 //     array for a batch, 204 No Content when there is nothing to answer.
 //     Every JSON-RPC answer is 200 application/json; a request refused
@@ -20,7 +21,7 @@
 //
 //   - POST /rpc with "Accept: text/event-stream" ([EventStream]): the same
 //     message, answered as server-sent events through
-//     [Dispatcher.Stream]. Each answer is one unnamed event whose data is
+//     the chain. Each answer is one unnamed event whose data is
 //     the JSON-RPC response, sent and flushed the moment it exists:
 //     first the answers the ingress has at once (invalid elements, methods
 //     that are never routed), then each call's in completion order. A
@@ -73,8 +74,8 @@
 // a caller is shown is its own ([Auth] says what an operator sees):
 // discovery lists the methods it may call, the dashboard its own errors and
 // jobs, and an MCP session answers only the caller that made it. The
-// [IdempotencyKeyHeader] header is handed to the dispatcher in the request's
-// context ([schema.WithIdempotencyKey]).
+// [IdempotencyKeyHeader] header names the calls of its request
+// ([schema.Call.IdempotencyKey]).
 //
 // The ingress keeps no state between requests, so any number of replicas
 // can run side by side.

@@ -65,25 +65,37 @@ func WithExtension(prefix string, ext Extension) Option {
 	}
 }
 
-// router is the [Dispatcher] every transport uses: it sends extension
-// methods and promoted calls to their extension and the rest to the
-// dispatcher given to [New].
+// router is the chain's extension layer: it sends extension methods and
+// promoted calls to their extension and the rest to the next dispatcher.
 type router struct {
-	next       Dispatcher
 	extensions map[string]Extension
 	promoter   Promoter
 }
 
-var _ Dispatcher = (*router)(nil)
-
-func newRouter(next Dispatcher, extensions map[string]Extension) *router {
-	r := &router{next: next, extensions: extensions}
+func newRouter(extensions map[string]Extension) *router {
+	if len(extensions) == 0 {
+		return nil
+	}
+	r := &router{extensions: extensions}
 	for _, ext := range extensions {
 		if p, ok := ext.(Promoter); ok {
 			r.promoter = p
 		}
 	}
 	return r
+}
+
+// layer returns the extension layer of the chain, or nil when r is nil
+// (no extension is configured).
+func (r *router) layer() schema.Layer {
+	if r == nil {
+		return nil
+	}
+	return func(next schema.Dispatcher) schema.Dispatcher {
+		return schema.DispatcherFunc(func(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+			r.dispatch(ctx, next, calls, emit)
+		})
+	}
 }
 
 // extension returns the extension serving method, or nil.
@@ -102,8 +114,8 @@ func (r *router) extension(method string) Extension {
 // timeout is the deadline of an extension or promoted call: the
 // dispatcher's rule when it has one, else the client's wish bounded by a
 // default.
-func (r *router) timeout(c *schema.Call) time.Duration {
-	if t, ok := r.next.(timeouter); ok {
+func timeoutOf(next schema.Dispatcher, c *schema.Call) time.Duration {
+	if t, ok := next.(timeouter); ok {
 		return t.Timeout(c.Method, c.Timeout)
 	}
 	if c.Timeout > 0 && c.Timeout < defaultExtensionTimeout {
@@ -112,20 +124,12 @@ func (r *router) timeout(c *schema.Call) time.Duration {
 	return defaultExtensionTimeout
 }
 
-// Dispatch implements [Dispatcher].
-func (r *router) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	out := make([]schema.Response, len(calls))
-	r.Stream(ctx, calls, func(i int, resp schema.Response) { out[i] = resp })
-	return out
-}
-
-// Stream implements [Dispatcher]: calls for the dispatcher go to it in one
-// Stream, every other call runs on a goroutine of its own, and emit is
-// called from one goroutine at a time.
-func (r *router) Stream(ctx context.Context, calls []schema.Call, emit func(i int, resp schema.Response)) {
+// dispatch sends the calls for next to it as one set; every other call
+// runs on a goroutine of its own. emit is called from one goroutine at a
+// time.
+func (r *router) dispatch(ctx context.Context, next schema.Dispatcher, calls []schema.Call, emit func(i int, resp schema.Response)) {
 	var local []int
-	var rest []schema.Call
-	var restIdx []int
+	var rest schema.Subset
 	for i := range calls {
 		c := &calls[i]
 		switch {
@@ -134,12 +138,11 @@ func (r *router) Stream(ctx context.Context, calls []schema.Call, emit func(i in
 		case c.Async && !c.IsNotification() && r.promoter != nil && r.promoter.Promotable(ctx, c.Method):
 			local = append(local, i)
 		default:
-			rest = append(rest, *c)
-			restIdx = append(restIdx, i)
+			rest.Add(i, *c)
 		}
 	}
 	if len(local) == 0 {
-		r.next.Stream(ctx, calls, emit)
+		next.Dispatch(ctx, calls, emit)
 		return
 	}
 	var mu sync.Mutex
@@ -148,7 +151,7 @@ func (r *router) Stream(ctx context.Context, calls []schema.Call, emit func(i in
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := r.serveLocal(ctx, &calls[i])
+			resp := r.serveLocal(ctx, &calls[i], timeoutOf(next, &calls[i]))
 			if calls[i].IsNotification() {
 				return
 			}
@@ -157,18 +160,15 @@ func (r *router) Stream(ctx context.Context, calls []schema.Call, emit func(i in
 			emit(i, resp)
 		}()
 	}
-	if len(rest) > 0 {
-		r.next.Stream(ctx, rest, func(j int, resp schema.Response) {
-			mu.Lock()
-			defer mu.Unlock()
-			emit(restIdx[j], resp)
-		})
-	}
+	rest.Dispatch(ctx, next, func(i int, resp schema.Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		emit(i, resp)
+	})
 	wg.Wait()
 }
 
-func (r *router) serveLocal(ctx context.Context, c *schema.Call) schema.Response {
-	timeout := r.timeout(c)
+func (r *router) serveLocal(ctx context.Context, c *schema.Call, timeout time.Duration) schema.Response {
 	var result json.RawMessage
 	var err *schema.Error
 	if ext := r.extension(c.Method); ext != nil {

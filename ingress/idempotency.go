@@ -17,8 +17,8 @@ import (
 // upgrade: a connection has no one key for its many messages.
 const IdempotencyKeyHeader = "Idempotency-Key"
 
-// idempotency checks the Idempotency-Key header and hands the key to the
-// dispatcher in the request's context.
+// idempotency refuses a request whose Idempotency-Key header is not a
+// valid key; [Server.callHeaders] hands a valid one to the calls.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get(IdempotencyKeyHeader)
@@ -33,7 +33,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 				map[string]any{"header": IdempotencyKeyHeader})))
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(schema.WithIdempotencyKey(r.Context(), key)))
+		next.ServeHTTP(w, r)
 	})
 }
 

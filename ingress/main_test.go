@@ -51,7 +51,7 @@ type fakeDispatcher struct {
 	ctxErrs chan error    // the context error a block call saw
 }
 
-var _ Dispatcher = (*fakeDispatcher)(nil)
+var _ schema.Dispatcher = (*fakeDispatcher)(nil)
 
 func newFake() *fakeDispatcher {
 	return &fakeDispatcher{
@@ -61,32 +61,9 @@ func newFake() *fakeDispatcher {
 	}
 }
 
-func (f *fakeDispatcher) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	f.mu.Lock()
-	f.batches = append(f.batches, slices.Clone(calls))
-	f.mu.Unlock()
-	out := make([]schema.Response, len(calls))
-	for _, c := range calls {
-		switch c.Method {
-		case "bad.short":
-			return out[:len(out)-1]
-		case "bad.panic":
-			panic("fake dispatcher panic")
-		}
-	}
-	for i, c := range calls {
-		if c.IsNotification() {
-			continue
-		}
-		out[i] = f.answer(ctx, c)
-		out[i].ID = c.ID
-	}
-	return out
-}
-
-// Stream runs every call on a goroutine of its own and emits its answer
+// Dispatch runs every call on a goroutine of its own and emits its answer
 // when it has it, as the aggregator does.
-func (f *fakeDispatcher) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+func (f *fakeDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	f.mu.Lock()
 	f.batches = append(f.batches, slices.Clone(calls))
 	f.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,27 +38,20 @@ const (
 	labelInvalid = "_invalid" // not a valid method name, or reserved
 )
 
-// observer is the outermost [Dispatcher]: it sees every call any transport
-// dispatches, extension methods such as rpc.jobs.* included. Around each
-// batch and each call it keeps a span, the metrics, the dashboard's
-// statistics and the message log, and it adds the trace id to every error
-// answer's data so that an agent's report leads an operator to the trace.
-type observer struct {
-	next Dispatcher
-	s    *Server
+// observe is the first layer of the chain: it sees every call any
+// transport dispatches, extension methods such as rpc.jobs.* included.
+// Around each batch and each call it keeps a span, the metrics, the
+// dashboard's statistics and the message log, and it adds the trace id to
+// every error answer's data so that an agent's report leads an operator to
+// the trace.
+func (s *Server) observe(next schema.Dispatcher) schema.Dispatcher {
+	return schema.DispatcherFunc(func(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+		s.observed(ctx, next, calls, emit)
+	})
 }
 
-var _ Dispatcher = (*observer)(nil)
-
-// Dispatch implements [Dispatcher].
-func (o *observer) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	out := make([]schema.Response, len(calls))
-	o.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
-	return out
-}
-
-// open is what the observer holds of one call while it runs.
-type open struct {
+// watched is what the observer holds of one call while it runs.
+type watched struct {
 	label string
 	lm    *labelMetrics // nil without metrics
 	span  trace.Span
@@ -67,9 +59,7 @@ type open struct {
 	start time.Time
 }
 
-// Stream implements [Dispatcher].
-func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
-	s := o.s
+func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []schema.Call, emit func(i int, r schema.Response)) {
 	// Attributes are set only on spans that record: with tracing off a
 	// call costs no attribute at all.
 	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", trace.WithSpanKind(trace.SpanKindServer))
@@ -80,7 +70,7 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 	if s.metrics != nil {
 		s.metrics.batchSize.Observe(float64(len(calls)))
 	}
-	opened := make([]open, len(calls))
+	open := make([]watched, len(calls))
 	for i := range calls {
 		c := &calls[i]
 		label := s.methodLabel(c.Method)
@@ -96,62 +86,52 @@ func (o *observer) Stream(ctx context.Context, calls []schema.Call, emit func(i 
 			traceContext.Inject(cctx, carrier)
 			c.TraceParent = carrier["traceparent"]
 		}
-		opened[i] = open{label: label, span: span, ctx: cctx, start: time.Now()}
+		open[i] = watched{label: label, span: span, ctx: cctx, start: time.Now()}
 		if c.IsNotification() {
 			s.countCall(label, "notification")
 			continue
 		}
 		s.stats.Begin(label)
 		if s.metrics != nil {
-			opened[i].lm = s.metrics.forLabel(label)
-			opened[i].lm.inFlight.Inc()
+			open[i].lm = s.metrics.forLabel(label)
+			open[i].lm.inFlight.Inc()
 		}
 		s.logMessage(cctx, "request", c.ID, c.Method, c.Params)
 	}
 	s.inFlight.Add(int64(countAnswers(calls)))
-	answered := make([]bool, len(calls))
-	var mu sync.Mutex
-	closed := false
+	answers := schema.NewAnswers(calls)
 	// Whatever the dispatcher does (panic included), every open call is
 	// closed here, so that the in-flight counts return to zero; the
 	// server answers such calls itself.
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		closed = true
-		for i := range calls {
-			if !calls[i].IsNotification() && !answered[i] {
-				s.inFlight.Add(-1)
-				s.finish(opened[i].ctx, opened[i].label, opened[i].lm, &calls[i],
-					schema.Response{ID: calls[i].ID, Error: internalError()}, time.Since(opened[i].start))
+	defer answers.Close(func(i int) {
+		if !calls[i].IsNotification() {
+			s.inFlight.Add(-1)
+			s.finish(open[i].ctx, open[i].label, open[i].lm, &calls[i],
+				schema.Response{ID: calls[i].ID, Error: internalError()}, time.Since(open[i].start))
+		}
+		open[i].span.End() // notifications' spans end with the batch
+	})
+	next.Dispatch(ctx, calls, func(i int, r schema.Response) {
+		answers.Answer(i, func(first bool) {
+			if !first {
+				emit(i, r) // the server reports and drops it
+				return
 			}
-			if !answered[i] {
-				opened[i].span.End() // notifications' spans end with the batch
+			op := &open[i]
+			c := &calls[i]
+			d := time.Since(op.start)
+			s.inFlight.Add(-1)
+			if r.Error != nil {
+				r.Error = withTraceID(r.Error, op.span.SpanContext())
 			}
-		}
-	}()
-	o.next.Stream(ctx, calls, func(i int, r schema.Response) {
-		mu.Lock()
-		defer mu.Unlock()
-		if closed || i < 0 || i >= len(calls) || calls[i].IsNotification() || answered[i] {
-			emit(i, r) // the server reports and drops it
-			return
-		}
-		answered[i] = true
-		op := &opened[i]
-		c := &calls[i]
-		d := time.Since(op.start)
-		s.inFlight.Add(-1)
-		if r.Error != nil {
-			r.Error = withTraceID(r.Error, op.span.SpanContext())
-		}
-		s.finish(op.ctx, op.label, op.lm, c, r, d)
-		if r.Error != nil && op.span.IsRecording() {
-			op.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", r.Error.Code))
-			op.span.SetStatus(codes.Error, r.Error.Message)
-		}
-		op.span.End()
-		emit(i, r)
+			s.finish(op.ctx, op.label, op.lm, c, r, d)
+			if r.Error != nil && op.span.IsRecording() {
+				op.span.SetAttributes(attribute.Int("rpc.jsonrpc.error_code", r.Error.Code))
+				op.span.SetStatus(codes.Error, r.Error.Message)
+			}
+			op.span.End()
+			emit(i, r)
+		})
 	})
 }
 

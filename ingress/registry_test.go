@@ -135,13 +135,7 @@ func TestRegistryLookupPatterns(t *testing.T) {
 // is subscribed, and records what it was given.
 type noResponders struct{ got []schema.Call }
 
-func (d *noResponders) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	out := make([]schema.Response, len(calls))
-	d.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
-	return out
-}
-
-func (d *noResponders) Stream(_ context.Context, calls []schema.Call, emit func(int, schema.Response)) {
+func (d *noResponders) Dispatch(_ context.Context, calls []schema.Call, emit func(int, schema.Response)) {
 	d.got = append(d.got, calls...)
 	for i, c := range calls {
 		if c.Method == "echo" {
@@ -183,7 +177,7 @@ func TestGuard(t *testing.T) {
 			if tt.params != "" {
 				c.Params = json.RawMessage(tt.params)
 			}
-			resp := g.Dispatch(context.Background(), []schema.Call{c})[0]
+			resp := schema.Collect(context.Background(), g, []schema.Call{c})[0]
 			if !errors.Is(resp.Error, tt.wantErr) {
 				t.Fatalf("%s(%s) = %v, want code %d", tt.method, tt.params, resp.Error, tt.wantErr.Code)
 			}
@@ -208,7 +202,7 @@ func TestGuard(t *testing.T) {
 			{Request: schema.Request{ID: json.RawMessage("1"), Method: "echo", Params: json.RawMessage(`1`)}},
 			{Request: schema.Request{ID: json.RawMessage("2"), Method: "echo", Params: json.RawMessage(`2`)}, Timeout: 100 * time.Millisecond},
 		}
-		g.Dispatch(context.Background(), calls)
+		schema.Collect(context.Background(), g, calls)
 		got := []time.Duration{d.got[0].Timeout, d.got[1].Timeout}
 		if want := []time.Duration{250 * time.Millisecond, 100 * time.Millisecond}; !slices.Equal(got, want) {
 			t.Errorf("timeouts = %v, want %v", got, want)

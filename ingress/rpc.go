@@ -174,6 +174,22 @@ type callHeaders struct {
 	// when it sent none; a call refused before dispatch is logged and
 	// answered under it.
 	trace trace.SpanContext
+	// idemKey is the Idempotency-Key that names the calls (see
+	// [schema.SetIdempotencyKey]); empty when absent and on a WebSocket.
+	idemKey string
+}
+
+// callHeaders reads what r's headers ask for its calls, and who sent them:
+// the caller the authentication middleware found, the trace context, and
+// the idempotency key the idempotency middleware checked.
+func (s *Server) callHeaders(r *http.Request) (callHeaders, *schema.Error) {
+	hdr, err := parseCallHeaders(r.Header)
+	hdr.caller, _ = r.Context().Value(callerKey{}).(*principal)
+	hdr.trace = trace.SpanContextFromContext(r.Context())
+	if !isUpgrade(r) {
+		hdr.idemKey = r.Header.Get(IdempotencyKeyHeader)
+	}
+	return hdr, err
 }
 
 // parseCallHeaders reads Toolbus-Timeout and Prefer.

@@ -33,7 +33,9 @@ const (
 // Server is the HTTP ingress. Create it with [New]; its methods are safe for
 // concurrent use.
 type Server struct {
-	d     Dispatcher
+	// d is the dispatcher chain every transport hands its calls to (see
+	// [Server.chain]).
+	d     schema.Dispatcher
 	cfg   config
 	log   *slog.Logger
 	mux   *http.ServeMux
@@ -79,7 +81,7 @@ type Server struct {
 
 // New returns a server that hands calls to d. It fails when d is nil or an
 // option is invalid.
-func New(d Dispatcher, opts ...Option) (*Server, error) {
+func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	if d == nil {
 		return nil, errors.New("ingress: nil dispatcher")
 	}
@@ -94,14 +96,6 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		// authentication configured by any option.
 		cfg.extensions[DiscoverMethod] = discoverer{reg: cfg.registry, auth: cfg.auth}
 	}
-	var router *router
-	if len(cfg.extensions) > 0 {
-		router = newRouter(d, cfg.extensions)
-		d = router
-	}
-	if cfg.registry != nil {
-		d = &guard{next: d, reg: cfg.registry, validate: !cfg.noValidate}
-	}
 	tp := cfg.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -115,8 +109,7 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		tracer:  tp.Tracer(tracerName),
 		stats:   callstats.New(),
 		labels:  callstats.Names{Max: DefaultMetricsMaxMethods, Other: labelOther},
-		d:       d,
-		router:  router,
+		router:  newRouter(cfg.extensions),
 		cfg:     cfg,
 		log:     cfg.logger.With("component", "ingress"),
 		limit:   schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
@@ -136,7 +129,7 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		s.mcp = newMCPDoor(s)
 		s.mux.Handle("/mcp", s.mcp)
 	}
-	s.d = &observer{next: d, s: s}
+	s.d = s.chain(d)
 	if err := s.setupMetrics(); err != nil {
 		return nil, fmt.Errorf("ingress: metrics: %w", err)
 	}
@@ -152,6 +145,19 @@ func New(d Dispatcher, opts ...Option) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// chain returns the path every dispatched call takes to d, listed once,
+// in call order. Before it, [Server.plan] has parsed each message, answered
+// what can never be routed, and admitted each call (authorization, the
+// caller's byte budget and rate limit); the aggregator, last, applies the
+// in-flight caps and runs the call on the bus.
+func (s *Server) chain(d schema.Dispatcher) schema.Dispatcher {
+	return schema.Chain(d,
+		s.observe, // spans, metrics, dashboard statistics, message log
+		discovery(s.cfg.registry, !s.cfg.noValidate), // params and deadline of advertised tools; -32003 for one no worker serves
+		s.router.layer(), // rpc.* extensions (rpc.jobs.*, rpc.discover) and calls promoted to jobs
+	)
 }
 
 // Handler returns the routes of the ingress: POST /rpc (JSON or

@@ -12,12 +12,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/schema"
 )
 
 func TestNewRejectsBadInput(t *testing.T) {
 	tests := []struct {
 		name string
-		d    Dispatcher
+		d    schema.Dispatcher
 		opts []Option
 	}{
 		{name: "nil dispatcher", d: nil},

@@ -13,7 +13,7 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// guard is the [Dispatcher] in front of every other when discovery is on
+// guard is the chain's discovery layer when discovery is on
 // ([WithDiscovery]). Before any worker runs a call it checks the params
 // against the registry's schema of the method (unless validation is off)
 // and shortens the call's deadline to the method's advertised timeout; after,
@@ -21,25 +21,25 @@ import (
 // method the registry has seen advertised, so that an agent can tell a
 // method that is down from one that does not exist.
 type guard struct {
-	next     Dispatcher
+	next     schema.Dispatcher
 	reg      *Registry
 	validate bool
 }
 
-var _ Dispatcher = (*guard)(nil)
-
-// Dispatch implements [Dispatcher].
-func (g *guard) Dispatch(ctx context.Context, calls []schema.Call) []schema.Response {
-	out := make([]schema.Response, len(calls))
-	g.Stream(ctx, calls, func(i int, r schema.Response) { out[i] = r })
-	return out
+// discovery returns the chain's discovery layer, or nil without a registry.
+func discovery(reg *Registry, validate bool) schema.Layer {
+	if reg == nil {
+		return nil
+	}
+	return func(next schema.Dispatcher) schema.Dispatcher {
+		return &guard{next: next, reg: reg, validate: validate}
+	}
 }
 
-// Stream implements [Dispatcher]. Refused calls are answered before the
-// others are handed on, from the caller's goroutine.
-func (g *guard) Stream(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
-	pass := make([]schema.Call, 0, len(calls))
-	idx := make([]int, 0, len(calls))
+// Dispatch implements [schema.Dispatcher]. Refused calls are answered
+// before the others are handed on, from the caller's goroutine.
+func (g *guard) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	pass := schema.Subset{Calls: make([]schema.Call, 0, len(calls))}
 	for i, c := range calls {
 		if !schema.IsReserved(c.Method) {
 			if t, ok := g.reg.Lookup(c.Method); ok {
@@ -56,17 +56,13 @@ func (g *guard) Stream(ctx context.Context, calls []schema.Call, emit func(i int
 				}
 			}
 		}
-		pass = append(pass, c)
-		idx = append(idx, i)
+		pass.Add(i, c)
 	}
-	if len(pass) == 0 {
-		return
-	}
-	g.next.Stream(ctx, pass, func(j int, r schema.Response) {
-		if r.Error != nil && isNoResponders(r.Error) && g.reg.Known(pass[j].Method) {
-			r.Error = unavailableMethod(pass[j].Method)
+	pass.Dispatch(ctx, g.next, func(i int, r schema.Response) {
+		if i >= 0 && r.Error != nil && isNoResponders(r.Error) && g.reg.Known(calls[i].Method) {
+			r.Error = unavailableMethod(calls[i].Method)
 		}
-		emit(idx[j], r)
+		emit(i, r)
 	})
 }
 

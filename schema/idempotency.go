@@ -1,24 +1,32 @@
 package schema
 
-import "context"
-
 // MaxIdempotencyKey is the longest idempotency key a client may send.
 const MaxIdempotencyKey = 255
 
-type idempotencyKey struct{}
-
-// WithIdempotencyKey returns a context that carries the client's
-// idempotency key (the Idempotency-Key header) to the dispatcher of the
-// calls made under it. An empty key returns ctx unchanged.
-func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+// SetIdempotencyKey names each call of a message that expects an answer by
+// the client's idempotency key (the Idempotency-Key header), in
+// [Call.IdempotencyKey]: a message of one such call is named by the key
+// alone; in a batch, each call is named by the key together with its id,
+// so that a batch sent again with the same key and ids is answered call by
+// call. An empty key names nothing.
+func SetIdempotencyKey(calls []Call, key string) {
 	if key == "" {
-		return ctx
+		return
 	}
-	return context.WithValue(ctx, idempotencyKey{}, key)
-}
-
-// IdempotencyKey returns the idempotency key ctx carries, or "".
-func IdempotencyKey(ctx context.Context) string {
-	k, _ := ctx.Value(idempotencyKey{}).(string)
-	return k
+	n := 0
+	for i := range calls {
+		if !calls[i].IsNotification() {
+			n++
+		}
+	}
+	for i := range calls {
+		c := &calls[i]
+		switch {
+		case c.IsNotification():
+		case n == 1:
+			c.IdempotencyKey = key
+		default:
+			c.IdempotencyKey = key + "\x00" + string(c.ID)
+		}
+	}
 }

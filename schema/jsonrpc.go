@@ -43,6 +43,10 @@ type Call struct {
 	// TraceParent is the W3C traceparent of the call's span, sent to the
 	// worker in the traceparent header; empty when the call is not traced.
 	TraceParent string
+	// IdempotencyKey names the call for the dispatcher's idempotency
+	// records (see [SetIdempotencyKey]); empty when the client sent no
+	// key. Two calls of one caller with the same key are one call.
+	IdempotencyKey string
 }
 
 // Item is one element of a parsed message: either a valid request, or the

@@ -128,8 +128,4 @@ func TestParseMethodCaps(t *testing.T) {
 // nopDispatcher answers nothing; the tests here only build servers.
 type nopDispatcher struct{}
 
-func (nopDispatcher) Dispatch(_ context.Context, calls []schema.Call) []schema.Response {
-	return make([]schema.Response, len(calls))
-}
-
-func (nopDispatcher) Stream(context.Context, []schema.Call, func(int, schema.Response)) {}
+func (nopDispatcher) Dispatch(context.Context, []schema.Call, func(int, schema.Response)) {}
