@@ -402,7 +402,7 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 			return nil, noResponders(c.Method)
 		}
 		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
-			map[string]any{"reason": "bad_reply", "method": c.Method})
+			map[string]any{"reason": schema.ReasonBadReply, "method": c.Method})
 	}
 	if e := env.Err(); e != nil {
 		return nil, e
@@ -412,7 +412,7 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 
 func noResponders(method string) *schema.Error {
 	return schema.NewError(schema.CodeMethodNotFound, "method not found: no worker serves "+method,
-		map[string]any{"reason": "no_responders", "method": method})
+		map[string]any{"reason": schema.ReasonNoResponders, "method": method})
 }
 
 // cancelCall tells the workers that the client gave up on a call, so the one
@@ -440,7 +440,7 @@ func (a *Aggregator) requestError(ctx context.Context, c *schema.Call, timeout t
 		errors.Is(err, nats.ErrHeadersNotSupported) && !a.nc.IsConnected():
 		return schema.NewError(schema.CodeUnavailable, "unavailable: not connected to NATS (the connection is "+
 			strings.ToLower(a.nc.Status().String())+"); send the call again shortly",
-			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "bus_disconnected", "method": c.Method})
+			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonBusDisconnected, "method": c.Method})
 	}
 	return schema.NewError(schema.CodeInternal, "internal error: publish call: "+err.Error(),
 		map[string]any{"method": c.Method})

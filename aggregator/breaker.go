@@ -105,7 +105,7 @@ func (b *breakers) guard(method string, run func() ([]byte, *schema.Error)) ([]b
 	if err != nil {
 		return nil, schema.NewError(schema.CodeUnavailable,
 			"unavailable: "+method+" keeps failing; its circuit is open",
-			map[string]any{"retryable": true, "reason": "circuit_open", "method": method,
+			map[string]any{"retryable": true, "reason": schema.ReasonCircuitOpen, "method": method,
 				"retry_after_ms": b.cfg.OpenFor.Milliseconds()})
 	}
 	result, rpcErr := run()

@@ -156,7 +156,7 @@ func storeNotOpen(waiting string) *schema.Error {
 		msg = "the idempotency store is not open yet (waiting for " + waiting + "); send the call again shortly"
 	}
 	return schema.NewError(schema.CodeUnavailable, msg, map[string]any{
-		"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_not_open"})
+		"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonIdempotencyStoreNotOpen})
 }
 
 // idemRecord is the stored state of one idempotent call.
@@ -277,7 +277,7 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, kv jetstream.Key
 			if rec.Fingerprint != fp {
 				return nil, schema.NewError(schema.CodeInvalidRequest,
 					"invalid request: the idempotency key was used for another call",
-					map[string]any{"reason": "idempotency_key_reused", "method": c.Method}), false, 0
+					map[string]any{"reason": schema.ReasonIdempotencyKeyReused, "method": c.Method}), false, 0
 			}
 			if rec.State == idemDone {
 				if rec.Error != nil {
@@ -360,12 +360,12 @@ func storeRefused(err error) *schema.Error {
 		return schema.NewError(schema.CodeUnavailable,
 			"unavailable: the idempotency store is full (idempotency_max_bytes), so the call did not run; "+
 				"send it again once older records expire, or without Idempotency-Key",
-			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_full",
+			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonIdempotencyStoreFull,
 				"limit": "idempotency_max_bytes"})
 	}
 	return schema.NewError(schema.CodeUnavailable,
 		"unavailable: the idempotency store cannot record the call, so it did not run; send it again shortly",
-		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "idempotency_store_unavailable"})
+		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonIdempotencyStoreUnavailable})
 }
 
 // answerNotKept is what a duplicate is answered when the first call ran
@@ -374,7 +374,7 @@ func answerNotKept() *schema.Error {
 	return schema.NewError(schema.CodeLimitExceeded,
 		"limit exceeded: a call with this idempotency key ran, but its answer could not be kept (idempotency_max_bytes); "+
 			"it was not run again",
-		map[string]any{"limit": "idempotency_max_bytes", "reason": "idempotency_answer_not_kept", "may_have_run": true})
+		map[string]any{"limit": "idempotency_max_bytes", "reason": schema.ReasonIdempotencyAnswerNotKept, "may_have_run": true})
 }
 
 // retryable reports whether an answer is a failure that sending the call

@@ -154,12 +154,12 @@ func (a *Aggregator) readReply(c *schema.Call, m *nats.Msg, attempts int) ([]byt
 				// The method had a worker for the first attempt; it is
 				// gone now.
 				return nil, schema.NewError(schema.CodeUnavailable, "unavailable: no worker left for "+c.Method,
-					map[string]any{"retryable": true, "reason": "no_responders", "method": c.Method, "attempts": attempts})
+					map[string]any{"retryable": true, "reason": schema.ReasonNoResponders, "method": c.Method, "attempts": attempts})
 			}
 			return nil, noResponders(c.Method)
 		}
 		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
-			map[string]any{"reason": "bad_reply", "method": c.Method})
+			map[string]any{"reason": schema.ReasonBadReply, "method": c.Method})
 	}
 	if e := env.Err(); e != nil {
 		return nil, e
@@ -173,7 +173,7 @@ func workersBusy(method string, waited time.Duration) *schema.Error {
 	return schema.NewError(schema.CodeOverloaded,
 		"overloaded: every worker of "+method+" stayed at its concurrency limit for "+waited.String(),
 		map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(),
-			"reason": "workers_busy", "method": method})
+			"reason": schema.ReasonWorkersBusy, "method": method})
 }
 
 // workerLost is the answer of a call whose worker stopped sending
@@ -182,6 +182,6 @@ func workersBusy(method string, waited time.Duration) *schema.Error {
 func workerLost(method string, silence time.Duration, attempts int) *schema.Error {
 	return schema.NewError(schema.CodeUnavailable,
 		"unavailable: the worker running "+method+" stopped answering",
-		map[string]any{"retryable": true, "reason": "worker_lost", "method": method,
+		map[string]any{"retryable": true, "reason": schema.ReasonWorkerLost, "method": method,
 			"silence_ms": silence.Milliseconds(), "attempts": attempts, "may_have_run": true})
 }

@@ -38,7 +38,7 @@ func (s Subjects) Call(method string) (string, error) {
 	}
 	if schema.IsReserved(method) {
 		return "", schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved for the ingress",
-			map[string]any{"reason": "reserved"})
+			map[string]any{"reason": schema.ReasonReserved})
 	}
 	return s.prefix + ".call." + method, nil
 }

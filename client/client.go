@@ -14,10 +14,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// TimeoutHeader is the HTTP header that carries a call's timeout, as a Go
-// duration such as "300ms".
-const TimeoutHeader = "Toolbus-Timeout"
-
 // Client sends JSON-RPC 2.0 calls to a toolbus ingress. It is made by [New]
 // or [Dial], is safe for concurrent use, and must be closed with
 // [Client.Close] when done with.

@@ -43,7 +43,7 @@ func (t *httpTransport) roundTrip(ctx context.Context, m *message) ([]schema.Res
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	if m.timeout > 0 {
-		req.Header.Set(TimeoutHeader, m.timeout.String())
+		req.Header.Set(schema.HeaderTimeout, m.timeout.String())
 	}
 	resp, err := t.hc.Do(req)
 	if err != nil {

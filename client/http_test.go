@@ -235,8 +235,8 @@ func TestTimeoutHeader(t *testing.T) {
 			if len(reqs) != before+1 {
 				t.Fatalf("server got %d requests, want 1", len(reqs)-before)
 			}
-			if got := reqs[before].header.Get(client.TimeoutHeader); got != tc.want {
-				t.Errorf("%s = %q, want %q", client.TimeoutHeader, got, tc.want)
+			if got := reqs[before].header.Get(schema.HeaderTimeout); got != tc.want {
+				t.Errorf("%s = %q, want %q", schema.HeaderTimeout, got, tc.want)
 			}
 		})
 	}

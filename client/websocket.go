@@ -291,7 +291,7 @@ func (t *wsTransport) dial(ctx context.Context) (*websocket.Conn, error) {
 	defer cancel()
 	header := t.s.header.Clone()
 	if t.s.timeout > 0 {
-		header.Set(TimeoutHeader, t.s.timeout.String())
+		header.Set(schema.HeaderTimeout, t.s.timeout.String())
 	}
 	conn, resp, err := websocket.Dial(dctx, t.url, &websocket.DialOptions{HTTPClient: t.s.httpClient, HTTPHeader: header})
 	if err != nil {

@@ -448,10 +448,10 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		if err != nil {
 			start := time.Now()
 			challenge := `Bearer realm="toolbus"`
-			reason := "unauthenticated"
+			reason := schema.ReasonUnauthenticated
 			if !errors.Is(err, ErrNoCredentials) {
 				challenge += `, error="invalid_token"`
-				reason = "invalid_credentials"
+				reason = schema.ReasonInvalidCredentials
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
 			o := s.refuse(w, http.StatusUnauthorized, schema.NewError(schema.CodeForbidden,

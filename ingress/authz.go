@@ -19,10 +19,10 @@ func (s *Server) authorize(p *principal, req *schema.Request) *schema.Error {
 		return nil
 	}
 	if p == nil {
-		return forbidden("", req.Method, "unauthenticated")
+		return forbidden("", req.Method, schema.ReasonUnauthenticated)
 	}
 	if !allowed(p.allow, req.Method) {
-		return forbidden(p.name, req.Method, "not_allowed")
+		return forbidden(p.name, req.Method, schema.ReasonNotAllowed)
 	}
 	if req.Method == jobsSubmit {
 		var inner struct {
@@ -30,7 +30,7 @@ func (s *Server) authorize(p *principal, req *schema.Request) *schema.Error {
 		}
 		// Params that do not decode are the jobs service's to refuse.
 		if json.Unmarshal(req.Params, &inner) == nil && inner.Method != "" && !allowed(p.allow, inner.Method) {
-			return forbidden(p.name, inner.Method, "not_allowed")
+			return forbidden(p.name, inner.Method, schema.ReasonNotAllowed)
 		}
 	}
 	return nil

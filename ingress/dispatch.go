@@ -241,7 +241,7 @@ func (s *Server) recovered(ctx context.Context, v any) error {
 // detail goes to the log; the client learns only that toolbus failed.
 func internalError() *schema.Error {
 	return schema.NewError(schema.CodeInternal, "internal error: the call got no answer",
-		map[string]any{"reason": "no_answer"})
+		map[string]any{"reason": schema.ReasonNoAnswer})
 }
 
 // checkMethod returns the error for a method the ingress never dispatches:
@@ -253,7 +253,7 @@ func (s *Server) checkMethod(method string) *schema.Error {
 	}
 	if schema.IsReserved(method) && s.router.extension(method) == nil {
 		return schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved",
-			map[string]any{"reason": "reserved", "method": method})
+			map[string]any{"reason": schema.ReasonReserved, "method": method})
 	}
 	return nil
 }

@@ -7,7 +7,7 @@
 // through the same core: [schema.Parse] under the [Limits], the same method
 // checks (a name outside the bus grammar, or one of the reserved rpc.*
 // names, is answered -32601 and never dispatched), the deadline the client
-// asked for in the [TimeoutHeader] header, and the one chain. No
+// asked for in the [schema.HeaderTimeout] header, and the one chain. No
 // transport has a dispatch path of its own. The routes of [Server.Handler]:
 //
 //   - POST /rpc with a JSON body: JSON-RPC 2.0 singles, batches and
@@ -74,7 +74,7 @@
 // a caller is shown is its own ([Auth] says what an operator sees):
 // discovery lists the methods it may call, the dashboard its own errors and
 // jobs, and an MCP session answers only the caller that made it. The
-// [IdempotencyKeyHeader] header names the calls of its request
+// [schema.HeaderIdempotencyKey] header names the calls of its request
 // ([schema.Call.IdempotencyKey]).
 //
 // The ingress keeps no state between requests, so any number of replicas

@@ -81,7 +81,7 @@ func TestExtensionRoutesItsMethods(t *testing.T) {
 		{
 			name:     "Prefer respond-async promotes a job-capable tool",
 			body:     `{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":1}}`,
-			headers:  []string{"Prefer", "wait=5, respond-async", TimeoutHeader, "250ms"},
+			headers:  []string{"Prefer", "wait=5, respond-async", schema.HeaderTimeout, "250ms"},
 			want:     []answer{{ID: "1", Code: schema.CodeTimeout}},
 			promoted: []string{"sleep"},
 		},

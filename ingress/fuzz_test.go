@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/schema"
 )
 
 // FuzzServeRPC sends arbitrary bodies and headers to POST /rpc over the
@@ -31,7 +33,7 @@ func FuzzServeRPC(f *testing.F) {
 		r := httptest.NewRequest(http.MethodPost, "/rpc", strings.NewReader(body))
 		r.Header.Set("Content-Type", contentType)
 		if timeout != "" {
-			r.Header.Set(TimeoutHeader, timeout)
+			r.Header.Set(schema.HeaderTimeout, timeout)
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)

@@ -7,21 +7,19 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// IdempotencyKeyHeader is the request header that makes the calls of a
-// POST /rpc or REST request idempotent: a duplicate in flight waits for the
-// first and gets its answer, and a duplicate sent after the first finished
-// gets the stored answer, within the dispatcher's TTL. For a single call
-// the key names the call; in a batch, each call is named by the key
-// together with its JSON-RPC id, so a batch sent again with the same key
-// and ids is answered call by call. The header is ignored on a WebSocket
-// upgrade: a connection has no one key for its many messages.
-const IdempotencyKeyHeader = "Idempotency-Key"
+// The Idempotency-Key header ([schema.HeaderIdempotencyKey]) makes the
+// calls of a POST /rpc, REST or MCP request idempotent: a duplicate in
+// flight waits for the first and gets its answer, and a duplicate sent
+// after the first finished gets the stored answer, within the dispatcher's
+// TTL (see [schema.SetIdempotencyKey] for how it names each call). The
+// header is ignored on a WebSocket upgrade: a connection has no one key
+// for its many messages.
 
 // idempotency refuses a request whose Idempotency-Key header is not a
 // valid key; [Server.callHeaders] hands a valid one to the calls.
 func (s *Server) idempotency(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get(IdempotencyKeyHeader)
+		key := r.Header.Get(schema.HeaderIdempotencyKey)
 		if key == "" || isUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
@@ -30,7 +28,7 @@ func (s *Server) idempotency(next http.Handler) http.Handler {
 			start := time.Now()
 			s.logRequest(r, "rpc", start, s.refuse(w, http.StatusBadRequest, schema.NewError(schema.CodeInvalidRequest,
 				"invalid request: Idempotency-Key must be 1 to 255 printable ASCII characters",
-				map[string]any{"header": IdempotencyKeyHeader})))
+				map[string]any{"header": schema.HeaderIdempotencyKey})))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -243,19 +243,9 @@ func (s *Server) countRefusal(limit string) {
 func limitOf(e *schema.Error) string {
 	switch e.Code {
 	case schema.CodeOverloaded, schema.CodeUnavailable, schema.CodeLimitExceeded:
-	default:
-		return ""
+		return e.Limit()
 	}
-	if !bytes.Contains(e.Data, []byte(`"limit"`)) {
-		return ""
-	}
-	var d struct {
-		Limit string `json:"limit"`
-	}
-	if json.Unmarshal(e.Data, &d) != nil {
-		return ""
-	}
-	return d.Limit
+	return ""
 }
 
 // methodLabel returns the label calls of method are counted under. With

@@ -84,7 +84,7 @@ func TestREST(t *testing.T) {
 		{name: "depth at limit", tool: "echo", body: `[[1]]`, wantStatus: 200, wantData: `[[1]]`},
 		{name: "GET", method: "GET", tool: "echo", wantStatus: 405, wantCode: schema.CodeInvalidRequest},
 		{name: "text body", tool: "echo", body: `[1]`, headers: []string{"Content-Type", "text/plain"}, wantStatus: 415, wantCode: schema.CodeInvalidRequest},
-		{name: "bad timeout header", tool: "echo", headers: []string{TimeoutHeader, "soon"}, wantStatus: 400, wantCode: schema.CodeInvalidRequest},
+		{name: "bad timeout header", tool: "echo", headers: []string{schema.HeaderTimeout, "soon"}, wantStatus: 400, wantCode: schema.CodeInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +147,7 @@ func TestRESTRequestID(t *testing.T) {
 
 func TestRESTCall(t *testing.T) {
 	s, f := newServer(t)
-	_, a := invoke(t, s.Handler(), http.MethodPost, "/v1/tools/fs%2Fread/invoke", `{"p":1}`, TimeoutHeader, "2s")
+	_, a := invoke(t, s.Handler(), http.MethodPost, "/v1/tools/fs%2Fread/invoke", `{"p":1}`, schema.HeaderTimeout, "2s")
 	if a.Error == nil || a.Error.Code != schema.CodeMethodNotFound {
 		t.Errorf("answer %+v, want the fake's -32601 for fs/read", a)
 	}

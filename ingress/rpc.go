@@ -17,11 +17,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// TimeoutHeader is the request header in which a client asks for a deadline
-// for every call of its request, as a Go duration such as "300ms". The
-// aggregator shortens it to the method's and the server's maximum.
-const TimeoutHeader = "Toolbus-Timeout"
-
 // outcome is what the request line of the log says about one POST /rpc.
 type outcome struct {
 	status int
@@ -150,9 +145,9 @@ func isJSON(contentType string) bool {
 // of the client's own (zero); anything but a positive Go duration is an
 // invalid request.
 func parseTimeout(h http.Header) (time.Duration, *schema.Error) {
-	v := h.Get(TimeoutHeader)
+	v := h.Get(schema.HeaderTimeout)
 	if v == "" {
-		if _, present := h[TimeoutHeader]; !present {
+		if _, present := h[schema.HeaderTimeout]; !present {
 			return 0, nil
 		}
 	}
@@ -161,8 +156,8 @@ func parseTimeout(h http.Header) (time.Duration, *schema.Error) {
 		return d, nil
 	}
 	return 0, schema.NewError(schema.CodeInvalidRequest,
-		"invalid request: "+TimeoutHeader+" header must be a positive duration such as 300ms",
-		map[string]any{"header": TimeoutHeader, "value": v})
+		"invalid request: "+schema.HeaderTimeout+" header must be a positive duration such as 300ms",
+		map[string]any{"header": schema.HeaderTimeout, "value": v})
 }
 
 // callHeaders is what a request's headers ask for every call it carries.
@@ -187,7 +182,7 @@ func (s *Server) callHeaders(r *http.Request) (callHeaders, *schema.Error) {
 	hdr.caller, _ = r.Context().Value(callerKey{}).(*principal)
 	hdr.trace = trace.SpanContextFromContext(r.Context())
 	if !isUpgrade(r) {
-		hdr.idemKey = r.Header.Get(IdempotencyKeyHeader)
+		hdr.idemKey = r.Header.Get(schema.HeaderIdempotencyKey)
 	}
 	return hdr, err
 }

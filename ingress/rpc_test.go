@@ -148,17 +148,17 @@ func TestTimeoutHeader(t *testing.T) {
 			s, f := newServer(t)
 			r := post(`[{"jsonrpc":"2.0","method":"echo","id":1},{"jsonrpc":"2.0","method":"echo"}]`)
 			if tt.value != "-" {
-				r.Header[TimeoutHeader] = []string{tt.value}
+				r.Header[schema.HeaderTimeout] = []string{tt.value}
 			}
 			rec := serve(s.Handler(), r)
 			if tt.wantErr {
 				if rec.Code != http.StatusBadRequest {
-					t.Fatalf("%s: %q = %d, want 400", TimeoutHeader, tt.value, rec.Code)
+					t.Fatalf("%s: %q = %d, want 400", schema.HeaderTimeout, tt.value, rec.Code)
 				}
 				a := decodeOne(t, rec.Body.Bytes())
-				if a.Code != schema.CodeInvalidRequest || a.ID != "null" || a.Data["header"] != TimeoutHeader {
+				if a.Code != schema.CodeInvalidRequest || a.ID != "null" || a.Data["header"] != schema.HeaderTimeout {
 					t.Errorf("answer %s: code %d id %s data %v, want -32600, null id, data naming %s",
-						rec.Body, a.Code, a.ID, a.Data, TimeoutHeader)
+						rec.Body, a.Code, a.ID, a.Data, schema.HeaderTimeout)
 				}
 				if got := f.dispatched(); len(got) != 0 {
 					t.Errorf("dispatched %q, want nothing", methods(got))
@@ -166,7 +166,7 @@ func TestTimeoutHeader(t *testing.T) {
 				return
 			}
 			if rec.Code != http.StatusOK {
-				t.Fatalf("%s: %q = %d %s, want 200", TimeoutHeader, tt.value, rec.Code, rec.Body)
+				t.Fatalf("%s: %q = %d %s, want 200", schema.HeaderTimeout, tt.value, rec.Code, rec.Body)
 			}
 			calls := f.dispatched()
 			if len(calls) != 2 {

@@ -206,9 +206,9 @@ func TestSSERefusals(t *testing.T) {
 	if rec.Code != http.StatusUnsupportedMediaType || rec.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("text/plain body = %d %s, want 415 as JSON", rec.Code, rec.Header().Get("Content-Type"))
 	}
-	rec = serve(s.Handler(), post(echo, "Accept", EventStream, TimeoutHeader, "soon"))
+	rec = serve(s.Handler(), post(echo, "Accept", EventStream, schema.HeaderTimeout, "soon"))
 	if rec.Code != http.StatusBadRequest {
-		t.Errorf("bad %s = %d, want 400", TimeoutHeader, rec.Code)
+		t.Errorf("bad %s = %d, want 400", schema.HeaderTimeout, rec.Code)
 	}
 }
 

@@ -489,7 +489,7 @@ func (cn *wsConn) drain() {
 // down: retryable, on another replica.
 func shuttingDown() *schema.Error {
 	return schema.NewError(schema.CodeUnavailable, "unavailable: the server is shutting down",
-		map[string]any{"retryable": true, "reason": "shutting_down"})
+		map[string]any{"retryable": true, "reason": schema.ReasonShuttingDown})
 }
 
 // track adds a connection to those Shutdown drains; it fails once Shutdown

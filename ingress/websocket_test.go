@@ -306,7 +306,7 @@ func TestWebSocketMessageLimit(t *testing.T) {
 
 func TestWebSocketTimeoutHeader(t *testing.T) {
 	s, f := newServer(t)
-	c := dialWS(t, s, TimeoutHeader, "300ms")
+	c := dialWS(t, s, schema.HeaderTimeout, "300ms")
 	send(t, c, `{"jsonrpc":"2.0","method":"echo","id":1}`)
 	receiveOne(t, c)
 	if calls := f.dispatched(); len(calls) != 1 || calls[0].Timeout != 300*time.Millisecond {
@@ -316,9 +316,9 @@ func TestWebSocketTimeoutHeader(t *testing.T) {
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(ts.URL, "http")+"/rpc",
-		&websocket.DialOptions{HTTPHeader: http.Header{TimeoutHeader: {"soon"}}})
+		&websocket.DialOptions{HTTPHeader: http.Header{schema.HeaderTimeout: {"soon"}}})
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("Dial with a bad %s = %v, %v, want 400", TimeoutHeader, resp, err)
+		t.Errorf("Dial with a bad %s = %v, %v, want 400", schema.HeaderTimeout, resp, err)
 	}
 }
 

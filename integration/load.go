@@ -233,7 +233,7 @@ func (l *Load) post(url string, reqs []wireRequest) ([]wireResponse, error) {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Toolbus-Timeout", l.cfg.Timeout.String())
+	req.Header.Set(schema.HeaderTimeout, l.cfg.Timeout.String())
 	resp, err := l.http.Do(req)
 	if err != nil {
 		return nil, err

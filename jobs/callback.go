@@ -20,21 +20,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/schema"
 )
 
-// The headers of a completion callback.
-const (
-	// TimestampHeader carries the time the callback was signed, in Unix
-	// seconds. Each attempt is signed afresh.
-	TimestampHeader = "Toolbus-Timestamp"
-	// SignatureHeader carries the signature of the timestamp and the body:
-	// "v1=" and the lower-case hex HMAC-SHA256, under the callback secret,
-	// of the [TimestampHeader] value, a dot and the raw body ([Sign]).
-	SignatureHeader = "Toolbus-Signature"
-	// JobIDHeader carries the job id of a callback, so a receiver can drop
-	// a repeated delivery before parsing the body.
-	JobIDHeader = "Toolbus-Job-Id"
-)
+// A completion callback carries three headers: [schema.HeaderTimestamp],
+// the time it was signed, in Unix seconds (each attempt is signed afresh);
+// [schema.HeaderSignature], "v1=" and the lower-case hex HMAC-SHA256, under
+// the callback secret, of the timestamp, a dot and the raw body ([Sign]);
+// and [schema.HeaderJobID], so that a receiver can drop a repeated delivery
+// before parsing the body.
 
 // ReplayWindow is how far from its receiver's clock a callback's timestamp
 // may be for [Verify] to accept it, as this package advises receivers: an
@@ -51,8 +45,8 @@ var (
 	ErrStale = errors.New("jobs: callback timestamp is outside the replay window")
 )
 
-// Sign returns the value of [SignatureHeader] for body sent at timestamp
-// (Unix seconds, the value of [TimestampHeader]) under secret:
+// Sign returns the value of [schema.HeaderSignature] for body sent at timestamp
+// (Unix seconds, the value of [schema.HeaderTimestamp]) under secret:
 // "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
 func Sign(secret []byte, timestamp int64, body []byte) string {
 	return "v1=" + hex.EncodeToString(mac(secret, strconv.FormatInt(timestamp, 10), body))
@@ -68,19 +62,19 @@ func mac(secret []byte, timestamp string, body []byte) []byte {
 
 // Verify checks a callback as a receiver got it: h its headers, body its
 // raw body, now the receiver's clock. It accepts the callback when a v1
-// signature of [SignatureHeader] (a comma-separated list is accepted)
+// signature of [schema.HeaderSignature] (a comma-separated list is accepted)
 // matches, compared in constant time, and the timestamp is within window
 // of now ([ReplayWindow] is the advised window). It returns an error
 // wrapping [ErrSignature] or [ErrStale] otherwise.
 func Verify(secret []byte, h http.Header, body []byte, now time.Time, window time.Duration) error {
-	ts := h.Get(TimestampHeader)
+	ts := h.Get(schema.HeaderTimestamp)
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil || strconv.FormatInt(sec, 10) != ts {
-		return fmt.Errorf("%w: the %s header %q is not Unix seconds", ErrSignature, TimestampHeader, ts)
+		return fmt.Errorf("%w: the %s header %q is not Unix seconds", ErrSignature, schema.HeaderTimestamp, ts)
 	}
 	want := mac(secret, ts, body)
 	matched := false
-	for sig := range strings.SplitSeq(h.Get(SignatureHeader), ",") {
+	for sig := range strings.SplitSeq(h.Get(schema.HeaderSignature), ",") {
 		v, ok := strings.CutPrefix(strings.TrimSpace(sig), "v1=")
 		got, err := hex.DecodeString(v)
 		if ok && err == nil && hmac.Equal(got, want) {
@@ -88,7 +82,7 @@ func Verify(secret []byte, h http.Header, body []byte, now time.Time, window tim
 		}
 	}
 	if !matched {
-		return fmt.Errorf("%w: no v1 signature in the %s header matches the timestamp and body under the secret", ErrSignature, SignatureHeader)
+		return fmt.Errorf("%w: no v1 signature in the %s header matches the timestamp and body under the secret", ErrSignature, schema.HeaderSignature)
 	}
 	if d := now.Sub(time.Unix(sec, 0)).Abs(); d > window {
 		return fmt.Errorf("%w: signed %v from now, more than %v", ErrStale, d.Round(time.Second), window)
@@ -312,9 +306,9 @@ func (n *notifier) post(ctx context.Context, target, id string, body []byte) err
 	ts := time.Now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "toolbus-callback")
-	req.Header.Set(JobIDHeader, id)
-	req.Header.Set(TimestampHeader, strconv.FormatInt(ts, 10))
-	req.Header.Set(SignatureHeader, Sign(n.s.cfg.callbackSecret, ts, body))
+	req.Header.Set(schema.HeaderJobID, id)
+	req.Header.Set(schema.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(schema.HeaderSignature, Sign(n.s.cfg.callbackSecret, ts, body))
 	resp, err := n.client.Do(req)
 	if err != nil {
 		return err

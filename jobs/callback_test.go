@@ -113,17 +113,17 @@ func TestCallback(t *testing.T) {
 	if err := jobs.Verify(secret, d.header, d.body, time.Now(), jobs.ReplayWindow); err != nil {
 		t.Errorf("Verify = %v, want nil", err)
 	}
-	ts, err := strconv.ParseInt(d.header.Get(jobs.TimestampHeader), 10, 64)
+	ts, err := strconv.ParseInt(d.header.Get(schema.HeaderTimestamp), 10, 64)
 	if err != nil {
-		t.Fatalf("%s = %q: %v", jobs.TimestampHeader, d.header.Get(jobs.TimestampHeader), err)
+		t.Fatalf("%s = %q: %v", schema.HeaderTimestamp, d.header.Get(schema.HeaderTimestamp), err)
 	}
-	if sig, want := d.header.Get(jobs.SignatureHeader), jobs.Sign(secret, ts, d.body); sig != want {
+	if sig, want := d.header.Get(schema.HeaderSignature), jobs.Sign(secret, ts, d.body); sig != want {
 		t.Errorf("signature = %q, want %q", sig, want)
 	}
 	var posted jobs.Record
-	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.header.Get(jobs.JobIDHeader) != sub.ID ||
+	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.header.Get(schema.HeaderJobID) != sub.ID ||
 		posted.State != jobs.StateSucceeded || string(posted.Result) != `{"a":1}` {
-		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.header.Get(jobs.JobIDHeader), sub.ID)
+		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.header.Get(schema.HeaderJobID), sub.ID)
 	}
 	r := waitFor(t, s, sub.ID, "callback delivered", func(r *jobs.Record) bool {
 		return r.Callback != nil && r.Callback.State == jobs.CallbackDelivered
@@ -148,10 +148,10 @@ func TestVerify(t *testing.T) {
 	header := func(ts, sig string) http.Header {
 		h := http.Header{}
 		if ts != "" {
-			h.Set(jobs.TimestampHeader, ts)
+			h.Set(schema.HeaderTimestamp, ts)
 		}
 		if sig != "" {
-			h.Set(jobs.SignatureHeader, sig)
+			h.Set(schema.HeaderSignature, sig)
 		}
 		return h
 	}
@@ -197,8 +197,8 @@ func ExampleVerify() {
 
 	// What the callback carries.
 	h := http.Header{}
-	h.Set(jobs.TimestampHeader, strconv.FormatInt(sent.Unix(), 10))
-	h.Set(jobs.SignatureHeader, jobs.Sign(secret, sent.Unix(), body))
+	h.Set(schema.HeaderTimestamp, strconv.FormatInt(sent.Unix(), 10))
+	h.Set(schema.HeaderSignature, jobs.Sign(secret, sent.Unix(), body))
 
 	// A receiver checks it on arrival, and a replay later is refused.
 	fmt.Println(jobs.Verify(secret, h, body, sent.Add(2*time.Second), jobs.ReplayWindow))

@@ -71,8 +71,8 @@
 // # Completion callbacks
 //
 // A job submitted with a notify_url (http or https) gets its final record
-// POSTed there when it ends. Each attempt carries [TimestampHeader], the
-// Unix seconds at which it was sent, and [SignatureHeader], "v1=" and the
+// POSTed there when it ends. Each attempt carries [schema.HeaderTimestamp], the
+// Unix seconds at which it was sent, and [schema.HeaderSignature], "v1=" and the
 // hex HMAC-SHA256 under the configured secret of the timestamp, a dot and
 // the raw body ([Sign]). A receiver recomputes it over the raw body,
 // compares in constant time, and refuses a timestamp more than
@@ -81,7 +81,7 @@
 // recorded on the job and retried with exponential backoff, up to a
 // bounded number of attempts; the result stays in the record whatever
 // happens to the callback. Callbacks are delivered at least once: a
-// receiver should key them on the job id ([JobIDHeader]).
+// receiver should key them on the job id ([schema.HeaderJobID]).
 //
 // Callbacks never reach loopback, private, link-local, CGNAT, multicast,
 // unspecified, broadcast or reserved addresses unless the operator

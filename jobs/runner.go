@@ -512,11 +512,11 @@ func (r *Runner) handle(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	case rec.State == StateRunning && !r.inv.Retryable(rec.Method):
-		r.fail(ctx, msg, rec, seq, "interrupted_not_retryable",
+		r.fail(ctx, msg, rec, seq, schema.ReasonInterruptedNotRetryable,
 			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
 		return
 	case rec.State == StateRunning && rec.Attempts >= rec.MaxAttempts:
-		r.fail(ctx, msg, rec, seq, "attempts_exhausted",
+		r.fail(ctx, msg, rec, seq, schema.ReasonAttemptsExhausted,
 			fmt.Sprintf("the job was interrupted on each of its %d attempts", rec.Attempts))
 		return
 	}
@@ -592,7 +592,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		rpcErr, result = canceledError(), nil
 	case tctx.Err() != nil && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
 		rpcErr = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job ran longer than %v", r.cfg.maxRunTime),
-			map[string]any{"reason": "max_run_time", "retryable": false})
+			map[string]any{"reason": schema.ReasonMaxRunTime, "retryable": false})
 	}
 	r.finish(ctx, msg, id, seq, attempt, result, rpcErr, sup.last())
 }

@@ -124,7 +124,7 @@ func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessa
 	case MethodSubscribe:
 		return nil, schema.NewError(schema.CodeMethodNotFound,
 			"method not found: "+MethodSubscribe+" needs a connection that stays open (WebSocket); poll "+MethodGet+" instead",
-			map[string]any{"method": call.Method, "reason": "needs_websocket"})
+			map[string]any{"method": call.Method, "reason": schema.ReasonNeedsWebSocket})
 	default:
 		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
 			map[string]any{"method": call.Method})
@@ -323,7 +323,7 @@ func keyReused(key, id string) *schema.Error {
 	return schema.NewError(schema.CodeInvalidRequest,
 		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params or notify_url; "+
 			"send the same submit to get that job, or a new key for a new job", key, id),
-		map[string]any{"reason": "idempotency_key_reused", "field": "idempotency_key", "idempotency_key": key, "id": id})
+		map[string]any{"reason": schema.ReasonIdempotencyKeyReused, "field": "idempotency_key", "idempotency_key": key, "id": id})
 }
 
 // claimKey creates rec's idempotency entry, pointing at rec.ID. When the
@@ -479,7 +479,7 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schem
 	case errors.Is(err, errFinished):
 		return nil, schema.NewError(schema.CodeInvalidParams,
 			fmt.Sprintf("invalid params: id: job %s already %s; only queued or running jobs can be canceled", id, rec.State),
-			map[string]any{"field": "id", "reason": "job_finished", "state": rec.State})
+			map[string]any{"field": "id", "reason": schema.ReasonJobFinished, "state": rec.State})
 	case err != nil:
 		return nil, storeError(id, err)
 	}
@@ -496,7 +496,7 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schem
 }
 
 func canceledError() *schema.Error {
-	return schema.NewError(schema.CodeCanceled, "canceled: the job was canceled", map[string]any{"reason": "canceled_by_caller"})
+	return schema.NewError(schema.CodeCanceled, "canceled: the job was canceled", map[string]any{"reason": schema.ReasonCanceledByCaller})
 }
 
 func notFound(id string) *schema.Error {

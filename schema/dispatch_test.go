@@ -117,3 +117,28 @@ func TestSetIdempotencyKey(t *testing.T) {
 		t.Errorf("no key named the call %q", none[0].IdempotencyKey)
 	}
 }
+
+func TestErrorReasonAndLimit(t *testing.T) {
+	tests := []struct {
+		name          string
+		e             *schema.Error
+		reason, limit string
+	}{
+		{"reason", schema.NewError(schema.CodeUnavailable, "x", map[string]any{"reason": schema.ReasonNoWorkers}), schema.ReasonNoWorkers, ""},
+		{"limit", schema.LimitError("max_batch_items", 10, 11), "", "max_batch_items"},
+		{"no data", schema.NewError(schema.CodeInternal, "x", nil), "", ""},
+		{"data not an object", schema.NewError(schema.CodeToolError, "x", []string{"reason"}), "", ""},
+		{"reason not a string", schema.NewError(schema.CodeToolError, "x", map[string]any{"reason": 7}), "", ""},
+		{"nil", nil, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.e.Reason(); got != tt.reason {
+				t.Errorf("Reason() = %q, want %q", got, tt.reason)
+			}
+			if got := tt.e.Limit(); got != tt.limit {
+				t.Errorf("Limit() = %q, want %q", got, tt.limit)
+			}
+		})
+	}
+}

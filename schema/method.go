@@ -20,7 +20,7 @@ func ValidateMethod(method string) error {
 		return nil
 	}
 	return NewError(CodeMethodNotFound, "method not found: invalid method name: "+reason,
-		map[string]any{"reason": "invalid_method_name", "detail": reason})
+		map[string]any{"reason": ReasonInvalidMethodName, "detail": reason})
 }
 
 func methodProblem(m string) string {

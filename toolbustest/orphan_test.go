@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/aggregator"
+	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -44,7 +45,7 @@ func TestKilledIngressLeavesNoOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Toolbus-Timeout", "2m")
+	req.Header.Set(schema.HeaderTimeout, "2m")
 	answered := make(chan error, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)

@@ -271,7 +271,7 @@ func quietRound(t *testing.T, ctx context.Context, quiet *tenantClient, round st
 		}
 		if i%10 == 0 {
 			key := strings.ReplaceAll(round, " ", "-") + "-" + strconv.Itoa(i)
-			r, err := quiet.call(ctx, "echo", `["keyed"]`, ingress.IdempotencyKeyHeader, key)
+			r, err := quiet.call(ctx, "echo", `["keyed"]`, schema.HeaderIdempotencyKey, key)
 			if err != nil || r.Error != nil {
 				t.Errorf("%s: quiet echo with Idempotency-Key %s = %+v, %v; want its result (limit %q)", round, key, r, err, limitOf(r.Error))
 			}
@@ -422,7 +422,7 @@ func TestHostileTenant(t *testing.T) {
 	// A new idempotency key every call.
 	spawn(func() {
 		for i := 0; fctx.Err() == nil; i++ {
-			r, err := flood.call(fctx, "echo", `["flood"]`, ingress.IdempotencyKeyHeader, "flood-"+strconv.Itoa(i))
+			r, err := flood.call(fctx, "echo", `["flood"]`, schema.HeaderIdempotencyKey, "flood-"+strconv.Itoa(i))
 			if err == nil && limitOf(r.Error) == "idempotency_caller_max_records" {
 				events["idempotency_caller_max_records"].fire()
 				select {

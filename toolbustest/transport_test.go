@@ -149,7 +149,7 @@ func TestRESTCluster(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set(ingress.RequestIDHeader, "test-1")
 			if tt.timeout != "" {
-				req.Header.Set(ingress.TimeoutHeader, tt.timeout)
+				req.Header.Set(schema.HeaderTimeout, tt.timeout)
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -180,7 +180,7 @@ func (rt *Runtime) errorFor(req *Request, err error) *schema.Error {
 		return unavailable()
 	case errors.Is(err, context.DeadlineExceeded):
 		return schema.NewError(schema.CodeTimeout, "timed out: "+req.Method+" ran past its deadline",
-			map[string]any{"retryable": true, "method": req.Method, "reason": "deadline_in_worker"})
+			map[string]any{"retryable": true, "method": req.Method, "reason": schema.ReasonDeadlineInWorker})
 	case errors.Is(err, context.Canceled):
 		return schema.ErrorFrom(err)
 	}

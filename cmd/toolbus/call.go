@@ -216,7 +216,7 @@ func sendAndPrint(ctx context.Context, out io.Writer, url string, timeout time.D
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if timeout > 0 {
-		req.Header.Set(client.TimeoutHeader, timeout.String())
+		req.Header.Set(schema.HeaderTimeout, timeout.String())
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

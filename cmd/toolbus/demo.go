@@ -159,7 +159,7 @@ func post(ctx context.Context, client *http.Client, url, body string, timeout ti
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if timeout > 0 {
-		req.Header.Set("Toolbus-Timeout", timeout.String())
+		req.Header.Set(schema.HeaderTimeout, timeout.String())
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -245,7 +245,7 @@ func (l *lazyJobs) unavailable() *schema.Error {
 		msg = "jobs are not available yet (" + r + "); send the call again shortly"
 	}
 	return schema.NewError(schema.CodeUnavailable, msg, map[string]any{
-		"retryable": true, "retry_after_ms": 1000, "reason": "jobs_not_ready"})
+		"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonJobsNotReady})
 }
 
 func (l *lazyJobs) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error) {

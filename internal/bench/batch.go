@@ -174,10 +174,6 @@ func FanOut(ctx context.Context, cfg FanOutConfig) (FanOutResult, error) {
 	return res, nil
 }
 
-// TimeoutHeader is the header that carries a client's per-call deadline to
-// the ingress, as a Go duration.
-const TimeoutHeader = "Toolbus-Timeout"
-
 // SlowConfig says what [SlowBackend] sends.
 type SlowConfig struct {
 	// URL is the toolbus ingress. Required.
@@ -252,7 +248,7 @@ func SlowBackend(ctx context.Context, cfg SlowConfig) (SlowResult, error) {
 	bc.body = append(bc.body, ']')
 
 	header := requestHeader(cfg.Header)
-	header.Set(TimeoutHeader, cfg.Timeout.String())
+	header.Set(schema.HeaderTimeout, cfg.Timeout.String())
 	client := cfg.Client
 	if client == nil {
 		client = newClient(1)

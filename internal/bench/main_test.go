@@ -43,7 +43,7 @@ func (f fakeToolbus) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var timeout time.Duration
-	if h := r.Header.Get(TimeoutHeader); h != "" {
+	if h := r.Header.Get(schema.HeaderTimeout); h != "" {
 		if timeout, err = time.ParseDuration(h); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return

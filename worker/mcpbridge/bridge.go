@@ -402,7 +402,7 @@ func (b *Bridge) handler(tool string) worker.Handler {
 		}
 		if !offered {
 			return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: the MCP server no longer offers "+tool,
-				map[string]any{"reason": "tool_withdrawn", "method": req.Method})
+				map[string]any{"reason": schema.ReasonToolWithdrawn, "method": req.Method})
 		}
 		args := json.RawMessage(`{}`)
 		if p := strings.TrimSpace(string(req.Params)); p != "" && p != "null" {
