@@ -247,12 +247,12 @@ func (c *securedCluster) job(t *testing.T, ctx context.Context, method, params s
 }
 
 // waitJob polls rpc.jobs.get until the job is in state, for up to 30s.
-func (c *securedCluster) waitJob(t *testing.T, ctx context.Context, id string, state jobs.State) {
+func (c *securedCluster) waitJob(t *testing.T, ctx context.Context, id string, state schema.JobState) {
 	t.Helper()
 	giveUp := time.Now().Add(30 * time.Second)
 	for {
-		var rec jobs.Record
-		if err := json.Unmarshal(c.job(t, ctx, jobs.MethodGet, `{"id":"`+id+`"}`), &rec); err != nil {
+		var rec schema.JobRecord
+		if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsGet, `{"id":"`+id+`"}`), &rec); err != nil {
 			t.Fatal(err)
 		}
 		if rec.State == state {
@@ -290,38 +290,38 @@ func TestSecurePermissions(t *testing.T) {
 
 	// Jobs: one runs to the end, one is followed and canceled, and both
 	// are listed.
-	var sub jobs.SubmitResult
-	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodSubmit, `{"method":"echo","params":{"job":1}}`), &sub); err != nil {
+	var sub schema.JobSubmitResult
+	if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsSubmit, `{"method":"echo","params":{"job":1}}`), &sub); err != nil {
 		t.Fatal(err)
 	}
-	c.waitJob(t, ctx, sub.ID, jobs.StateSucceeded)
-	var long jobs.SubmitResult
-	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodSubmit, `{"method":"sleep","params":{"ms":60000}}`), &long); err != nil {
+	c.waitJob(t, ctx, sub.ID, schema.JobSucceeded)
+	var long schema.JobSubmitResult
+	if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsSubmit, `{"method":"sleep","params":{"ms":60000}}`), &long); err != nil {
 		t.Fatal(err)
 	}
-	c.waitJob(t, ctx, long.ID, jobs.StateRunning)
-	_, follow, rpcErr := c.jobs.Subscribe(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodSubscribe, Params: json.RawMessage(`{"id":"` + long.ID + `"}`)}})
+	c.waitJob(t, ctx, long.ID, schema.JobRunning)
+	_, follow, rpcErr := c.jobs.Subscribe(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: schema.MethodJobsSubscribe, Params: json.RawMessage(`{"id":"` + long.ID + `"}`)}})
 	if rpcErr != nil {
 		t.Fatalf("subscribe to the job: %v", rpcErr)
 	}
-	final := make(chan jobs.State, 1)
+	final := make(chan schema.JobState, 1)
 	go follow(ctx, func(_ string, params json.RawMessage) {
-		var rec jobs.Record
+		var rec schema.JobRecord
 		if json.Unmarshal(params, &rec) == nil && rec.State.Final() {
 			final <- rec.State
 		}
 	})
-	c.job(t, ctx, jobs.MethodCancel, `{"id":"`+long.ID+`"}`)
+	c.job(t, ctx, schema.MethodJobsCancel, `{"id":"`+long.ID+`"}`)
 	select {
 	case st := <-final:
-		if st != jobs.StateCanceled {
-			t.Errorf("the followed job ended %s, want %s", st, jobs.StateCanceled)
+		if st != schema.JobCanceled {
+			t.Errorf("the followed job ended %s, want %s", st, schema.JobCanceled)
 		}
 	case <-ctx.Done():
 		t.Fatal("the followed job's end was never sent")
 	}
-	var list jobs.ListResult
-	if err := json.Unmarshal(c.job(t, ctx, jobs.MethodList, `{}`), &list); err != nil || len(list.Jobs) != 2 {
+	var list schema.JobList
+	if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsList, `{}`), &list); err != nil || len(list.Jobs) != 2 {
 		t.Errorf("rpc.jobs.list = %+v, %v; want both jobs", list, err)
 	}
 	// The worker queues completion callbacks on the job stream.
@@ -608,18 +608,18 @@ func TestSecureFamilyCredential(t *testing.T) {
 	if r.Error != nil || string(r.Result) != `[1,2]` {
 		t.Fatalf("math.add through the family's worker = %s, %v; want its params back", r.Result, r.Error)
 	}
-	res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodSubmit, Params: json.RawMessage(`{"method":"math.add","params":[3]}`)}})
+	res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: schema.MethodJobsSubmit, Params: json.RawMessage(`{"method":"math.add","params":[3]}`)}})
 	if rpcErr != nil {
 		t.Fatal(rpcErr)
 	}
-	var sub jobs.SubmitResult
+	var sub schema.JobSubmitResult
 	if err := json.Unmarshal(res, &sub); err != nil {
 		t.Fatal(err)
 	}
 	for giveUp := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodGet, Params: json.RawMessage(`{"id":"` + sub.ID + `"}`)}})
-		var rec jobs.Record
-		if rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == jobs.StateSucceeded {
+		res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: schema.MethodJobsGet, Params: json.RawMessage(`{"id":"` + sub.ID + `"}`)}})
+		var rec schema.JobRecord
+		if rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == schema.JobSucceeded {
 			break
 		}
 		if time.Now().After(giveUp) {

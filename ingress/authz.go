@@ -1,14 +1,10 @@
 package ingress
 
 import (
-	"encoding/json"
+	"context"
 
 	"github.com/toolbus/toolbus/schema"
 )
-
-// jobsSubmit is the extension method that runs another method as a job; a
-// caller may submit only methods it may call.
-const jobsSubmit = "rpc.jobs.submit"
 
 // authorize returns the -32005 answer of a call its caller may not make,
 // or nil. Without [WithAuth] every call is allowed; with it, a call that
@@ -24,14 +20,23 @@ func (s *Server) authorize(p *principal, req *schema.Request) *schema.Error {
 	if !allowed(p.allow, req.Method) {
 		return forbidden(p.name, req.Method, schema.ReasonNotAllowed)
 	}
-	if req.Method == jobsSubmit {
-		var inner struct {
-			Method string `json:"method"`
-		}
-		// Params that do not decode are the jobs service's to refuse.
-		if json.Unmarshal(req.Params, &inner) == nil && inner.Method != "" && !allowed(p.allow, inner.Method) {
-			return forbidden(p.name, inner.Method, schema.ReasonNotAllowed)
-		}
+	return nil
+}
+
+// Allowed returns the -32005 answer when the caller the ingress
+// authenticated for ctx may not call method, or nil. It is for the layers
+// behind the chain that run one method on behalf of another, such as
+// rpc.jobs.submit (see jobs.WithAuthorize): the ingress has admitted the
+// outer call, and with [WithAuth] every admitted call's context carries its
+// caller; a context without one comes from an ingress without
+// authentication, where every method is allowed.
+func Allowed(ctx context.Context, method string) *schema.Error {
+	p, ok := ctx.Value(callerKey{}).(*principal)
+	if !ok || p == nil {
+		return nil
+	}
+	if !allowed(p.allow, method) {
+		return forbidden(p.name, method, schema.ReasonNotAllowed)
 	}
 	return nil
 }

@@ -30,8 +30,19 @@ func (f *fakeJobs) ServeRPC(ctx context.Context, c schema.Call) (json.RawMessage
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.served = append(f.served, c)
-	if c.Method == "rpc.jobs.get" {
+	switch c.Method {
+	case "rpc.jobs.get":
 		return json.RawMessage(`{"state":"queued"}`), nil
+	case "rpc.jobs.submit":
+		// As the jobs service does with jobs.WithAuthorize(Allowed).
+		var inner struct{ Method string }
+		if err := json.Unmarshal(c.Params, &inner); err != nil {
+			return nil, schema.ErrorFrom(err)
+		}
+		if e := Allowed(ctx, inner.Method); e != nil {
+			return nil, e
+		}
+		return json.RawMessage(`{"id":"J1","state":"queued"}`), nil
 	}
 	return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+c.Method, nil)
 }

@@ -222,7 +222,7 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	if rec.Callback == nil || rec.Callback.State != CallbackPending || !rec.State.Final() {
+	if rec.Callback == nil || rec.Callback.State != schema.JobCallbackPending || !rec.State.Final() {
 		_ = msg.Ack()
 		return
 	}
@@ -245,18 +245,18 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 		class := egress.Classify(sendErr)
 		now := time.Now().UTC()
 		_, err := n.s.st.update(ctx, id, func(r *stored) error {
-			if r.Callback == nil || r.Callback.State != CallbackPending {
+			if r.Callback == nil || r.Callback.State != schema.JobCallbackPending {
 				return errSkip
 			}
 			r.Callback.Attempts = attempt
 			switch {
 			case sendErr == nil:
-				r.Callback.State = CallbackDelivered
+				r.Callback.State = schema.JobCallbackDelivered
 				r.Callback.DeliveredAt = &now
 			default:
-				r.Callback.Failures = append(r.Callback.Failures, CallbackFailure{At: now, Error: string(class)})
+				r.Callback.Failures = append(r.Callback.Failures, schema.JobCallbackFailure{At: now, Error: string(class)})
 				if attempt >= n.s.cfg.callbackAttempts {
-					r.Callback.State = CallbackFailed
+					r.Callback.State = schema.JobCallbackFailed
 				}
 			}
 			return nil

@@ -98,11 +98,11 @@ func TestCallback(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	startRunner(t, js, newRuntime(t, nc, echoTools))
-	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","params":{"a":1},"notify_url":%q}`, srv.URL+"/done"))
+	res, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"echo","params":{"a":1},"notify_url":%q}`, srv.URL+"/done"))
 	if rpcErr != nil {
 		t.Fatalf("submit: %v", rpcErr)
 	}
-	var sub jobs.SubmitResult
+	var sub schema.JobSubmitResult
 	json.Unmarshal(res, &sub)
 	var d delivery
 	select {
@@ -120,13 +120,13 @@ func TestCallback(t *testing.T) {
 	if sig, want := d.header.Get(schema.HeaderSignature), jobs.Sign(secret, ts, d.body); sig != want {
 		t.Errorf("signature = %q, want %q", sig, want)
 	}
-	var posted jobs.Record
+	var posted schema.JobRecord
 	if err := json.Unmarshal(d.body, &posted); err != nil || posted.ID != sub.ID || d.header.Get(schema.HeaderJobID) != sub.ID ||
-		posted.State != jobs.StateSucceeded || string(posted.Result) != `{"a":1}` {
+		posted.State != schema.JobSucceeded || string(posted.Result) != `{"a":1}` {
 		t.Errorf("callback body = %s (header id %s), want the final record of %s", d.body, d.header.Get(schema.HeaderJobID), sub.ID)
 	}
-	r := waitFor(t, s, sub.ID, "callback delivered", func(r *jobs.Record) bool {
-		return r.Callback != nil && r.Callback.State == jobs.CallbackDelivered
+	r := waitFor(t, s, sub.ID, "callback delivered", func(r *schema.JobRecord) bool {
+		return r.Callback != nil && r.Callback.State == schema.JobCallbackDelivered
 	})
 	if r.Callback.Attempts != 3 || len(r.Callback.Failures) != 2 {
 		t.Fatalf("callback = %+v, want 3 attempts and 2 recorded failures", r.Callback)
@@ -245,7 +245,7 @@ func TestNotifyURLRefused(t *testing.T) {
 		{"allowed name on another port", "https://hooks.internal/hook", "private"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
+			_, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
 			if tc.kind == "" {
 				if rpcErr != nil {
 					t.Fatalf("submit with %s = %d %s, want a job", tc.url, rpcErr.Code, rpcErr.Message)
@@ -263,7 +263,7 @@ func TestNotifyURLRefused(t *testing.T) {
 			}
 		})
 	}
-	_, rpcErr := rpc(t, s, "", jobs.MethodSubmit, `{"method":"echo","notify_url":"http://nowhere.test/"}`)
+	_, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","notify_url":"http://nowhere.test/"}`)
 	if !isErr(rpcErr, schema.ErrInvalidParams) || !strings.Contains(rpcErr.Message, "does not resolve") {
 		t.Errorf("submit with a name that does not resolve = %v, want -32602 saying so", rpcErr)
 	}
@@ -315,19 +315,19 @@ func TestCallbackFailureClasses(t *testing.T) {
 		{"name that resolves inside once submitted", "http://rebind.test/hook", "blocked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
+			res, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
 			if rpcErr != nil {
 				t.Fatalf("submit: %d %s", rpcErr.Code, rpcErr.Message)
 			}
-			var sub jobs.SubmitResult
+			var sub schema.JobSubmitResult
 			json.Unmarshal(res, &sub)
-			r := waitFor(t, s, sub.ID, "callback failed", func(r *jobs.Record) bool {
-				return r.Callback != nil && r.Callback.State == jobs.CallbackFailed
+			r := waitFor(t, s, sub.ID, "callback failed", func(r *schema.JobRecord) bool {
+				return r.Callback != nil && r.Callback.State == schema.JobCallbackFailed
 			})
 			if len(r.Callback.Failures) != 1 || r.Callback.Failures[0].Error != tc.want {
 				t.Fatalf("callback = %+v, want one failure %q", r.Callback, tc.want)
 			}
-			raw, rpcErr := rpc(t, s, "", jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, sub.ID))
+			raw, rpcErr := rpc(t, s, "", schema.MethodJobsGet, fmt.Sprintf(`{"id":%q}`, sub.ID))
 			if rpcErr != nil {
 				t.Fatal(rpcErr)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // HookCollector makes the collector of s read the time from now and count
@@ -37,7 +38,7 @@ func WithCallbackNet(r egress.Resolver, dial egress.DialFunc) Option {
 // did: on the method's subject alone, with its record. It returns the id.
 func QueueLegacy(ctx context.Context, s *Service, method string, params []byte) (string, error) {
 	now := time.Now().UTC()
-	rec := &stored{Record: Record{ID: s.ids.next(now), Method: method, Params: params, State: StateQueued,
+	rec := &stored{JobRecord: schema.JobRecord{ID: s.ids.next(now), Method: method, Params: params, State: schema.JobQueued,
 		MaxAttempts: s.cfg.maxAttempts, CreatedAt: now, TTLSeconds: int64(s.cfg.ttl / time.Second)}}
 	b, err := json.Marshal(rec)
 	if err != nil {

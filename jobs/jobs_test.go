@@ -36,17 +36,17 @@ func TestSubmitPollResult(t *testing.T) {
 
 	for _, tc := range []struct {
 		name, method, params string
-		state                jobs.State
+		state                schema.JobState
 		result               string
 		code                 int
 	}{
-		{name: "result", method: "echo", params: `{"hello":"world"}`, state: jobs.StateSucceeded, result: `{"hello":"world"}`},
-		{name: "big integer kept", method: "echo", params: `[12345678901234567890]`, state: jobs.StateSucceeded, result: `[12345678901234567890]`},
-		{name: "tool error", method: "fail", params: `{}`, state: jobs.StateFailed, code: 2001},
+		{name: "result", method: "echo", params: `{"hello":"world"}`, state: schema.JobSucceeded, result: `{"hello":"world"}`},
+		{name: "big integer kept", method: "echo", params: `[12345678901234567890]`, state: schema.JobSucceeded, result: `[12345678901234567890]`},
+		{name: "tool error", method: "fail", params: `{}`, state: schema.JobFailed, code: 2001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := submit(t, s, tc.method, tc.params)
-			r := waitFor(t, s, id, "finished", func(r *jobs.Record) bool { return r.State.Final() })
+			r := waitFor(t, s, id, "finished", func(r *schema.JobRecord) bool { return r.State.Final() })
 			if r.State != tc.state {
 				t.Fatalf("state = %s (%+v), want %s", r.State, r.Error, tc.state)
 			}
@@ -76,7 +76,7 @@ func TestHundredSubmits(t *testing.T) {
 		ids[i] = submit(t, s, "echo", fmt.Sprintf(`{"n":%d}`, i))
 	}
 	for i, id := range ids {
-		r := waitState(t, s, id, jobs.StateSucceeded)
+		r := waitState(t, s, id, schema.JobSucceeded)
 		if want := fmt.Sprintf(`{"n":%d}`, i); string(r.Result) != want {
 			t.Errorf("job %d result = %s, want %s", i, r.Result, want)
 		}
@@ -95,25 +95,25 @@ func TestCancelQueued(t *testing.T) {
 		})
 	}
 	canceled := submit(t, s, "count", `{}`)
-	res, rpcErr := rpc(t, s, "", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, canceled))
+	res, rpcErr := rpc(t, s, "", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, canceled))
 	if rpcErr != nil {
 		t.Fatalf("cancel: %v", rpcErr)
 	}
-	var rec jobs.Record
+	var rec schema.JobRecord
 	json.Unmarshal(res, &rec)
-	if rec.State != jobs.StateCanceled || rec.Error == nil || rec.Error.Code != schema.CodeCanceled {
+	if rec.State != schema.JobCanceled || rec.Error == nil || rec.Error.Code != schema.CodeCanceled {
 		t.Fatalf("cancel answered %s, want a canceled record", res)
 	}
 	// Canceling again is not an error.
-	if _, rpcErr := rpc(t, s, "", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, canceled)); rpcErr != nil {
+	if _, rpcErr := rpc(t, s, "", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, canceled)); rpcErr != nil {
 		t.Fatalf("second cancel: %v", rpcErr)
 	}
 	startRunner(t, js, newRuntime(t, nc, tools))
 	// A job queued after the canceled one has run, so the runner has seen
 	// the canceled one's message.
 	later := submit(t, s, "count", `{}`)
-	waitState(t, s, later, jobs.StateSucceeded)
-	if r, _ := get(t, s, canceled); r.State != jobs.StateCanceled || r.Attempts != 0 {
+	waitState(t, s, later, schema.JobSucceeded)
+	if r, _ := get(t, s, canceled); r.State != schema.JobCanceled || r.Attempts != 0 {
 		t.Errorf("canceled job = %s, %d attempts; want canceled, 0 attempts", r.State, r.Attempts)
 	}
 	if _, ran := runs.Load(fmt.Sprintf("%q", canceled)); ran {
@@ -136,8 +136,8 @@ func TestCancelRunning(t *testing.T) {
 		}, worker.Retryable())
 	}), jobs.WithLease(time.Second))
 	id := submit(t, s, "block", `{}`)
-	waitState(t, s, id, jobs.StateRunning)
-	if _, rpcErr := rpc(t, s, "", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, id)); rpcErr != nil {
+	waitState(t, s, id, schema.JobRunning)
+	if _, rpcErr := rpc(t, s, "", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, id)); rpcErr != nil {
 		t.Fatalf("cancel: %v", rpcErr)
 	}
 	select {
@@ -151,14 +151,14 @@ func TestCancelRunning(t *testing.T) {
 	// Wait past two leases: a canceled job is never redelivered.
 	time.Sleep(2500 * time.Millisecond)
 	r, _ := get(t, s, id)
-	if r.State != jobs.StateCanceled || r.Attempts != 1 || calls.Load() != 1 {
+	if r.State != schema.JobCanceled || r.Attempts != 1 || calls.Load() != 1 {
 		t.Errorf("job = %s, %d attempts, %d calls; want canceled, 1, 1", r.State, r.Attempts, calls.Load())
 	}
 	// A finished job cannot be canceled.
 	startRunner(t, js, newRuntime(t, nc, echoTools))
 	done := submit(t, s, "echo", `{}`)
-	waitState(t, s, done, jobs.StateSucceeded)
-	_, rpcErr := rpc(t, s, "", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, done))
+	waitState(t, s, done, schema.JobSucceeded)
+	_, rpcErr := rpc(t, s, "", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, done))
 	if !isErr(rpcErr, schema.ErrInvalidParams) || errorData(t, rpcErr)["reason"] != "job_finished" {
 		t.Errorf("cancel of a finished job = %v, want -32602 job_finished", rpcErr)
 	}
@@ -187,12 +187,12 @@ func TestWorkerKilled(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		retryable bool
-		state     jobs.State
+		state     schema.JobState
 		attempts  int
 		calls     int32
 	}{
-		{name: "retryable runs again", retryable: true, state: jobs.StateSucceeded, attempts: 2, calls: 2},
-		{name: "not retryable fails", retryable: false, state: jobs.StateFailed, attempts: 1, calls: 1},
+		{name: "retryable runs again", retryable: true, state: schema.JobSucceeded, attempts: 2, calls: 2},
+		{name: "not retryable fails", retryable: false, state: schema.JobFailed, attempts: 1, calls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startServer(t, "")
@@ -214,12 +214,12 @@ func TestWorkerKilled(t *testing.T) {
 
 			nc2, js2 := connect(t, e)
 			startRunner(t, js2, newRuntime(t, nc2, tools), jobs.WithLease(time.Second))
-			r := waitFor(t, s, id, "finished", func(r *jobs.Record) bool { return r.State.Final() })
+			r := waitFor(t, s, id, "finished", func(r *schema.JobRecord) bool { return r.State.Final() })
 			if r.State != tc.state || r.Attempts != tc.attempts || calls.Load() != tc.calls {
 				t.Fatalf("job = %s, %d attempts, %d calls (%+v); want %s, %d, %d",
 					r.State, r.Attempts, calls.Load(), r.Error, tc.state, tc.attempts, tc.calls)
 			}
-			if tc.state == jobs.StateFailed {
+			if tc.state == schema.JobFailed {
 				if r.Error == nil || errorData(t, r.Error)["reason"] != "interrupted_not_retryable" {
 					t.Errorf("error = %+v, want data.reason interrupted_not_retryable", r.Error)
 				}
@@ -255,7 +255,7 @@ func TestRestartKeepsJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		done = submit(t, s, "echo", `{"kept":true}`)
-		waitState(t, s, done, jobs.StateSucceeded)
+		waitState(t, s, done, schema.JobSucceeded)
 		queued = submit(t, s, "later", `{"x":1}`) // nobody serves it yet
 		shutdownRunner(t, r)
 		nc.Close()
@@ -265,16 +265,16 @@ func TestRestartKeepsJobs(t *testing.T) {
 	nc, js := connect(t, e)
 	s := newService(t, js)
 	r, rpcErr := get(t, s, done)
-	if rpcErr != nil || r.State != jobs.StateSucceeded || string(r.Result) != `{"kept":true}` {
+	if rpcErr != nil || r.State != schema.JobSucceeded || string(r.Result) != `{"kept":true}` {
 		t.Fatalf("after restart get(done) = %+v, %v; want succeeded with its result", r, rpcErr)
 	}
-	if r, rpcErr := get(t, s, queued); rpcErr != nil || r.State != jobs.StateQueued {
+	if r, rpcErr := get(t, s, queued); rpcErr != nil || r.State != schema.JobQueued {
 		t.Fatalf("after restart get(queued) = %+v, %v; want queued", r, rpcErr)
 	}
 	startRunner(t, js, newRuntime(t, nc, func(rt *worker.Runtime) error {
 		return rt.HandleFunc("later", func(ctx context.Context, req *worker.Request) (any, error) { return "ran", nil })
 	}))
-	if r := waitState(t, s, queued, jobs.StateSucceeded); string(r.Result) != `"ran"` {
+	if r := waitState(t, s, queued, schema.JobSucceeded); string(r.Result) != `"ran"` {
 		t.Errorf("queued job result = %s, want \"ran\"", r.Result)
 	}
 }
@@ -285,11 +285,11 @@ func TestIdempotentSubmit(t *testing.T) {
 	s := newService(t, js)
 	submitAs := func(caller, key string) string {
 		t.Helper()
-		res, rpcErr := rpc(t, s, caller, jobs.MethodSubmit, fmt.Sprintf(`{"method":"echo","params":{},"idempotency_key":%q}`, key))
+		res, rpcErr := rpc(t, s, caller, schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"echo","params":{},"idempotency_key":%q}`, key))
 		if rpcErr != nil {
 			t.Fatalf("submit: %v", rpcErr)
 		}
-		var r jobs.SubmitResult
+		var r schema.JobSubmitResult
 		json.Unmarshal(res, &r)
 		return r.ID
 	}
@@ -332,11 +332,11 @@ func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 	// The receiver is allowed on loopback; no job runs, so nothing is sent.
 	s := newService(t, js, jobs.WithCallbackSecret([]byte("a callback secret of 32 bytes...")), jobs.WithCallbackAllow("127.0.0.1"))
 	const first = `{"method":"echo","params":{"n":1},"idempotency_key":"k1"}`
-	res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, first)
+	res, rpcErr := rpc(t, s, "alice", schema.MethodJobsSubmit, first)
 	if rpcErr != nil {
 		t.Fatalf("first submit: %v", rpcErr)
 	}
-	var job jobs.SubmitResult
+	var job schema.JobSubmitResult
 	if err := json.Unmarshal(res, &job); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"http://127.0.0.1:1/done"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, rpcErr := rpc(t, s, "alice", jobs.MethodSubmit, tc.params)
+			res, rpcErr := rpc(t, s, "alice", schema.MethodJobsSubmit, tc.params)
 			if !isErr(rpcErr, schema.ErrInvalidRequest) {
 				t.Fatalf("submit %s = %s %v, want -32600", tc.params, res, rpcErr)
 			}
@@ -362,8 +362,8 @@ func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 			}
 		})
 	}
-	res, rpcErr = rpc(t, s, "alice", jobs.MethodSubmit, first)
-	var again jobs.SubmitResult
+	res, rpcErr = rpc(t, s, "alice", schema.MethodJobsSubmit, first)
+	var again schema.JobSubmitResult
 	if rpcErr != nil || json.Unmarshal(res, &again) != nil || again.ID != job.ID {
 		t.Errorf("the same submit again = %s %v, want job %s", res, rpcErr, job.ID)
 	}
@@ -389,9 +389,9 @@ func TestTTL(t *testing.T) {
 	}))
 	defer close(release)
 	running := submit(t, s, "wait", `{}`)
-	waitState(t, s, running, jobs.StateRunning)
+	waitState(t, s, running, schema.JobRunning)
 	done := submit(t, s, "echo", `{}`)
-	waitState(t, s, done, jobs.StateSucceeded)
+	waitState(t, s, done, schema.JobSucceeded)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, rpcErr := get(t, s, done)
@@ -403,7 +403,7 @@ func TestTTL(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if r, rpcErr := get(t, s, running); rpcErr != nil || r.State != jobs.StateRunning {
+	if r, rpcErr := get(t, s, running); rpcErr != nil || r.State != schema.JobRunning {
 		t.Fatalf("running job = %+v, %v; want still running", r, rpcErr)
 	}
 }
@@ -415,7 +415,7 @@ func TestPollOnAnotherService(t *testing.T) {
 	s1, s2 := newService(t, js1), newService(t, js2)
 	startRunner(t, js1, newRuntime(t, nc, echoTools))
 	id := submit(t, s1, "echo", `{"via":"one"}`)
-	if r := waitState(t, s2, id, jobs.StateSucceeded); string(r.Result) != `{"via":"one"}` {
+	if r := waitState(t, s2, id, schema.JobSucceeded); string(r.Result) != `{"via":"one"}` {
 		t.Errorf("result via the second service = %s", r.Result)
 	}
 }
@@ -467,12 +467,12 @@ func TestProgress(t *testing.T) {
 		})
 	}))
 	id := submit(t, s, "build", `{}`)
-	r := waitFor(t, s, id, "progress 50", func(r *jobs.Record) bool { return r.Progress != nil && r.Progress.Percent == 50 })
-	if r.State != jobs.StateRunning || r.Progress.Message != "half way" {
+	r := waitFor(t, s, id, "progress 50", func(r *schema.JobRecord) bool { return r.Progress != nil && r.Progress.Percent == 50 })
+	if r.State != schema.JobRunning || r.Progress.Message != "half way" {
 		t.Errorf("record = %s, %+v; want running, half way", r.State, r.Progress)
 	}
 	close(release)
-	if r := waitState(t, s, id, jobs.StateSucceeded); r.Progress == nil || r.Progress.Percent != 100 {
+	if r := waitState(t, s, id, schema.JobSucceeded); r.Progress == nil || r.Progress.Percent != 100 {
 		t.Errorf("final progress = %+v, want 100", r.Progress)
 	}
 }
@@ -485,20 +485,20 @@ func TestList(t *testing.T) {
 	var all []string
 	for range 5 {
 		id := submit(t, s, "echo", `{}`)
-		waitState(t, s, id, jobs.StateSucceeded)
+		waitState(t, s, id, schema.JobSucceeded)
 		all = append(all, id)
 	}
 	for range 3 {
 		all = append(all, submit(t, s, "nobody.serves", `{}`))
 		time.Sleep(2 * time.Millisecond) // distinct milliseconds keep the order exact
 	}
-	list := func(caller, params string) jobs.ListResult {
+	list := func(caller, params string) schema.JobList {
 		t.Helper()
-		res, rpcErr := rpc(t, s, caller, jobs.MethodList, params)
+		res, rpcErr := rpc(t, s, caller, schema.MethodJobsList, params)
 		if rpcErr != nil {
 			t.Fatalf("list %s: %v", params, rpcErr)
 		}
-		var r jobs.ListResult
+		var r schema.JobList
 		if err := json.Unmarshal(res, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -566,26 +566,26 @@ func TestBadInput(t *testing.T) {
 		field, limit         string
 	}{
 		{name: "unknown rpc.jobs method", method: "rpc.jobs.nope", params: `{}`, want: schema.ErrMethodNotFound},
-		{name: "params not an object", method: jobs.MethodSubmit, params: `["echo"]`, want: schema.ErrInvalidParams},
-		{name: "submit without method", method: jobs.MethodSubmit, params: `{"params":{}}`, want: schema.ErrInvalidParams, field: "method"},
-		{name: "method of wrong type", method: jobs.MethodSubmit, params: `{"method":5}`, want: schema.ErrInvalidParams, field: "method"},
-		{name: "invalid method name", method: jobs.MethodSubmit, params: `{"method":"a..b"}`, want: schema.ErrInvalidParams, field: "method"},
-		{name: "wildcard method", method: jobs.MethodSubmit, params: `{"method":"math.*"}`, want: schema.ErrInvalidParams, field: "method"},
-		{name: "reserved method", method: jobs.MethodSubmit, params: `{"method":"rpc.jobs.get"}`, want: schema.ErrInvalidParams, field: "method"},
-		{name: "unknown member", method: jobs.MethodSubmit, params: `{"method":"echo","priority":1}`, want: schema.ErrInvalidParams, field: "priority"},
-		{name: "scalar job params", method: jobs.MethodSubmit, params: `{"method":"echo","params":5}`, want: schema.ErrInvalidParams, field: "params"},
-		{name: "params too big", method: jobs.MethodSubmit, params: `{"method":"echo","params":{"data":"` + string(make([]byte, 0)) + `0123456789012345678901234567890123456789012345678901234567890123456789"}}`, want: schema.ErrLimitExceeded, limit: "max_params_bytes"},
-		{name: "empty idempotency key", method: jobs.MethodSubmit, params: `{"method":"echo","idempotency_key":""}`, want: schema.ErrInvalidParams, field: "idempotency_key"},
-		{name: "notify_url without a secret", method: jobs.MethodSubmit, params: `{"method":"echo","notify_url":"https://example.com/hook"}`, want: schema.ErrInvalidParams, field: "notify_url"},
-		{name: "notify_url not http", method: jobs.MethodSubmit, params: `{"method":"echo","notify_url":"file:///etc/passwd"}`, want: schema.ErrInvalidParams, field: "notify_url"},
-		{name: "get without id", method: jobs.MethodGet, params: `{}`, want: schema.ErrInvalidParams, field: "id"},
-		{name: "get malformed id", method: jobs.MethodGet, params: `{"id":"nope"}`, want: schema.ErrInvalidParams, field: "id"},
-		{name: "get unknown id", method: jobs.MethodGet, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},
-		{name: "cancel unknown id", method: jobs.MethodCancel, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},
-		{name: "list bad state", method: jobs.MethodList, params: `{"state":"done"}`, want: schema.ErrInvalidParams, field: "state"},
-		{name: "list zero limit", method: jobs.MethodList, params: `{"limit":0}`, want: schema.ErrInvalidParams, field: "limit"},
-		{name: "list limit too big", method: jobs.MethodList, params: `{"limit":11}`, want: schema.ErrLimitExceeded, limit: "max_list_limit"},
-		{name: "list bad cursor", method: jobs.MethodList, params: `{"cursor":"abc"}`, want: schema.ErrInvalidParams, field: "cursor"},
+		{name: "params not an object", method: schema.MethodJobsSubmit, params: `["echo"]`, want: schema.ErrInvalidParams},
+		{name: "submit without method", method: schema.MethodJobsSubmit, params: `{"params":{}}`, want: schema.ErrInvalidParams, field: "method"},
+		{name: "method of wrong type", method: schema.MethodJobsSubmit, params: `{"method":5}`, want: schema.ErrInvalidParams, field: "method"},
+		{name: "invalid method name", method: schema.MethodJobsSubmit, params: `{"method":"a..b"}`, want: schema.ErrInvalidParams, field: "method"},
+		{name: "wildcard method", method: schema.MethodJobsSubmit, params: `{"method":"math.*"}`, want: schema.ErrInvalidParams, field: "method"},
+		{name: "reserved method", method: schema.MethodJobsSubmit, params: `{"method":"rpc.jobs.get"}`, want: schema.ErrInvalidParams, field: "method"},
+		{name: "unknown member", method: schema.MethodJobsSubmit, params: `{"method":"echo","priority":1}`, want: schema.ErrInvalidParams, field: "priority"},
+		{name: "scalar job params", method: schema.MethodJobsSubmit, params: `{"method":"echo","params":5}`, want: schema.ErrInvalidParams, field: "params"},
+		{name: "params too big", method: schema.MethodJobsSubmit, params: `{"method":"echo","params":{"data":"` + string(make([]byte, 0)) + `0123456789012345678901234567890123456789012345678901234567890123456789"}}`, want: schema.ErrLimitExceeded, limit: "max_params_bytes"},
+		{name: "empty idempotency key", method: schema.MethodJobsSubmit, params: `{"method":"echo","idempotency_key":""}`, want: schema.ErrInvalidParams, field: "idempotency_key"},
+		{name: "notify_url without a secret", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"https://example.com/hook"}`, want: schema.ErrInvalidParams, field: "notify_url"},
+		{name: "notify_url not http", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"file:///etc/passwd"}`, want: schema.ErrInvalidParams, field: "notify_url"},
+		{name: "get without id", method: schema.MethodJobsGet, params: `{}`, want: schema.ErrInvalidParams, field: "id"},
+		{name: "get malformed id", method: schema.MethodJobsGet, params: `{"id":"nope"}`, want: schema.ErrInvalidParams, field: "id"},
+		{name: "get unknown id", method: schema.MethodJobsGet, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},
+		{name: "cancel unknown id", method: schema.MethodJobsCancel, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},
+		{name: "list bad state", method: schema.MethodJobsList, params: `{"state":"done"}`, want: schema.ErrInvalidParams, field: "state"},
+		{name: "list zero limit", method: schema.MethodJobsList, params: `{"limit":0}`, want: schema.ErrInvalidParams, field: "limit"},
+		{name: "list limit too big", method: schema.MethodJobsList, params: `{"limit":11}`, want: schema.ErrLimitExceeded, limit: "max_list_limit"},
+		{name: "list bad cursor", method: schema.MethodJobsList, params: `{"cursor":"abc"}`, want: schema.ErrInvalidParams, field: "cursor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rpcErr := rpc(t, s, "", tc.method, tc.params)
@@ -605,10 +605,10 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// Another caller cannot see or cancel the job.
-	if _, rpcErr := rpc(t, s, "mallory", jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, id)); !isErr(rpcErr, schema.ErrJobNotFound) {
+	if _, rpcErr := rpc(t, s, "mallory", schema.MethodJobsGet, fmt.Sprintf(`{"id":%q}`, id)); !isErr(rpcErr, schema.ErrJobNotFound) {
 		t.Errorf("get by another caller = %v, want job not found", rpcErr)
 	}
-	if _, rpcErr := rpc(t, s, "mallory", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, id)); !isErr(rpcErr, schema.ErrJobNotFound) {
+	if _, rpcErr := rpc(t, s, "mallory", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, id)); !isErr(rpcErr, schema.ErrJobNotFound) {
 		t.Errorf("cancel by another caller = %v, want job not found", rpcErr)
 	}
 }

@@ -12,14 +12,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// ListResult is the result of rpc.jobs.list: the caller's jobs, newest
-// first, without their params and results (rpc.jobs.get has those), and a
-// cursor for the next page when there may be more.
-type ListResult struct {
-	Jobs       []*Record `json:"jobs"`
-	NextCursor string    `json:"next_cursor,omitempty"`
-}
-
 type listParams struct {
 	State  *string `json:"state"`
 	Method *string `json:"method"`
@@ -32,15 +24,15 @@ type listParams struct {
 // the bucket's key names and then the records it needs; it reads at most
 // the configured scan bound of records, so a filter that matches rarely
 // ends a page early with a cursor rather than reading every record.
-func (s *Service) list(ctx context.Context, call schema.Call) (*ListResult, *schema.Error) {
+func (s *Service) list(ctx context.Context, call schema.Call) (*schema.JobList, *schema.Error) {
 	var p listParams
 	if e := decodeParams(call.Params, &p); e != nil {
 		return nil, e
 	}
-	var state State
+	var state schema.JobState
 	if p.State != nil {
-		state = State(*p.State)
-		if !state.valid() {
+		state = schema.JobState(*p.State)
+		if !state.Valid() {
 			return nil, invalidParams("state", "must be one of queued, running, succeeded, failed, canceled")
 		}
 	}
@@ -82,7 +74,7 @@ func (s *Service) list(ctx context.Context, call schema.Call) (*ListResult, *sch
 		ids = ids[i:]
 	}
 
-	res := &ListResult{Jobs: []*Record{}}
+	res := &schema.JobList{Jobs: []*schema.JobRecord{}}
 	scanned := 0
 	for i, id := range ids {
 		if len(res.Jobs) == limit || scanned == s.cfg.maxListScan {

@@ -127,11 +127,11 @@ func rpc(t *testing.T, s *jobs.Service, caller, method, params string) (json.Raw
 func submit(t *testing.T, s *jobs.Service, method, params string) string {
 	t.Helper()
 	p, _ := json.Marshal(map[string]any{"method": method, "params": json.RawMessage(params)})
-	res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, string(p))
+	res, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, string(p))
 	if rpcErr != nil {
 		t.Fatalf("submit %s: %d %s %s", method, rpcErr.Code, rpcErr.Message, rpcErr.Data)
 	}
-	var r jobs.SubmitResult
+	var r schema.JobSubmitResult
 	if err := json.Unmarshal(res, &r); err != nil {
 		t.Fatalf("submit result %s: %v", res, err)
 	}
@@ -139,13 +139,13 @@ func submit(t *testing.T, s *jobs.Service, method, params string) string {
 }
 
 // get reads a job's record as the anonymous caller.
-func get(t *testing.T, s *jobs.Service, id string) (*jobs.Record, *schema.Error) {
+func get(t *testing.T, s *jobs.Service, id string) (*schema.JobRecord, *schema.Error) {
 	t.Helper()
-	res, rpcErr := rpc(t, s, "", jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, id))
+	res, rpcErr := rpc(t, s, "", schema.MethodJobsGet, fmt.Sprintf(`{"id":%q}`, id))
 	if rpcErr != nil {
 		return nil, rpcErr
 	}
-	var r jobs.Record
+	var r schema.JobRecord
 	if err := json.Unmarshal(res, &r); err != nil {
 		t.Fatalf("get result %s: %v", res, err)
 	}
@@ -153,7 +153,7 @@ func get(t *testing.T, s *jobs.Service, id string) (*jobs.Record, *schema.Error)
 }
 
 // waitFor polls job id until ok holds for its record, for at most 20s.
-func waitFor(t *testing.T, s *jobs.Service, id string, what string, ok func(*jobs.Record) bool) *jobs.Record {
+func waitFor(t *testing.T, s *jobs.Service, id string, what string, ok func(*schema.JobRecord) bool) *schema.JobRecord {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -171,9 +171,9 @@ func waitFor(t *testing.T, s *jobs.Service, id string, what string, ok func(*job
 	}
 }
 
-func waitState(t *testing.T, s *jobs.Service, id string, want jobs.State) *jobs.Record {
+func waitState(t *testing.T, s *jobs.Service, id string, want schema.JobState) *schema.JobRecord {
 	t.Helper()
-	return waitFor(t, s, id, string(want), func(r *jobs.Record) bool { return r.State == want })
+	return waitFor(t, s, id, string(want), func(r *schema.JobRecord) bool { return r.State == want })
 }
 
 // errorData decodes an error's data object.

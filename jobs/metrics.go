@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Bounds of the Prometheus metrics.
@@ -84,7 +85,7 @@ func (c *Counters) addSubmitted(method string) {
 	c.submitted.WithLabelValues(c.label(method)).Inc()
 }
 
-func (c *Counters) addFinished(method string, state State) {
+func (c *Counters) addFinished(method string, state schema.JobState) {
 	c.finished.WithLabelValues(c.label(method), string(state)).Inc()
 }
 

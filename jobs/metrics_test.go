@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // gather scrapes c once through a pedantic registry, which also checks
@@ -92,20 +93,20 @@ toolbus_jobs_stats_truncated 0
 	}
 
 	startRunner(t, js, newRuntime(t, nc, outcomeTools), jobs.WithRunnerCounters(counters))
-	waitState(t, s, submit(t, s, "echo", `{}`), jobs.StateSucceeded)
-	waitState(t, s, submit(t, s, "fail", `{}`), jobs.StateFailed)
+	waitState(t, s, submit(t, s, "echo", `{}`), schema.JobSucceeded)
+	waitState(t, s, submit(t, s, "fail", `{}`), schema.JobFailed)
 	submit(t, s, "nobody.serves", `{}`)
 	cancelJob(t, s, submit(t, s, "nobody.serves", `{}`))
 	// Submits replayed from an idempotency key queue nothing.
-	var keyed jobs.SubmitResult
+	var keyed schema.JobSubmitResult
 	for range 3 {
-		res, rpcErr := rpc(t, s, "", jobs.MethodSubmit, `{"method":"echo","idempotency_key":"k"}`)
+		res, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","idempotency_key":"k"}`)
 		if rpcErr != nil {
 			t.Fatalf("submit with a key: %v", rpcErr)
 		}
 		json.Unmarshal(res, &keyed)
 	}
-	waitState(t, s, keyed.ID, jobs.StateSucceeded)
+	waitState(t, s, keyed.ID, schema.JobSucceeded)
 
 	// Still within the cache's TTL: the gauges have not moved, the
 	// counters have.
@@ -212,7 +213,7 @@ func TestRunnerCollector(t *testing.T) {
 	nc, js := connect(t, e)
 	s := newService(t, js)
 	r := startRunner(t, js, newRuntime(t, nc, echoTools))
-	waitState(t, s, submit(t, s, "echo", `{}`), jobs.StateSucceeded)
+	waitState(t, s, submit(t, s, "echo", `{}`), schema.JobSucceeded)
 	// The runner counts what it ends; the submit is the service's.
 	if got := testutil.ToFloat64(r.Collector()); got != 1 {
 		t.Errorf("runner's toolbus_jobs_finished_total = %v, want 1", got)

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Defaults of a [Service].
@@ -71,6 +73,10 @@ type config struct {
 	// hooks).
 	callbackAllow []string
 	egress        []egress.Option
+
+	// authorize decides whether the caller of ctx may run a method; nil
+	// allows every method.
+	authorize func(ctx context.Context, method string) *schema.Error
 }
 
 func defaultConfig() config {
@@ -94,6 +100,18 @@ func defaultConfig() config {
 
 // Option configures [New].
 type Option func(*config) error
+
+// WithAuthorize makes rpc.jobs.submit ask authorize whether the caller of
+// the submitting call (its context is passed on) may call the method it
+// submits; a non-nil answer refuses the submit with it. The ingress's
+// ingress.Allowed is such a function. Without it, any method may be
+// submitted by whoever may call rpc.jobs.submit.
+func WithAuthorize(authorize func(ctx context.Context, method string) *schema.Error) Option {
+	return func(c *config) error {
+		c.authorize = authorize
+		return nil
+	}
+}
 
 // WithPrefix sets the cluster's subject prefix (default [bus.DefaultPrefix]);
 // the stream, bucket and subjects are named after it.

@@ -98,20 +98,20 @@ func (s *Service) RunAsJob(ctx context.Context, call schema.Call, timeout time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sub, rpcErr := s.submit(ctx, schema.Call{Request: schema.Request{Method: MethodSubmit, Params: params}, Caller: call.Caller, TraceParent: call.TraceParent})
+	sub, rpcErr := s.submit(ctx, schema.Call{Request: schema.Request{Method: schema.MethodJobsSubmit, Params: params}, Caller: call.Caller, TraceParent: call.TraceParent})
 	if rpcErr != nil {
 		return nil, rpcErr
 	}
 	rec, err := s.awaitFinal(ctx, sub.ID)
 	switch {
-	case rec != nil && rec.State == StateSucceeded:
+	case rec != nil && rec.State == schema.JobSucceeded:
 		return rec.Result, nil
 	case rec != nil && rec.Error != nil:
 		return nil, rec.Error
 	case rec != nil:
 		return nil, canceledError()
 	}
-	state := StateQueued
+	state := schema.JobQueued
 	if cur, _, gerr := s.st.get(context.WithoutCancel(ctx), sub.ID); gerr == nil {
 		state = cur.State
 	}
@@ -129,7 +129,7 @@ func (s *Service) RunAsJob(ctx context.Context, call schema.Call, timeout time.D
 
 // awaitFinal watches a job's record until it reaches a final state or ctx
 // ends, and returns the final record (nil when ctx ended first).
-func (s *Service) awaitFinal(ctx context.Context, id string) (*Record, error) {
+func (s *Service) awaitFinal(ctx context.Context, id string) (*schema.JobRecord, error) {
 	w, err := s.st.kv.Watch(ctx, jobKey(id))
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -65,22 +64,22 @@ func TestRunAsJob(t *testing.T) {
 	}
 	close(release)
 	// The job went on and belongs to the caller of the call.
-	raw, e2 := rpc(t, s, "alice", jobs.MethodGet, `{"id":"`+data.JobID+`"}`)
+	raw, e2 := rpc(t, s, "alice", schema.MethodJobsGet, `{"id":"`+data.JobID+`"}`)
 	if e2 != nil {
 		t.Fatalf("get promoted job: %v", e2)
 	}
-	var rec jobs.Record
+	var rec schema.JobRecord
 	json.Unmarshal(raw, &rec)
 	if rec.Method != "slow" {
 		t.Fatalf("promoted job method = %q, want slow", rec.Method)
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for rec.State != jobs.StateSucceeded {
+	for rec.State != schema.JobSucceeded {
 		if time.Now().After(deadline) {
 			t.Fatalf("promoted job state = %s, want succeeded", rec.State)
 		}
 		time.Sleep(50 * time.Millisecond)
-		raw, _ = rpc(t, s, "alice", jobs.MethodGet, `{"id":"`+data.JobID+`"}`)
+		raw, _ = rpc(t, s, "alice", schema.MethodJobsGet, `{"id":"`+data.JobID+`"}`)
 		json.Unmarshal(raw, &rec)
 	}
 	if string(rec.Result) != `"done"` {

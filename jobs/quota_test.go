@@ -39,7 +39,7 @@ func TestStoreHasByteCaps(t *testing.T) {
 	// Nobody runs the jobs: 100 KB each fill the 1 MiB queue.
 	params, _ := json.Marshal(map[string]any{"method": "echo", "params": []string{strings.Repeat("x", 100<<10)}})
 	for i := range 20 {
-		_, rpcErr := rpc(t, s, "", jobs.MethodSubmit, string(params))
+		_, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, string(params))
 		if rpcErr == nil {
 			continue
 		}
@@ -56,7 +56,7 @@ func TestStoreHasByteCaps(t *testing.T) {
 func submitAs(t *testing.T, s *jobs.Service, caller, method, params string) *schema.Error {
 	t.Helper()
 	p, _ := json.Marshal(map[string]any{"method": method, "params": json.RawMessage(params)})
-	_, rpcErr := rpc(t, s, caller, jobs.MethodSubmit, string(p))
+	_, rpcErr := rpc(t, s, caller, schema.MethodJobsSubmit, string(p))
 	return rpcErr
 }
 
@@ -154,7 +154,7 @@ func TestLegacyQueuedJobsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRunner(t, js, newRuntime(t, nc, echoTools))
-	rec := waitFor(t, s, id, "succeeded", func(r *jobs.Record) bool { return r.State == jobs.StateSucceeded })
+	rec := waitFor(t, s, id, "succeeded", func(r *schema.JobRecord) bool { return r.State == schema.JobSucceeded })
 	if string(rec.Result) != `["old"]` {
 		t.Errorf("result = %s, want [\"old\"]", rec.Result)
 	}

@@ -12,101 +12,10 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// State is where a job is in its life. A job starts [StateQueued], becomes
-// [StateRunning] when a worker takes it, and ends in one of the final
-// states [StateSucceeded], [StateFailed] or [StateCanceled], which never
-// change again. A running job whose worker was interrupted goes back to
-// running on another worker (when its tool is safe to retry) or fails.
-type State string
-
-// The states of a job.
-const (
-	StateQueued    State = "queued"
-	StateRunning   State = "running"
-	StateSucceeded State = "succeeded"
-	StateFailed    State = "failed"
-	StateCanceled  State = "canceled"
-)
-
-// Final reports whether s is a state a job never leaves.
-func (s State) Final() bool {
-	return s == StateSucceeded || s == StateFailed || s == StateCanceled
-}
-
-func (s State) valid() bool {
-	return s == StateQueued || s == StateRunning || s.Final()
-}
-
-// Progress is what a running job last reported through worker.Progress.
-type Progress struct {
-	Percent float64 `json:"percent"`
-	Message string  `json:"message,omitempty"`
-}
-
-// CallbackState is how far the completion callback of a job has got.
-type CallbackState string
-
-// The states of a completion callback.
-const (
-	// CallbackPending: the job has a notify_url and the callback has not
-	// been delivered yet (it may be between attempts).
-	CallbackPending CallbackState = "pending"
-	// CallbackDelivered: the notify_url answered 2xx.
-	CallbackDelivered CallbackState = "delivered"
-	// CallbackFailed: every attempt failed; the result is still in the
-	// record.
-	CallbackFailed CallbackState = "failed"
-)
-
-// Callback records the delivery of a job's completion callback.
-type Callback struct {
-	State    CallbackState `json:"state"`
-	Attempts int           `json:"attempts"`
-	// Failures holds one entry per failed attempt, oldest first.
-	Failures    []CallbackFailure `json:"failures,omitempty"`
-	DeliveredAt *time.Time        `json:"delivered_at,omitempty"`
-}
-
-// CallbackFailure is one failed delivery attempt of a callback.
-type CallbackFailure struct {
-	At time.Time `json:"at"`
-	// Error is the class of the failure, never text of the receiver's:
-	// "blocked" (the address is one callbacks may not reach), "dns",
-	// "refused", "unreachable", "timeout", "tls", "closed" (closed
-	// without an answer), "protocol" (the answer was not HTTP),
-	// "canceled", "failed" (anything else), or "status N" for an answer
-	// outside 2xx.
-	Error string `json:"error"`
-}
-
-// Record is a job as rpc.jobs.get returns it and as the callback posts it.
-// Exactly one of Result and Error is set once the job has succeeded or
-// failed; a canceled job carries a -32004 Error.
-type Record struct {
-	ID             string          `json:"id"`
-	Method         string          `json:"method"`
-	Params         json.RawMessage `json:"params,omitempty"`
-	State          State           `json:"state"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Error          *schema.Error   `json:"error,omitempty"`
-	Progress       *Progress       `json:"progress,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Caller         string          `json:"caller,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	NotifyURL      string          `json:"notify_url,omitempty"`
-	Callback       *Callback       `json:"callback,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
-	// TTLSeconds is how long the record is kept once the job has finished.
-	TTLSeconds int64 `json:"ttl_seconds"`
-}
-
 // stored is a record as the KV bucket holds it: the public record and the
 // bookkeeping only toolbus reads.
 type stored struct {
-	Record
+	schema.JobRecord
 	// RunSeq is the stream sequence of the queue message whose delivery
 	// set the job running. A redelivery of that message finds it equal and
 	// knows its earlier run was interrupted; any other message for the same
@@ -123,30 +32,30 @@ type stored struct {
 func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time.Second }
 
 // public returns the record without bookkeeping, as a caller sees it.
-func (s *stored) public() *Record {
-	r := s.Record
-	r.Callback = r.Callback.shown()
+func (s *stored) public() *schema.JobRecord {
+	r := s.JobRecord
+	r.Callback = shownCallback(r.Callback)
 	return &r
 }
 
 // summary returns the record without params and result, as rpc.jobs.list
 // returns it, so that a page stays small whatever the jobs carry.
-func (s *stored) summary() *Record {
-	r := s.Record
+func (s *stored) summary() *schema.JobRecord {
+	r := s.JobRecord
 	r.Params, r.Result = nil, nil
-	r.Callback = r.Callback.shown()
+	r.Callback = shownCallback(r.Callback)
 	return &r
 }
 
 // shown returns c as a caller sees it: a failure whose text is not a class
 // (one an older ingress recorded during a rolling upgrade, say) reads
 // "failed", so that no text of a receiver's ever reaches a caller.
-func (c *Callback) shown() *Callback {
+func shownCallback(c *schema.JobCallback) *schema.JobCallback {
 	if c == nil {
 		return nil
 	}
 	cp := *c
-	cp.Failures = make([]CallbackFailure, len(c.Failures))
+	cp.Failures = make([]schema.JobCallbackFailure, len(c.Failures))
 	for i, f := range c.Failures {
 		if !egress.Class(f.Error).Valid() {
 			f.Error = string(egress.ClassFailed)
@@ -161,11 +70,11 @@ func (c *Callback) shown() *Callback {
 
 // finish moves the record to a final state at now. A callback becomes
 // pending when the job has a notify_url.
-func (s *stored) finish(state State, result json.RawMessage, rpcErr *schema.Error, now time.Time) {
+func (s *stored) finish(state schema.JobState, result json.RawMessage, rpcErr *schema.Error, now time.Time) {
 	s.State, s.Result, s.Error = state, result, rpcErr
 	s.FinishedAt = &now
 	if s.NotifyURL != "" && s.Callback == nil {
-		s.Callback = &Callback{State: CallbackPending}
+		s.Callback = &schema.JobCallback{State: schema.JobCallbackPending}
 	}
 }
 

@@ -490,7 +490,7 @@ func (r *Runner) handle(msg jetstream.Msg) {
 	if errors.Is(err, errNotFound) {
 		// The submitter queued the job but stopped before writing the
 		// record: the message has all of it.
-		job.State = StateQueued
+		job.State = schema.JobQueued
 		if _, err = r.st.create(ctx, &job); err == nil || errors.Is(err, jetstream.ErrKeyExists) {
 			rec, _, err = r.st.get(ctx, job.ID)
 		}
@@ -507,15 +507,15 @@ func (r *Runner) handle(msg jetstream.Msg) {
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
 		return
-	case rec.State == StateRunning && rec.RunSeq != seq:
+	case rec.State == schema.JobRunning && rec.RunSeq != seq:
 		r.log.Info("dropped a duplicate job message", "id", rec.ID, "seq", seq)
 		_ = msg.Ack()
 		return
-	case rec.State == StateRunning && !r.inv.Retryable(rec.Method):
+	case rec.State == schema.JobRunning && !r.inv.Retryable(rec.Method):
 		r.fail(ctx, msg, rec, seq, schema.ReasonInterruptedNotRetryable,
 			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
 		return
-	case rec.State == StateRunning && rec.Attempts >= rec.MaxAttempts:
+	case rec.State == schema.JobRunning && rec.Attempts >= rec.MaxAttempts:
 		r.fail(ctx, msg, rec, seq, schema.ReasonAttemptsExhausted,
 			fmt.Sprintf("the job was interrupted on each of its %d attempts", rec.Attempts))
 		return
@@ -535,11 +535,11 @@ func (r *Runner) fail(ctx context.Context, msg jetstream.Msg, rec *stored, seq u
 // run runs the job once and writes its outcome.
 func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint64) {
 	rec, err := r.st.update(ctx, id, func(j *stored) error {
-		if j.State.Final() || (j.State == StateRunning && j.RunSeq != seq) {
+		if j.State.Final() || (j.State == schema.JobRunning && j.RunSeq != seq) {
 			return errSkip
 		}
 		now := time.Now().UTC()
-		j.State, j.RunSeq, j.StartedAt = StateRunning, seq, &now
+		j.State, j.RunSeq, j.StartedAt = schema.JobRunning, seq, &now
 		j.Attempts++
 		return nil
 	})
@@ -605,7 +605,7 @@ const finishWrites = 5
 // acknowledges the message. A write that keeps failing leaves the message
 // unacknowledged, so it comes back after the lease.
 func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq uint64, attempt int,
-	result json.RawMessage, rpcErr *schema.Error, progress ...*Progress) {
+	result json.RawMessage, rpcErr *schema.Error, progress ...*schema.JobProgress) {
 	var rec *stored
 	var err error
 	fenced := false
@@ -615,10 +615,10 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
 		}
 		rec, err = r.st.update(ctx, id, func(j *stored) error {
-			if j.State == StateCanceled {
+			if j.State == schema.JobCanceled {
 				return errSkip
 			}
-			if j.State != StateRunning || j.RunSeq != seq || j.Attempts != attempt {
+			if j.State != schema.JobRunning || j.RunSeq != seq || j.Attempts != attempt {
 				fenced = true
 				return errSkip
 			}
@@ -626,14 +626,14 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 				j.Progress = progress[0]
 			}
 			if rpcErr != nil {
-				j.finish(StateFailed, nil, rpcErr, time.Now().UTC())
+				j.finish(schema.JobFailed, nil, rpcErr, time.Now().UTC())
 			} else {
-				j.finish(StateSucceeded, result, nil, time.Now().UTC())
+				j.finish(schema.JobSucceeded, result, nil, time.Now().UTC())
 			}
 			if limit := r.maxRecordBytes(); rpcErr == nil {
 				if b, _ := json.Marshal(j); int64(len(b)) > limit {
 					room := limit - int64(len(b)-len(result))
-					j.finish(StateFailed, nil, schema.LimitError("max_result_bytes", max(room, 0), int64(len(result))), *j.FinishedAt)
+					j.finish(schema.JobFailed, nil, schema.LimitError("max_result_bytes", max(room, 0), int64(len(result))), *j.FinishedAt)
 				}
 			}
 			return nil
@@ -680,8 +680,8 @@ type supervisor struct {
 	cancel  context.CancelCauseFunc
 
 	mu       sync.Mutex
-	progress *Progress
-	written  *Progress
+	progress *schema.JobProgress
+	written  *schema.JobProgress
 	dirty    chan struct{}
 	done     chan struct{}
 }
@@ -689,7 +689,7 @@ type supervisor struct {
 // report is the progress callback handed to the tool.
 func (s *supervisor) report(percent float64, message string) {
 	s.mu.Lock()
-	s.progress = &Progress{Percent: percent, Message: message}
+	s.progress = &schema.JobProgress{Percent: percent, Message: message}
 	s.mu.Unlock()
 	select {
 	case s.dirty <- struct{}{}:
@@ -697,7 +697,7 @@ func (s *supervisor) report(percent float64, message string) {
 	}
 }
 
-func (s *supervisor) last() *Progress {
+func (s *supervisor) last() *schema.JobProgress {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.progress
@@ -743,9 +743,9 @@ func (s *supervisor) renew(ctx context.Context) {
 	switch {
 	case err != nil:
 		return // keep running: the bucket may be back at the next renewal
-	case rec.State == StateCanceled:
+	case rec.State == schema.JobCanceled:
 		s.cancel(errJobCanceled)
-	case rec.State != StateRunning || rec.RunSeq != s.seq || rec.Attempts != s.attempt:
+	case rec.State != schema.JobRunning || rec.RunSeq != s.seq || rec.Attempts != s.attempt:
 		s.cancel(errLeaseLost)
 	}
 }
@@ -756,7 +756,7 @@ func (s *supervisor) writeProgress(ctx context.Context) {
 		return
 	}
 	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
-		if j.State != StateRunning || j.RunSeq != s.seq || j.Attempts != s.attempt {
+		if j.State != schema.JobRunning || j.RunSeq != s.seq || j.Attempts != s.attempt {
 			return errSkip
 		}
 		j.Progress = p

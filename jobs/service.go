@@ -24,17 +24,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// The JSON-RPC methods a [Service] answers.
-const (
-	MethodSubmit = "rpc.jobs.submit"
-	MethodGet    = "rpc.jobs.get"
-	MethodCancel = "rpc.jobs.cancel"
-	MethodList   = "rpc.jobs.list"
-	// MethodPrefix starts every method of the service; the ingress passes
-	// every call whose name starts with it to [Service.ServeRPC].
-	MethodPrefix = "rpc.jobs."
-)
-
 // Service answers the rpc.jobs.* methods on top of JetStream and, once
 // started, delivers completion callbacks. It keeps no state of its own, so
 // any number of services (one per ingress replica) can share a cluster's
@@ -113,17 +102,17 @@ func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessa
 	var v any
 	var rpcErr *schema.Error
 	switch call.Method {
-	case MethodSubmit:
+	case schema.MethodJobsSubmit:
 		v, rpcErr = s.submit(ctx, call)
-	case MethodGet:
+	case schema.MethodJobsGet:
 		v, rpcErr = s.get(ctx, call)
-	case MethodCancel:
+	case schema.MethodJobsCancel:
 		v, rpcErr = s.cancel(ctx, call)
-	case MethodList:
+	case schema.MethodJobsList:
 		v, rpcErr = s.list(ctx, call)
-	case MethodSubscribe:
+	case schema.MethodJobsSubscribe:
 		return nil, schema.NewError(schema.CodeMethodNotFound,
-			"method not found: "+MethodSubscribe+" needs a connection that stays open (WebSocket); poll "+MethodGet+" instead",
+			"method not found: "+schema.MethodJobsSubscribe+" needs a connection that stays open (WebSocket); poll "+schema.MethodJobsGet+" instead",
 			map[string]any{"method": call.Method, "reason": schema.ReasonNeedsWebSocket})
 	default:
 		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
@@ -139,12 +128,6 @@ func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessa
 	return b, nil
 }
 
-// SubmitResult is the result of rpc.jobs.submit.
-type SubmitResult struct {
-	ID    string `json:"id"`
-	State State  `json:"state"`
-}
-
 type submitParams struct {
 	Method         *string         `json:"method"`
 	Params         json.RawMessage `json:"params"`
@@ -152,7 +135,7 @@ type submitParams struct {
 	NotifyURL      *string         `json:"notify_url"`
 }
 
-func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, *schema.Error) {
+func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubmitResult, *schema.Error) {
 	var p submitParams
 	if e := decodeParams(call.Params, &p); e != nil {
 		return nil, e
@@ -167,6 +150,11 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 	if schema.IsReserved(method) {
 		return nil, invalidParams("method", "rpc.* methods cannot run as jobs")
 	}
+	if s.cfg.authorize != nil {
+		if e := s.cfg.authorize(ctx, method); e != nil {
+			return nil, e
+		}
+	}
 	params := p.Params
 	if t := strings.TrimSpace(string(params)); t == "null" || t == "" {
 		params = nil
@@ -177,11 +165,11 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		return nil, schema.LimitError("max_params_bytes", int64(s.cfg.maxParamsBytes), int64(len(params)))
 	}
 	now := time.Now().UTC()
-	rec := &stored{Record: Record{
+	rec := &stored{JobRecord: schema.JobRecord{
 		ID:          s.ids.next(now),
 		Method:      method,
 		Params:      params,
-		State:       StateQueued,
+		State:       schema.JobQueued,
 		MaxAttempts: s.cfg.maxAttempts,
 		Caller:      call.Caller,
 		CreatedAt:   now,
@@ -233,9 +221,9 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*SubmitResult, 
 		if err != nil {
 			return nil, storeError(rec.ID, err)
 		}
-		return &SubmitResult{ID: cur.ID, State: cur.State}, nil
+		return &schema.JobSubmitResult{ID: cur.ID, State: cur.State}, nil
 	}
-	return &SubmitResult{ID: rec.ID, State: rec.State}, nil
+	return &schema.JobSubmitResult{ID: rec.ID, State: rec.State}, nil
 }
 
 // checkNotifyURL refuses a notify_url that is not an http or https URL,
@@ -333,7 +321,7 @@ func keyReused(key, id string) *schema.Error {
 // between the entry and the record) it adopts that id into rec, so the
 // submit completes the same job. Create makes two replicas racing with the
 // same key agree on one id.
-func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *schema.Error) {
+func (s *Service) claimKey(ctx context.Context, rec *stored) (*schema.JobSubmitResult, *schema.Error) {
 	fp := submitFingerprint(rec)
 	entry, _ := json.Marshal(idemEntry{ID: rec.ID, Fingerprint: fp})
 	for range 3 {
@@ -366,7 +354,7 @@ func (s *Service) claimKey(ctx context.Context, rec *stored) (*SubmitResult, *sc
 		cur, _, err := s.st.get(ctx, prev.ID)
 		switch {
 		case err == nil:
-			return &SubmitResult{ID: cur.ID, State: cur.State}, nil
+			return &schema.JobSubmitResult{ID: cur.ID, State: cur.State}, nil
 		case errors.Is(err, errNotFound):
 			rec.ID = prev.ID
 			return nil, nil
@@ -435,7 +423,7 @@ func jobID(call schema.Call) (string, *schema.Error) {
 	return *p.ID, nil
 }
 
-func (s *Service) get(ctx context.Context, call schema.Call) (*Record, *schema.Error) {
+func (s *Service) get(ctx context.Context, call schema.Call) (*schema.JobRecord, *schema.Error) {
 	id, e := jobID(call)
 	if e != nil {
 		return nil, e
@@ -453,7 +441,7 @@ func (s *Service) get(ctx context.Context, call schema.Call) (*Record, *schema.E
 // errFinished is what a mutation returns for a job that has already ended.
 var errFinished = errors.New("jobs: job already finished")
 
-func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schema.Error) {
+func (s *Service) cancel(ctx context.Context, call schema.Call) (*schema.JobRecord, *schema.Error) {
 	id, e := jobID(call)
 	if e != nil {
 		return nil, e
@@ -464,13 +452,13 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*Record, *schem
 			return errNotFound
 		}
 		switch r.State {
-		case StateCanceled:
+		case schema.JobCanceled:
 			return errSkip // canceling twice is canceling once
-		case StateSucceeded, StateFailed:
+		case schema.JobSucceeded, schema.JobFailed:
 			return errFinished
 		}
-		wasRunning = r.State == StateRunning
-		r.finish(StateCanceled, nil, canceledError(), time.Now().UTC())
+		wasRunning = r.State == schema.JobRunning
+		r.finish(schema.JobCanceled, nil, canceledError(), time.Now().UTC())
 		return nil
 	})
 	switch {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Bounds of [Service.Stats].
@@ -32,10 +34,10 @@ const (
 type Stats struct {
 	// ByState counts kept records by state. It holds every state, 0 when
 	// no record is in it.
-	ByState map[State]int
+	ByState map[schema.JobState]int
 	// Recent holds the newest jobs, newest first, without their params and
 	// results (as rpc.jobs.list returns them).
-	Recent []Record
+	Recent []schema.JobRecord
 	// Truncated reports that more records are kept than one call reads, so
 	// ByState counts only the newest [MaxStatsRecords].
 	Truncated bool
@@ -81,7 +83,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 	}
 	// Ids sort by creation time (see idSource), so the newest come first.
 	slices.SortFunc(ids, func(a, b string) int { return strings.Compare(b, a) })
-	st := Stats{ByState: make(map[State]int, len(allStates))}
+	st := Stats{ByState: make(map[schema.JobState]int, len(allStates))}
 	for _, state := range allStates {
 		st.ByState[state] = 0
 	}
@@ -98,8 +100,8 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 
 	// Every reader writes only the slots of the ids it took, so the slices
 	// need no lock; wg.Wait orders those writes before the reads below.
-	states := make([]State, len(ids)) // "" where the record was gone or not the caller's
-	summaries := make([]*Record, keep)
+	states := make([]schema.JobState, len(ids)) // "" where the record was gone or not the caller's
+	summaries := make([]*schema.JobRecord, keep)
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next, done atomic.Int64
@@ -138,7 +140,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 			st.ByState[state]++
 		}
 	}
-	st.Recent = make([]Record, 0, recent)
+	st.Recent = make([]schema.JobRecord, 0, recent)
 	for _, r := range summaries {
 		if r != nil && len(st.Recent) < recent {
 			st.Recent = append(st.Recent, *r)
@@ -148,4 +150,4 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 }
 
 // allStates lists every state in a job's order of life.
-var allStates = [...]State{StateQueued, StateRunning, StateSucceeded, StateFailed, StateCanceled}
+var allStates = [...]schema.JobState{schema.JobQueued, schema.JobRunning, schema.JobSucceeded, schema.JobFailed, schema.JobCanceled}

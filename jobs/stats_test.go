@@ -28,7 +28,7 @@ func outcomeTools(rt *worker.Runtime) error {
 // cancelJob cancels job id as the anonymous caller.
 func cancelJob(t *testing.T, s *jobs.Service, id string) {
 	t.Helper()
-	if _, rpcErr := rpc(t, s, "", jobs.MethodCancel, fmt.Sprintf(`{"id":%q}`, id)); rpcErr != nil {
+	if _, rpcErr := rpc(t, s, "", schema.MethodJobsCancel, fmt.Sprintf(`{"id":%q}`, id)); rpcErr != nil {
 		t.Fatalf("cancel %s: %v", id, rpcErr)
 	}
 }
@@ -66,19 +66,19 @@ func TestStats(t *testing.T) {
 		})
 	}))
 	var ids []string
-	add := func(method string, want jobs.State) string {
+	add := func(method string, want schema.JobState) string {
 		t.Helper()
 		id := submit(t, s, method, `{"big":"params"}`)
 		waitState(t, s, id, want)
 		ids = append(ids, id)
 		return id
 	}
-	add("echo", jobs.StateSucceeded)
-	add("echo", jobs.StateSucceeded)
-	add("fail", jobs.StateFailed)
-	cancelJob(t, s, add("nobody.serves", jobs.StateQueued))
-	add("nobody.serves", jobs.StateQueued)
-	running := add("block", jobs.StateRunning)
+	add("echo", schema.JobSucceeded)
+	add("echo", schema.JobSucceeded)
+	add("fail", schema.JobFailed)
+	cancelJob(t, s, add("nobody.serves", schema.JobQueued))
+	add("nobody.serves", schema.JobQueued)
+	running := add("block", schema.JobRunning)
 	// The runner holds the job until it is canceled; the cancel must
 	// reach it before it shuts down.
 	t.Cleanup(func() {
@@ -90,8 +90,8 @@ func TestStats(t *testing.T) {
 		}
 	})
 
-	want := map[jobs.State]int{
-		jobs.StateQueued: 1, jobs.StateRunning: 1, jobs.StateSucceeded: 2, jobs.StateFailed: 1, jobs.StateCanceled: 1,
+	want := map[schema.JobState]int{
+		schema.JobQueued: 1, schema.JobRunning: 1, schema.JobSucceeded: 2, schema.JobFailed: 1, schema.JobCanceled: 1,
 	}
 	for _, tc := range []struct {
 		name   string
@@ -132,7 +132,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := stats(t, s, 100)
-	if got := st.ByState[jobs.StateSucceeded]; got != 1 {
+	if got := st.ByState[schema.JobSucceeded]; got != 1 {
 		t.Errorf("Stats().ByState[succeeded] after a delete = %d, want 1", got)
 	}
 	if len(st.Recent) != len(ids)-1 || st.Recent[len(st.Recent)-1].ID != ids[1] {
@@ -155,7 +155,7 @@ func TestStatsTruncated(t *testing.T) {
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				call := schema.Call{Request: schema.Request{Method: jobs.MethodSubmit, Params: []byte(`{"method":"nobody.serves"}`)}}
+				call := schema.Call{Request: schema.Request{Method: schema.MethodJobsSubmit, Params: []byte(`{"method":"nobody.serves"}`)}}
 				if _, rpcErr := s.ServeRPC(context.Background(), call); rpcErr != nil {
 					t.Errorf("submit %d: %v", i, rpcErr)
 					return
@@ -174,8 +174,8 @@ func TestStatsTruncated(t *testing.T) {
 	if !st.Truncated {
 		t.Error("Stats().Truncated = false, want true")
 	}
-	want := map[jobs.State]int{jobs.StateQueued: jobs.MaxStatsRecords - 1, jobs.StateCanceled: 1,
-		jobs.StateRunning: 0, jobs.StateSucceeded: 0, jobs.StateFailed: 0}
+	want := map[schema.JobState]int{schema.JobQueued: jobs.MaxStatsRecords - 1, schema.JobCanceled: 1,
+		schema.JobRunning: 0, schema.JobSucceeded: 0, schema.JobFailed: 0}
 	if !maps.Equal(st.ByState, want) {
 		t.Errorf("Stats().ByState = %v, want %v", st.ByState, want)
 	}
@@ -192,11 +192,11 @@ func TestCallerStats(t *testing.T) {
 	s := newService(t, js)
 	submitAs := func(caller string) string {
 		t.Helper()
-		res, rpcErr := rpc(t, s, caller, jobs.MethodSubmit, `{"method":"nobody.serves"}`)
+		res, rpcErr := rpc(t, s, caller, schema.MethodJobsSubmit, `{"method":"nobody.serves"}`)
 		if rpcErr != nil {
 			t.Fatalf("submit as %q: %v", caller, rpcErr)
 		}
-		var r jobs.SubmitResult
+		var r schema.JobSubmitResult
 		if err := json.Unmarshal(res, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -215,16 +215,16 @@ func TestCallerStats(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CallerStats(alice): %v", err)
 	}
-	if st.ByState[jobs.StateQueued] != len(alice) {
+	if st.ByState[schema.JobQueued] != len(alice) {
 		t.Errorf("CallerStats(alice).ByState = %v, want her %d queued jobs", st.ByState, len(alice))
 	}
 	if len(st.Recent) != 2 || st.Recent[0].ID != alice[2] || st.Recent[1].ID != alice[1] {
 		t.Errorf("CallerStats(alice, 2).Recent = %+v, want her two newest jobs %v", st.Recent, alice[1:])
 	}
-	if st, err := s.CallerStats(ctx, "carol", 5); err != nil || st.ByState[jobs.StateQueued] != 0 || len(st.Recent) != 0 {
+	if st, err := s.CallerStats(ctx, "carol", 5); err != nil || st.ByState[schema.JobQueued] != 0 || len(st.Recent) != 0 {
 		t.Errorf("CallerStats(carol) = %+v, %v; want no jobs", st, err)
 	}
-	if all := stats(t, s, 10); all.ByState[jobs.StateQueued] != 6 || len(all.Recent) != 6 {
+	if all := stats(t, s, 10); all.ByState[schema.JobQueued] != 6 || len(all.Recent) != 6 {
 		t.Errorf("Stats() = %+v, want every caller's 6 jobs", all)
 	}
 }

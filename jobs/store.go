@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Defaults of the stream and bucket.
@@ -345,7 +346,7 @@ func isConflict(err error) bool {
 // failure is logged: the record, which holds the result, is already
 // written, and a redelivered queue message finds it and tries again.
 func (s *store) finished(ctx context.Context, r *stored, log *slog.Logger) {
-	if r.NotifyURL != "" && r.Callback != nil && r.Callback.State == CallbackPending && r.Callback.Attempts == 0 {
+	if r.NotifyURL != "" && r.Callback != nil && r.Callback.State == schema.JobCallbackPending && r.Callback.Attempts == 0 {
 		if err := s.queueCallback(ctx, r.ID); err != nil {
 			log.Error("queue a completion callback", "id", r.ID, "err", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // laggingKV answers Get with the entry it was given, as a replica that has
@@ -49,7 +50,7 @@ func TestUpdateDecidesOnTheLeadersRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &stored{Record: Record{ID: "06h34p7hhvaq8r3cv44sm5bzgc", Method: "echo", State: StateQueued, MaxAttempts: 1}}
+	rec := &stored{JobRecord: schema.JobRecord{ID: "06h34p7hhvaq8r3cv44sm5bzgc", Method: "echo", State: schema.JobQueued, MaxAttempts: 1}}
 	if _, err := st.create(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -57,18 +58,18 @@ func TestUpdateDecidesOnTheLeadersRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.update(ctx, rec.ID, func(r *stored) error { r.State, r.RunSeq = StateRunning, 7; return nil }); err != nil {
+	if _, err := st.update(ctx, rec.ID, func(r *stored) error { r.State, r.RunSeq = schema.JobRunning, 7; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	st.kv = laggingKV{KeyValue: st.kv, old: old}
 	got, err := st.update(ctx, rec.ID, func(r *stored) error {
-		if r.State != StateRunning || r.RunSeq != 7 {
+		if r.State != schema.JobRunning || r.RunSeq != 7 {
 			return errSkip // another run's, as far as this read shows
 		}
-		r.State = StateSucceeded
+		r.State = schema.JobSucceeded
 		return nil
 	})
-	if err != nil || got.State != StateSucceeded {
+	if err != nil || got.State != schema.JobSucceeded {
 		t.Fatalf("update after a lagging read = %v, %v; want the run's own record finished", got, err)
 	}
 	// A skip that the latest record confirms stays a skip.

@@ -9,14 +9,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Subscription method names: a client subscribes with MethodSubscribe and
-// is sent a MethodProgress notification, carrying the record, each time the
-// job's record changes, the last one when it ends.
-const (
-	MethodSubscribe = "rpc.jobs.subscribe"
-	MethodProgress  = "rpc.jobs.progress"
-)
-
 // Subscribe answers rpc.jobs.subscribe {"id"} with the job's record as it
 // is now and returns stream, which calls notify with every later version of
 // the record until the job ends (its final record is the last), the record
@@ -74,7 +66,7 @@ func (s *Service) Subscribe(ctx context.Context, call schema.Call) (json.RawMess
 				if err != nil {
 					return
 				}
-				notify(MethodProgress, b)
+				notify(schema.MethodJobsProgress, b)
 				if r.State.Final() {
 					return
 				}

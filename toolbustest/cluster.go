@@ -217,7 +217,7 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	if o.jobs {
 		ing.Jobs = startJobs(t, nc, o)
-		ingOpts = append(ingOpts, ingress.WithExtension(jobs.MethodPrefix, ing.Jobs),
+		ingOpts = append(ingOpts, ingress.WithExtension(schema.MethodJobsPrefix, ing.Jobs),
 			ingress.WithJobStats(jobview.Func(ing.Jobs)))
 	}
 	if o.discovery {
@@ -277,7 +277,7 @@ func startJobs(t testing.TB, nc *nats.Conn, o options) *jobs.Service {
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	svc, err := jobs.New(js, append([]jobs.Option{jobs.WithLogger(o.logger)}, o.jobsOpts...)...)
+	svc, err := jobs.New(js, append([]jobs.Option{jobs.WithLogger(o.logger), jobs.WithAuthorize(ingress.Allowed)}, o.jobsOpts...)...)
 	if err != nil {
 		t.Fatalf("toolbustest: jobs: %v", err)
 	}

@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
 
 // getJob polls rpc.jobs.get on url until the job is final.
-func getJob(t *testing.T, c *toolbustest.Cluster, url, id string) jobs.Record {
+func getJob(t *testing.T, c *toolbustest.Cluster, url, id string) schema.JobRecord {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -23,7 +22,7 @@ func getJob(t *testing.T, c *toolbustest.Cluster, url, id string) jobs.Record {
 		if status != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Error != nil {
 			t.Fatalf("rpc.jobs.get = HTTP %d %s", status, body)
 		}
-		var rec jobs.Record
+		var rec schema.JobRecord
 		if err := json.Unmarshal(r.Result, &rec); err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +62,7 @@ func TestJobSubmittedOnOneIngressPolledOnAnother(t *testing.T) {
 		t.Fatalf("get of an unknown id = %v, want job not found", rs[2].Error)
 	}
 	rec := getJob(t, c, other.URL, sub.ID)
-	if rec.State != jobs.StateSucceeded || string(rec.Result) != `{"slept_ms":50}` || rec.Attempts != 1 {
+	if rec.State != schema.JobSucceeded || string(rec.Result) != `{"slept_ms":50}` || rec.Attempts != 1 {
 		t.Fatalf("job polled on the other ingress = %s %s attempts %d, want succeeded {\"slept_ms\":50} once", rec.State, rec.Result, rec.Attempts)
 	}
 }
@@ -92,7 +91,7 @@ func TestPreferRespondAsyncPromotesASlowCall(t *testing.T) {
 	}
 	json.Unmarshal(r.Error.Data, &data)
 	rec := getJob(t, c, c.URL, data.JobID)
-	if rec.State != jobs.StateSucceeded || string(rec.Result) != `{"slept_ms":1500}` {
+	if rec.State != schema.JobSucceeded || string(rec.Result) != `{"slept_ms":1500}` {
 		t.Fatalf("promoted job = %s %s, want succeeded with the call's result", rec.State, rec.Result)
 	}
 	// A fast call with the same header is answered as usual.

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/ingress"
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -105,6 +104,12 @@ func TestJobsBelongToTheirCaller(t *testing.T) {
 	if rs[1].Error == nil || rs[1].Error.Code != schema.CodeForbidden {
 		t.Fatalf("submit secret = %s %v, want -32005", rs[1].Result, rs[1].Error)
 	}
+	// The jobs layer checks the submitted method for the caller of every
+	// transport, not only POST /rpc.
+	ws := wsRoundTrip(t, c, "X-Api-Key", "alice-key")
+	if r := ws(`{"jsonrpc":"2.0","id":9,"method":"rpc.jobs.submit","params":{"method":"secret"}}`); r.Error == nil || r.Error.Code != schema.CodeForbidden {
+		t.Fatalf("submit secret over WebSocket = %s %v, want -32005", r.Result, r.Error)
+	}
 	var sub struct {
 		ID string `json:"id"`
 	}
@@ -177,7 +182,7 @@ func TestSubscribeToOwnJobsOnly(t *testing.T) {
 	subscribe := `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.subscribe","params":{"id":"` + job.ID + `"}}`
 
 	r = wsRoundTrip(t, c, "X-Api-Key", "alice-key")(subscribe)
-	var rec jobs.Record
+	var rec schema.JobRecord
 	if r.Error != nil || json.Unmarshal(r.Result, &rec) != nil || rec.ID != job.ID {
 		t.Errorf("alice's subscribe to her job = %s %v, want its record", r.Result, r.Error)
 	}

@@ -55,21 +55,21 @@ func TestJobProgressOverWebSocket(t *testing.T) {
 			t.Fatalf("no final notification: %v", err)
 		}
 		var n struct {
-			Method string      `json:"method"`
-			ID     any         `json:"id"`
-			Params jobs.Record `json:"params"`
+			Method string           `json:"method"`
+			ID     any              `json:"id"`
+			Params schema.JobRecord `json:"params"`
 		}
-		if err := json.Unmarshal(data, &n); err != nil || n.Method != jobs.MethodProgress || n.ID != nil {
+		if err := json.Unmarshal(data, &n); err != nil || n.Method != schema.MethodJobsProgress || n.ID != nil {
 			t.Fatalf("message %s, want an rpc.jobs.progress notification", data)
 		}
 		if n.Params.ID != sub.ID {
 			t.Fatalf("notification for job %s, want %s", n.Params.ID, sub.ID)
 		}
-		if n.Params.State == jobs.StateRunning && n.Params.Progress != nil && n.Params.Progress.Percent > 0 && n.Params.Progress.Percent < 100 {
+		if n.Params.State == schema.JobRunning && n.Params.Progress != nil && n.Params.Progress.Percent > 0 && n.Params.Progress.Percent < 100 {
 			progressed = true
 		}
 		if n.Params.State.Final() {
-			if n.Params.State != jobs.StateSucceeded || string(n.Params.Result) != `{"slept_ms":800}` {
+			if n.Params.State != schema.JobSucceeded || string(n.Params.Result) != `{"slept_ms":800}` {
 				t.Fatalf("final notification = %s %s, want succeeded", n.Params.State, n.Params.Result)
 			}
 			break

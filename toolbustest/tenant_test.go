@@ -408,7 +408,7 @@ func TestHostileTenant(t *testing.T) {
 	// Jobs until the caller's queue is full, then again as it drains.
 	spawn(func() {
 		for fctx.Err() == nil {
-			r, err := flood.call(fctx, jobs.MethodSubmit, fmt.Sprintf(`{"method":"work","params":{"ms":%d}}`, tenantJobMillis))
+			r, err := flood.call(fctx, schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"work","params":{"ms":%d}}`, tenantJobMillis))
 			if err == nil && limitOf(r.Error) == "caller_max_queued_jobs" {
 				events["caller_max_queued_jobs"].fire()
 				select {
@@ -516,25 +516,25 @@ func TestHostileTenant(t *testing.T) {
 
 	// The second caller, while every flood goes on.
 	during := quietRound(t, ctx, quiet, "during the flood", 100)
-	r, err := quiet.call(ctx, jobs.MethodSubmit, fmt.Sprintf(`{"method":"work","params":{"ms":%d}}`, tenantJobMillis))
+	r, err := quiet.call(ctx, schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"work","params":{"ms":%d}}`, tenantJobMillis))
 	if err != nil || r.Error != nil {
 		t.Fatalf("the quiet caller's job submit = %+v, %v; want it queued", r, err)
 	}
-	var job jobs.SubmitResult
+	var job schema.JobSubmitResult
 	if err := json.Unmarshal(r.Result, &job); err != nil {
 		t.Fatal(err)
 	}
 	submitted := time.Now()
 	for {
-		g, err := quiet.call(ctx, jobs.MethodGet, fmt.Sprintf(`{"id":%q}`, job.ID))
+		g, err := quiet.call(ctx, schema.MethodJobsGet, fmt.Sprintf(`{"id":%q}`, job.ID))
 		if err != nil || g.Error != nil {
 			t.Fatalf("the quiet caller's job = %+v, %v", g, err)
 		}
-		var rec jobs.Record
+		var rec schema.JobRecord
 		if err := json.Unmarshal(g.Result, &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.State != jobs.StateQueued {
+		if rec.State != schema.JobQueued {
 			break
 		}
 		if ctx.Err() != nil {
@@ -545,7 +545,7 @@ func TestHostileTenant(t *testing.T) {
 	started := time.Since(submitted)
 	// Asked of the service itself: the flood's own budgets may refuse it
 	// at the ingress.
-	l, lerr := c.Jobs.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: jobs.MethodList,
+	l, lerr := c.Jobs.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: schema.MethodJobsList,
 		Params: json.RawMessage(`{"state":"queued","limit":200}`)}, Caller: "flood"})
 	if lerr != nil {
 		t.Fatalf("list the flood's queued jobs: %v", lerr)

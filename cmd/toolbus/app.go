@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
 )
@@ -347,7 +348,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
 				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+				opts = append(opts, ingress.WithExtension(schema.MethodJobsPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
 					svc := lj.svc.Load()
 					if svc == nil {
 						return ingress.JobsState{}, lj.unavailable()
@@ -406,6 +407,7 @@ func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfi
 		jobs.WithCallerMaxQueued(cfg.jobCallerQueued),
 		jobs.WithLogger(log),
 		jobs.WithCounters(counters),
+		jobs.WithAuthorize(ingress.Allowed),
 	}
 	if cfg.callbackSecret != "" {
 		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)), jobs.WithCallbackAllow(cfg.callbackAllow...))

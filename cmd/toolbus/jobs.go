@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 func newJobsCmd() *cobra.Command {
@@ -93,8 +93,8 @@ the job ends. With --wait, submit then follows the job as watch does.`,
 				return err
 			}
 			defer c.Close()
-			var sub jobs.SubmitResult
-			if err := c.Call(ctx, jobs.MethodSubmit, req, &sub); err != nil {
+			var sub schema.JobSubmitResult
+			if err := c.Call(ctx, schema.MethodJobsSubmit, req, &sub); err != nil {
 				return fmt.Errorf("submit %s: %w", args[0], err)
 			}
 			if err := printJSON(cmd.OutOrStdout(), sub); err != nil || !wait {
@@ -133,7 +133,7 @@ func newJobsGetCmd() *cobra.Command {
 times, and its result or error once it has ended.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return printJobCall(cmd, url, jobs.MethodGet, args[0], true)
+			return printJobCall(cmd, url, schema.MethodJobsGet, args[0], true)
 		},
 	}
 	urlFlag(cmd, &url)
@@ -150,7 +150,7 @@ job's tool sees its context canceled. It prints the job's record, now canceled.
 Canceling a job that has already succeeded or failed is an error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return printJobCall(cmd, url, jobs.MethodCancel, args[0], false)
+			return printJobCall(cmd, url, schema.MethodJobsCancel, args[0], false)
 		},
 	}
 	urlFlag(cmd, &url)
@@ -207,8 +207,8 @@ cursor of the next page when there may be more: pass it to --cursor.`,
 				return err
 			}
 			defer c.Close()
-			var page jobs.ListResult
-			if err := c.Call(ctx, jobs.MethodList, params, &page); err != nil {
+			var page schema.JobList
+			if err := c.Call(ctx, schema.MethodJobsList, params, &page); err != nil {
 				return fmt.Errorf("list jobs: %w", err)
 			}
 			return printJobList(cmd.OutOrStdout(), page)
@@ -223,7 +223,7 @@ cursor of the next page when there may be more: pass it to --cursor.`,
 }
 
 // printJobList prints a page of jobs as a table and its next cursor.
-func printJobList(out io.Writer, page jobs.ListResult) error {
+func printJobList(out io.Writer, page schema.JobList) error {
 	if len(page.Jobs) == 0 {
 		fmt.Fprintln(out, "no jobs")
 	} else {
@@ -301,8 +301,8 @@ func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, i
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
-		var rec jobs.Record
-		if err := c.Call(ctx, jobs.MethodGet, idParams{ID: id}, &rec); err != nil {
+		var rec schema.JobRecord
+		if err := c.Call(ctx, schema.MethodJobsGet, idParams{ID: id}, &rec); err != nil {
 			endLine()
 			return fmt.Errorf("job %s: %w", id, err)
 		}
@@ -338,13 +338,13 @@ const (
 
 // progressLine is one line of watch: the job's state, a bar, the percent
 // and the last progress message.
-func progressLine(rec *jobs.Record) string {
+func progressLine(rec *schema.JobRecord) string {
 	var percent float64
 	var msg string
 	if rec.Progress != nil {
 		percent, msg = rec.Progress.Percent, rec.Progress.Message
 	}
-	if rec.State == jobs.StateSucceeded {
+	if rec.State == schema.JobSucceeded {
 		percent = 100
 	}
 	percent = min(max(percent, 0), 100)
@@ -378,8 +378,8 @@ func truncateRunes(s string, n int) string {
 
 // printOutcome prints how a job ended: its result, or its error and
 // errReported.
-func printOutcome(out io.Writer, rec *jobs.Record) error {
-	if rec.State == jobs.StateSucceeded {
+func printOutcome(out io.Writer, rec *schema.JobRecord) error {
+	if rec.State == schema.JobSucceeded {
 		fmt.Fprintln(out, "result:")
 		result := rec.Result
 		if result == nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -20,7 +19,7 @@ func submitJob(t *testing.T, url string, args ...string) string {
 	if err != nil {
 		t.Fatalf("jobs submit %q = %v; output:\n%s", args, err, out)
 	}
-	var sub jobs.SubmitResult
+	var sub schema.JobSubmitResult
 	if err := json.Unmarshal([]byte(out), &sub); err != nil {
 		t.Fatalf("jobs submit %q printed %q: %v", args, out, err)
 	}
@@ -229,22 +228,22 @@ func TestJobsUsageErrors(t *testing.T) {
 func TestProgressLine(t *testing.T) {
 	tests := []struct {
 		name string
-		rec  jobs.Record
+		rec  schema.JobRecord
 		want string
 	}{
-		{name: "queued", rec: jobs.Record{State: jobs.StateQueued},
+		{name: "queued", rec: schema.JobRecord{State: schema.JobQueued},
 			want: "queued    [------------------------------]   0%"},
-		{name: "running with a message", rec: jobs.Record{State: jobs.StateRunning, Progress: &jobs.Progress{Percent: 50, Message: "page 3 of 6"}},
+		{name: "running with a message", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 50, Message: "page 3 of 6"}},
 			want: "running   [###############---------------]  50%  page 3 of 6"},
-		{name: "a long message is cut", rec: jobs.Record{State: jobs.StateRunning, Progress: &jobs.Progress{Percent: 10, Message: strings.Repeat("é", 40)}},
+		{name: "a long message is cut", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 10, Message: strings.Repeat("é", 40)}},
 			want: "running   [###---------------------------]  10%  " + strings.Repeat("é", 27) + "…"},
-		{name: "line breaks become spaces", rec: jobs.Record{State: jobs.StateRunning, Progress: &jobs.Progress{Percent: 1, Message: "a\nb\rc"}},
+		{name: "line breaks become spaces", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 1, Message: "a\nb\rc"}},
 			want: "running   [------------------------------]   1%  a b c"},
-		{name: "succeeded is full", rec: jobs.Record{State: jobs.StateSucceeded, Progress: &jobs.Progress{Percent: 40}},
+		{name: "succeeded is full", rec: schema.JobRecord{State: schema.JobSucceeded, Progress: &schema.JobProgress{Percent: 40}},
 			want: "succeeded [##############################] 100%"},
-		{name: "failed keeps its progress", rec: jobs.Record{State: jobs.StateFailed, Progress: &jobs.Progress{Percent: 40}},
+		{name: "failed keeps its progress", rec: schema.JobRecord{State: schema.JobFailed, Progress: &schema.JobProgress{Percent: 40}},
 			want: "failed    [############------------------]  40%"},
-		{name: "out of range is clamped", rec: jobs.Record{State: jobs.StateRunning, Progress: &jobs.Progress{Percent: 250}},
+		{name: "out of range is clamped", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 250}},
 			want: "running   [##############################] 100%"},
 	}
 	for _, tt := range tests {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 func compact(raw json.RawMessage) string {
@@ -20,13 +20,13 @@ func compact(raw json.RawMessage) string {
 }
 
 // jobRecord reads a job through the jobs get command.
-func jobRecord(t *testing.T, url, id string) jobs.Record {
+func jobRecord(t *testing.T, url, id string) schema.JobRecord {
 	t.Helper()
 	out, err := execute(t, context.Background(), "jobs", "get", "--url", url, id)
 	if err != nil {
 		t.Fatalf("jobs get %s = %v\n%s", id, err, out)
 	}
-	var rec jobs.Record
+	var rec schema.JobRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("jobs get %s printed %q: %v", id, out, err)
 	}
@@ -51,13 +51,13 @@ func TestDevRestartKeepsJobs(t *testing.T) {
 		ids[i] = submitJob(t, url, "sleep", fmt.Sprintf(`{"ms":%d}`, 300+i))
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for jobRecord(t, url, ids[0]).State != jobs.StateSucceeded {
+	for jobRecord(t, url, ids[0]).State != schema.JobSucceeded {
 		if time.Now().After(deadline) {
 			t.Fatal("the first job never finished")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if last := jobRecord(t, url, ids[n-1]); last.State != jobs.StateQueued {
+	if last := jobRecord(t, url, ids[n-1]); last.State != schema.JobQueued {
 		t.Fatalf("last job = %s before the restart, want queued", last.State)
 	}
 	if err := dev.stop(); err != nil {
@@ -68,14 +68,14 @@ func TestDevRestartKeepsJobs(t *testing.T) {
 	dev = runCommand(t, args...)
 	url = dev.waitFor(t, readyLine)
 	first := jobRecord(t, url, ids[0])
-	if first.State != jobs.StateSucceeded || compact(first.Result) != `{"slept_ms":300}` {
+	if first.State != schema.JobSucceeded || compact(first.Result) != `{"slept_ms":300}` {
 		t.Fatalf("job finished before the restart = %s %s, want its result kept", first.State, first.Result)
 	}
 	for i, id := range ids {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			rec := jobRecord(t, url, id)
-			if rec.State == jobs.StateSucceeded {
+			if rec.State == schema.JobSucceeded {
 				if want := fmt.Sprintf(`{"slept_ms":%d}`, 300+i); compact(rec.Result) != want {
 					t.Fatalf("job %d result = %s, want %s", i, rec.Result, want)
 				}

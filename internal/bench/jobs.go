@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // JobsConfig says what [Jobs] sends.
@@ -112,8 +112,8 @@ func Jobs(ctx context.Context, cfg JobsConfig) (JobsResult, error) {
 
 // pollJob measures rpc.jobs.get of a job that has succeeded.
 func pollJob(ctx context.Context, c *client.Client, cfg JobsConfig) (Result, error) {
-	var sub jobs.SubmitResult
-	if err := c.Call(ctx, jobs.MethodSubmit, map[string]any{"method": cfg.Method, "params": map[string]int{"n": 0}}, &sub); err != nil {
+	var sub schema.JobSubmitResult
+	if err := c.Call(ctx, schema.MethodJobsSubmit, map[string]any{"method": cfg.Method, "params": map[string]int{"n": 0}}, &sub); err != nil {
 		return Result{}, fmt.Errorf("submit the job to poll: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, cfg.Drain)
@@ -124,11 +124,11 @@ func pollJob(ctx context.Context, c *client.Client, cfg JobsConfig) (Result, err
 	params := map[string]string{"id": sub.ID}
 	res, err := Loop(ctx, LoopConfig{Concurrency: cfg.PollConcurrency, Duration: cfg.Duration, Warmup: cfg.Warmup, progress: cfg.Progress},
 		func(ctx context.Context, _ int) error {
-			var rec jobs.Record
-			if err := c.Call(ctx, jobs.MethodGet, params, &rec); err != nil {
+			var rec schema.JobRecord
+			if err := c.Call(ctx, schema.MethodJobsGet, params, &rec); err != nil {
 				return err
 			}
-			if rec.ID != sub.ID || rec.State != jobs.StateSucceeded {
+			if rec.ID != sub.ID || rec.State != schema.JobSucceeded {
 				return fmt.Errorf("%w: rpc.jobs.get of %s answered job %q %s", ErrWrongAnswer, sub.ID, rec.ID, rec.State)
 			}
 			return nil
@@ -147,12 +147,12 @@ func submitJobs(ctx context.Context, c *client.Client, cfg JobsConfig, res *Jobs
 	var err error
 	res.Submit, err = Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: cfg.Warmup, progress: cfg.Progress},
 		func(ctx context.Context, worker int) error {
-			var sub jobs.SubmitResult
+			var sub schema.JobSubmitResult
 			params := map[string]any{"method": cfg.Method, "params": map[string]int64{"n": n.Add(1)}}
-			if err := c.Call(ctx, jobs.MethodSubmit, params, &sub); err != nil {
+			if err := c.Call(ctx, schema.MethodJobsSubmit, params, &sub); err != nil {
 				return err
 			}
-			if sub.ID == "" || !(sub.State == jobs.StateQueued || sub.State == jobs.StateRunning || sub.State.Final()) {
+			if sub.ID == "" || !(sub.State == schema.JobQueued || sub.State == schema.JobRunning || sub.State.Final()) {
 				return fmt.Errorf("%w: rpc.jobs.submit answered job %q %q", ErrWrongAnswer, sub.ID, sub.State)
 			}
 			last[worker] = sub.ID
@@ -193,12 +193,12 @@ func waitSucceeded(ctx context.Context, c *client.Client, id string) error {
 	tick := time.NewTicker(jobPollInterval)
 	defer tick.Stop()
 	for {
-		var rec jobs.Record
-		if err := c.Call(ctx, jobs.MethodGet, map[string]string{"id": id}, &rec); err != nil {
+		var rec schema.JobRecord
+		if err := c.Call(ctx, schema.MethodJobsGet, map[string]string{"id": id}, &rec); err != nil {
 			return fmt.Errorf("poll job %s: %w", id, err)
 		}
 		switch {
-		case rec.State == jobs.StateSucceeded:
+		case rec.State == schema.JobSucceeded:
 			return nil
 		case rec.State.Final():
 			msg := string(rec.State)

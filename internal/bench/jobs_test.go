@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -19,7 +18,7 @@ import (
 // ingress does, for jobs that run at once, and can be told to go wrong.
 type fakeJobs struct {
 	// end is the state every job ends in: succeeded unless set.
-	end jobs.State
+	end schema.JobState
 	// submitErr makes every submit fail with it.
 	submitErr *schema.Error
 	// runningGets is how many polls see a job still running.
@@ -55,7 +54,7 @@ func (f *fakeJobs) serve(req schema.Request) (any, *schema.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch req.Method {
-	case jobs.MethodSubmit:
+	case schema.MethodJobsSubmit:
 		var p struct {
 			Method string `json:"method"`
 		}
@@ -66,8 +65,8 @@ func (f *fakeJobs) serve(req schema.Request) (any, *schema.Error) {
 			return nil, f.submitErr
 		}
 		f.n++
-		return jobs.SubmitResult{ID: "job-" + strconv.Itoa(f.n), State: jobs.StateQueued}, nil
-	case jobs.MethodGet:
+		return schema.JobSubmitResult{ID: "job-" + strconv.Itoa(f.n), State: schema.JobQueued}, nil
+	case schema.MethodJobsGet:
 		var p struct {
 			ID string `json:"id"`
 		}
@@ -82,11 +81,11 @@ func (f *fakeJobs) serve(req schema.Request) (any, *schema.Error) {
 			f.gets = make(map[string]int)
 		}
 		f.gets[p.ID]++
-		rec := jobs.Record{ID: p.ID, Method: "echo", State: jobs.StateSucceeded, Result: json.RawMessage(`{}`)}
+		rec := schema.JobRecord{ID: p.ID, Method: "echo", State: schema.JobSucceeded, Result: json.RawMessage(`{}`)}
 		switch {
 		case f.gets[p.ID] <= f.runningGets:
-			rec.State, rec.Result = jobs.StateRunning, nil
-		case f.end != "" && f.end != jobs.StateSucceeded:
+			rec.State, rec.Result = schema.JobRunning, nil
+		case f.end != "" && f.end != schema.JobSucceeded:
 			rec.State, rec.Result = f.end, nil
 			rec.Error = schema.NewError(schema.CodeToolError, "it broke", nil)
 		}
@@ -103,7 +102,7 @@ func TestJobs(t *testing.T) {
 		wantSubmit bool  // whether submits were measured
 	}{
 		{name: "jobs succeed", fake: &fakeJobs{runningGets: 2}, wantSubmit: true},
-		{name: "jobs fail", fake: &fakeJobs{end: jobs.StateFailed}, wantErr: ErrWrongAnswer},
+		{name: "jobs fail", fake: &fakeJobs{end: schema.JobFailed}, wantErr: ErrWrongAnswer},
 		{name: "submits are refused", fake: &fakeJobs{submitErr: schema.ErrOverloaded}, wantErr: schema.ErrOverloaded},
 	}
 	for _, tt := range tests {

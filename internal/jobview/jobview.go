@@ -7,6 +7,7 @@ import (
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Func returns what [ingress.WithJobStats] takes, reading svc: every
@@ -41,7 +42,7 @@ func Convert(st jobs.Stats) ingress.JobsState {
 			j.Percent = &p
 			j.Message = r.Progress.Message
 		}
-		if r.State == jobs.StateSucceeded {
+		if r.State == schema.JobSucceeded {
 			full := 100.0
 			j.Percent = &full
 		}

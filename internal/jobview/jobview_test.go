@@ -5,17 +5,18 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
 )
 
 func TestConvert(t *testing.T) {
 	now := time.Now()
 	st := jobs.Stats{
-		ByState:   map[jobs.State]int{jobs.StateRunning: 1, jobs.StateSucceeded: 2},
+		ByState:   map[schema.JobState]int{schema.JobRunning: 1, schema.JobSucceeded: 2},
 		Truncated: true,
-		Recent: []jobs.Record{
-			{ID: "b", Method: "sleep", State: jobs.StateRunning, Progress: &jobs.Progress{Percent: 40, Message: "step 2"}, CreatedAt: now},
-			{ID: "a", Method: "echo", State: jobs.StateSucceeded, CreatedAt: now.Add(-time.Second)},
-			{ID: "q", Method: "echo", State: jobs.StateQueued},
+		Recent: []schema.JobRecord{
+			{ID: "b", Method: "sleep", State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 40, Message: "step 2"}, CreatedAt: now},
+			{ID: "a", Method: "echo", State: schema.JobSucceeded, CreatedAt: now.Add(-time.Second)},
+			{ID: "q", Method: "echo", State: schema.JobQueued},
 		},
 	}
 	got := Convert(st)
