@@ -95,8 +95,10 @@ type TenantsResult struct {
 	// class of the answer ("batch call: ok", "batch call: -32002
 	// caller_max_in_flight", "slow header: HTTP 431").
 	FloodAnswers map[string]int64
-	// RSSQuiet and RSSFlood are the most resident memory seen in the
-	// rounds without and with the flood; RSSError says why they are 0.
+	// RSSQuiet is the most resident memory seen in the first round,
+	// before any flood (a Go process keeps memory it once used, so later
+	// quiet rounds show the flood's high-water mark); RSSFlood the most
+	// seen in the rounds with the flood. RSSError says why they are 0.
 	RSSQuiet, RSSFlood uint64
 	RSSError           error
 }
@@ -177,8 +179,8 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		}
 		if flooded {
 			res.RSSFlood = max(res.RSSFlood, rss.max)
-		} else {
-			res.RSSQuiet = max(res.RSSQuiet, rss.max)
+		} else if i == 0 {
+			res.RSSQuiet = rss.max
 		}
 		if err != nil {
 			return res.finish(&victimErrs, &floodAnswers), err
@@ -482,9 +484,10 @@ func (t *tenant) slowHeaders(ctx context.Context, out *tally) {
 		class := slowHeaderRequest(ctx, conn, t.key, chunk)
 		stop()
 		conn.Close()
-		if ctx.Err() == nil {
-			out.add("slow header: "+class, 1, nil)
+		if class == "stopped" {
+			class = "held open until the round ended"
 		}
+		out.add("slow header: "+class, 1, nil)
 	}
 }
 
@@ -582,8 +585,8 @@ func ReportTenants(w io.Writer, r TenantsResult) error {
 		}
 		row(strconv.Itoa(i+1), flood, rd.Victim, rd.RSS)
 	}
-	row("all", "no", r.Quiet, r.RSSQuiet)
-	row("all", "yes", r.Flooded, r.RSSFlood)
+	row("all", "no", r.Quiet, 0)
+	row("all", "yes", r.Flooded, 0)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -595,7 +598,7 @@ func ReportTenants(w io.Writer, r TenantsResult) error {
 	if r.RSSError != nil {
 		fmt.Fprintf(w, "server RSS: not read: %v\n", r.RSSError)
 	} else {
-		fmt.Fprintf(w, "server RSS: %s without the flood, %s at most under it\n", mib(r.RSSQuiet), mib(r.RSSFlood))
+		fmt.Fprintf(w, "server RSS: %s before the first flood, %s at most under it\n", mib(r.RSSQuiet), mib(r.RSSFlood))
 	}
 	return writeChart(w, "victim echo latency", chartSeries{"quiet", r.Quiet}, chartSeries{"flood", r.Flooded})
 }
