@@ -32,7 +32,9 @@ func TestBenchTenantsServer(t *testing.T) {
 // TestBenchTenants runs a very short tenants bench against a child
 // process and checks what it reports, not how fast anything was: every
 // round, both verdicts, the flood's answers and the server's memory, and
-// no failed call of the victim.
+// no failed call of the victim. Which of the flood's requests are answered
+// within so short a round depends on the machine, so their classes are not
+// asserted.
 func TestBenchTenants(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("the tenants bench reads the server's memory from /proc, which this system lacks")
@@ -50,7 +52,7 @@ func TestBenchTenants(t *testing.T) {
 		"victim p99 under the flood ≤ 2× without it",
 		"PASS  victim calls failed = 0: got 0",
 		"victim failures: none",
-		"batch call: ok", "job submit: ok", "keyed call: ok", "websocket: connections",
+		"flood answers:",
 		"server RSS: ",
 	} {
 		if !strings.Contains(out.String(), w) {
