@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/internal/bench"
+)
+
+type benchTenantsFlags struct {
+	duration    time.Duration
+	rounds      int
+	concurrency int
+	floodConns  int
+	batch       int
+	slowConns   int
+	wsAnswer    int
+	binary      string
+	serverArgs  []string
+	progress    string
+}
+
+func newBenchTenantsCmd() *cobra.Command {
+	var f benchTenantsFlags
+	cmd := &cobra.Command{
+		Use:   "tenants",
+		Short: "Measure one caller's echo latency with and without another caller's flood",
+		Long: `tenants starts 'toolbus dev --auth on' as a child process with two API keys,
+a victim allowed echo and a flooder allowed echo and the rpc.jobs methods, and
+measures from outside it. The victim calls echo from --concurrency callers in
+rounds that alternate without and with the flood: 1000-call batches on several
+connections, job submits, calls with a new Idempotency-Key each, large answers
+on a WebSocket that is never read, and connections that send 100 KB of headers
+slowly. It prints the victim's p99 in both, their ratio against the goal (at
+most 2×), the victim's failed calls by code and reason, the flood's answers by
+class, and the child's resident memory (VmRSS) in both. The child runs at the
+shipped defaults unless --server-arg gives it other flags; it is stopped at the
+end.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			progress, err := progressWriter(f.progress, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if f.binary == "" {
+				if f.binary, err = os.Executable(); err != nil {
+					return fmt.Errorf("bench tenants: cannot find this program to start its server (%w): give --binary", err)
+				}
+			}
+			return runBenchTenants(ctx, cmd.OutOrStdout(), newProgressStarter(progress), []string{f.binary}, nil, f)
+		},
+	}
+	cmd.Flags().DurationVar(&f.duration, "duration", 3*time.Second, "length of each round")
+	cmd.Flags().IntVar(&f.rounds, "rounds", 2, "pairs of rounds, one without the flood and one with it")
+	cmd.Flags().IntVar(&f.concurrency, "concurrency", 4, "the victim's concurrent echo callers")
+	cmd.Flags().IntVar(&f.floodConns, "flood-connections", 4, "connections sending the flood's batches")
+	cmd.Flags().IntVar(&f.batch, "flood-batch", 1000, "echo calls in one flood batch")
+	cmd.Flags().IntVar(&f.slowConns, "slow-connections", 100, "flood connections that send 100 KB of headers slowly")
+	cmd.Flags().IntVar(&f.wsAnswer, "ws-answer-bytes", 256<<10, "size of each answer the flood's unread WebSocket asks for")
+	cmd.Flags().StringVar(&f.binary, "binary", "", "toolbus program run as the server (default: this one)")
+	cmd.Flags().StringSliceVar(&f.serverArgs, "server-arg", nil, "extra flag of the server's dev command, repeatable (e.g. --server-arg=--max-in-flight=2000)")
+	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress line on standard error: auto (when standard error is a terminal), on or off")
+	return cmd
+}
+
+// runBenchTenants starts the server with command (a program and its first
+// arguments) and env added to this process's environment, runs the
+// tenants scenario against it, reports it on out, and stops the server.
+func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressStarter, command, env []string, f benchTenantsFlags) error {
+	dir, err := os.MkdirTemp("", "toolbus-bench-tenants-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	victimKey, floodKey := rand.Text(), rand.Text()
+	auth := authFile{}
+	for _, k := range []struct {
+		name, key string
+		allow     []string
+	}{{"victim", victimKey, []string{"echo"}}, {"flooder", floodKey, []string{"echo", "rpc.jobs.*"}}} {
+		auth.Keys = append(auth.Keys, struct {
+			Name     string   `json:"name"`
+			SHA256   string   `json:"sha256"`
+			Allow    []string `json:"allow"`
+			Operator bool     `json:"operator"`
+		}{Name: k.name, SHA256: ingress.HashAPIKey(k.key), Allow: k.allow})
+	}
+	b, err := json.Marshal(auth)
+	if err != nil {
+		return err
+	}
+	authPath := filepath.Join(dir, "auth.json")
+	if err := os.WriteFile(authPath, b, 0o600); err != nil {
+		return err
+	}
+	args := append([]string{"--log-level", "error", "dev", "--auth", "on", "--auth-file", authPath,
+		"--listen", "127.0.0.1:0", "--nats-listen", "", "--data", filepath.Join(dir, "data")}, f.serverArgs...)
+	srv, err := startDevChild(ctx, command, args, env)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+
+	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n\n", srv.cmd.Process.Pid, srv.url, strings.Join(f.serverArgs, " "))
+	p := startProgress("tenants")
+	r, err := bench.Tenants(ctx, bench.TenantsConfig{
+		URL: srv.url, VictimKey: victimKey, FloodKey: floodKey,
+		VictimAddr: "127.0.0.1", FloodAddr: "127.0.0.2",
+		Concurrency: f.concurrency, Duration: f.duration, Rounds: f.rounds,
+		FloodConns: f.floodConns, BatchSize: f.batch, SlowConns: f.slowConns, WSAnswerBytes: f.wsAnswer,
+		RSS: func() (uint64, error) { return processRSS(srv.cmd.Process.Pid) }, Progress: p})
+	p.Stop()
+	if len(r.Rounds) > 0 {
+		bench.ReportTenants(out, r)
+	}
+	return errors.Join(err, srv.stop())
+}
+
+// devChild is a toolbus dev child process.
+type devChild struct {
+	cmd    *exec.Cmd
+	url    string
+	stdout *tailBuffer
+	stderr *tailBuffer
+	once   sync.Once
+	err    error
+}
+
+var devReadyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)`)
+
+// startDevChild starts command with args and waits until it prints its URL
+// and answers /readyz, at most a minute.
+func startDevChild(ctx context.Context, command, args, env []string) (*devChild, error) {
+	cmd := exec.Command(command[0], append(command[1:len(command):len(command)], args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	s := &devChild{cmd: cmd, stderr: &tailBuffer{max: 4 << 10}}
+	s.stdout = &tailBuffer{max: 4 << 10}
+	cmd.Stderr, cmd.Stdout = s.stderr, s.stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench tenants: start the server %s: %w", command[0], err)
+	}
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
+	for s.url == "" {
+		if m := devReadyLine.FindStringSubmatch(s.stdout.String()); m != nil {
+			s.url = m[1]
+			break
+		}
+		select {
+		case <-timeout.C:
+			s.stop()
+			return nil, fmt.Errorf("bench tenants: the server printed no ready line within a minute; its last output: %s", s.stderr)
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	readyz := strings.TrimSuffix(s.url, "/rpc") + "/readyz"
+	for {
+		resp, err := http.Get(readyz)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		select {
+		case <-timeout.C:
+			s.stop()
+			return nil, fmt.Errorf("bench tenants: the server's %s never answered 200 within a minute; its last output: %s", readyz, s.stderr)
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop asks the server to stop, kills it when it has not after ten
+// seconds, and returns why it ended if not at our request.
+func (s *devChild) stop() error {
+	s.once.Do(func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- s.cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && !ee.Exited() {
+				err = nil // ended by our signal
+			}
+			if err != nil {
+				s.err = fmt.Errorf("bench tenants: the server ended with %w; its last output: %s", err, s.stderr)
+			}
+		case <-time.After(10 * time.Second):
+			s.cmd.Process.Kill()
+			<-done
+			s.err = fmt.Errorf("bench tenants: the server did not stop within 10s of SIGTERM and was killed; its last output: %s", s.stderr)
+		}
+	})
+	return s.err
+}
+
+// processRSS reads the resident memory of process pid from
+// /proc/<pid>/status (Linux only).
+func processRSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read the server's memory: %w (only Linux has /proc)", err)
+	}
+	for line := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(string(rest)), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read the server's memory: VmRSS %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("read the server's memory: /proc status has no VmRSS line")
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.b) == 0 {
+		return "(none)"
+	}
+	return strings.TrimSpace(string(t.b))
+}
