@@ -332,3 +332,27 @@ func logCallAttrs(ctx context.Context, id json.RawMessage, method string) []slog
 	}
 	return attrs
 }
+
+// isNoResponders reports whether e is the dispatcher's answer for a call
+// no worker was subscribed to.
+func isNoResponders(e *schema.Error) bool {
+	return reasonOf(e, schema.CodeMethodNotFound) == "no_responders"
+}
+
+// isNoWorkers reports whether e is discovery's answer for a known method
+// no worker serves now.
+func isNoWorkers(e *schema.Error) bool { return reasonOf(e, schema.CodeUnavailable) == "no_workers" }
+
+// reasonOf returns data.reason of e when e has the code, or "".
+func reasonOf(e *schema.Error, code int) string {
+	if e.Code != code || len(e.Data) == 0 {
+		return ""
+	}
+	var data struct {
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(e.Data, &data) != nil {
+		return ""
+	}
+	return data.Reason
+}

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"github.com/toolbus/toolbus/discovery"
+
 	"context"
 	"errors"
 	"fmt"
@@ -67,8 +69,8 @@ type config struct {
 	heartbeat      time.Duration
 	jsonrpc1       bool
 	extensions     map[string]Extension
-	registry       *Registry // set by WithDiscovery
-	noValidate     bool      // WithValidation(false)
+	registry       *discovery.Registry // set by WithRegistry
+	noValidate     bool                // WithValidation(false)
 
 	maxHeaderBytes  int
 	maxConnsPerAddr int

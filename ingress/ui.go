@@ -158,7 +158,9 @@ func (s *Server) overview(v view) DashboardState {
 		for _, t := range reg.Catalog().Tools {
 			workers[t.Name] = t.Workers
 		}
-		st.Workers = reg.workerStates()
+		for _, w := range reg.Workers() {
+			st.Workers = append(st.Workers, WorkerState{ID: w.ID, Methods: w.Methods, Expires: w.Expires})
+		}
 	}
 	shows := func(method string) bool { return v.allCallers() || v.mayCall(method) }
 	seen := map[string]bool{}

@@ -52,12 +52,12 @@ func TestDashboardScopedToCaller(t *testing.T) {
 	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`))
 	reg.Observe(ann("w2", `{"name":"secret"}`))
 	jq := &jobQueries{}
-	s, _ := newServer(t, WithDiscovery(reg), WithJobStats(jq.stats), WithAuth(Auth{Keys: []APIKey{
+	s, _ := newServer(t, WithRegistry(reg), WithJobStats(jq.stats), WithAuth(Auth{Keys: []APIKey{
 		{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"echo", "fail"}},
 		{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"echo"}},
 		{Name: "ops", SHA256: HashAPIKey("ops-key"), Operator: true},
 	}}))
-	defer s.mcp.close()
+	defer s.mcp.Close()
 	h := s.Handler()
 	serve(h, post(`[{"jsonrpc":"2.0","method":"echo","params":[1],"id":1},
 		{"jsonrpc":"2.0","method":"fail","id":"alice-fail"},

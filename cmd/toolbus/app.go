@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/jobview"
@@ -271,7 +272,7 @@ type ingressAddr struct{ net.Addr }
 // ingressModule runs the HTTP ingress and its aggregator.
 func ingressModule(cfg ingressConfig) fx.Option {
 	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *ingress.Registry, error) {
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *discovery.Registry, error) {
 			nc, err := connect("toolbus-ingress")
 			if err != nil {
 				return nil, nil, nil, err
@@ -284,7 +285,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if cfg.sec.idempotency {
 				policy = append(policy, aggregator.WithIdempotencyStore(openIdempotency(lc, st, nc, cfg)))
 			}
-			var reg *ingress.Registry
+			var reg *discovery.Registry
 			if cfg.discovery {
 				if reg, err = newRegistry(lc, nc, cfg.prefix, log); err != nil {
 					return nil, nil, nil, err
@@ -308,7 +309,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				aggregator.WithLogger(log)}, policy...)...)
 			return agg, nc, reg, err
 		}),
-		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger,
+		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *discovery.Registry, log *slog.Logger,
 			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) (*ingress.Server, ingressAddr, error) {
 			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
@@ -356,7 +357,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				}))
 			}
 			if reg != nil {
-				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
+				opts = append(opts, ingress.WithRegistry(reg), ingress.WithValidation(cfg.validate))
 			}
 			srv, err := ingress.New(agg, opts...)
 			if err != nil {
