@@ -61,6 +61,10 @@
 //     load balancer whether to send traffic, and turns unavailable as soon
 //     as [Server.Shutdown] starts.
 //
+//   - GET /ui/ is the dashboard (package
+//     [github.com/toolbus/toolbus/ingress/dashboard], [WithDashboard]): an
+//     embedded page and the data it polls, each caller's own.
+//
 //   - With [WithRegistry] (a [discovery.Registry] of the tools the workers
 //     announce): GET /openrpc.json, the OpenRPC document of the live tools
 //     the caller may call, as rpc.discover answers it on every transport;

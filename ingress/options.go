@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 
 	"context"
 	"errors"
@@ -81,13 +82,13 @@ type config struct {
 	rate        *RateLimit
 	callerRates map[string]RateLimit
 
-	// Observability: see observe.go, metrics.go, msglog.go and ui.go.
+	// Observability: see observe.go, metrics.go, msglog.go and dashboard.go.
 	id             string
 	metrics        *prometheus.Registry
 	tracerProvider trace.TracerProvider
 	msglog         *msgLog
 	noDashboard    bool
-	jobStats       func(ctx context.Context, q JobsQuery) (JobsState, error)
+	jobStats       func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
 }
 
 func defaultConfig() config {

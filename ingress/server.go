@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/mcp"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
@@ -48,6 +49,8 @@ type Server struct {
 	router *router
 	// mcp is the MCP front door; nil without [WithRegistry].
 	mcp *mcp.Server
+	// dash answers the dashboard, served at /ui/ unless it is off.
+	dash *dashboard.Dashboard
 
 	// auth checks credentials (nil without [WithAuth]); limiter holds
 	// the callers' token buckets (nil without rate limits).

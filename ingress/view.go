@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -61,4 +62,9 @@ func (v view) allCallers() bool { return v.open || v.operator }
 // scope is what v may see of the registry of tools.
 func (v view) scope() discovery.Scope {
 	return discovery.Scope{MayCall: v.mayCall, AllProblems: v.allCallers()}
+}
+
+// dashboard is what v may see of the dashboard.
+func (v view) dashboard() dashboard.View {
+	return dashboard.View{Caller: v.caller, AllCallers: v.allCallers(), MayCall: v.mayCall}
 }

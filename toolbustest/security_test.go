@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -227,7 +228,7 @@ func TestDashboardShowsOwnJobs(t *testing.T) {
 		t.Fatalf("alice's submit = %s %v", r.Result, r.Error)
 	}
 	jobsOf := func(key string) []string {
-		var st ingress.DashboardState
+		var st dashboard.State
 		getJSON(t, c.BaseURL+"/ui/api/state", &st, "X-Api-Key", key)
 		if st.Jobs == nil || st.Jobs.Error != "" {
 			t.Fatalf("dashboard jobs as %s = %+v", key, st.Jobs)

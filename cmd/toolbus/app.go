@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
@@ -348,10 +349,10 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
 				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+				opts = append(opts, ingress.WithExtension(jobs.MethodPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
 					svc := lj.svc.Load()
 					if svc == nil {
-						return ingress.JobsState{}, lj.unavailable()
+						return dashboard.JobsState{}, lj.unavailable()
 					}
 					return jobview.Func(svc)(ctx, q)
 				}))
