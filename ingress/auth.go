@@ -21,6 +21,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -440,7 +441,7 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] || (s.cfg.metrics != nil && r.URL.Path == "/metrics") || (!s.cfg.noDashboard && uiOpen(r.URL.Path)) {
+		if openPaths[r.URL.Path] || (s.cfg.metrics != nil && r.URL.Path == "/metrics") || (!s.cfg.noDashboard && dashboard.Open(r.URL.Path)) {
 			next.ServeHTTP(w, r)
 			return
 		}

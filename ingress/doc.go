@@ -61,6 +61,21 @@
 //     load balancer whether to send traffic, and turns unavailable as soon
 //     as [Server.Shutdown] starts.
 //
+//   - GET /ui/ is the dashboard (package
+//     [github.com/toolbus/toolbus/ingress/dashboard], [WithDashboard]): an
+//     embedded page and the data it polls, each caller's own.
+//
+//   - With [WithRegistry] (a [discovery.Registry] of the tools the workers
+//     announce): GET /openrpc.json, the OpenRPC document of the live tools
+//     the caller may call, as rpc.discover answers it on every transport;
+//     and the MCP front door at /mcp (package [github.com/toolbus/toolbus/ingress/mcp]),
+//     which reaches the ingress through one seam: it asks what an HTTP
+//     request's headers and caller say, and runs each tools/call through
+//     [Server.plan] and the chain like a call of any other transport. The
+//     registry's layer of the chain ([discovery.Layer]) validates params,
+//     bounds deadlines by the advertised timeouts and answers -32003 for a
+//     known method no worker serves now.
+//
 // With [WithJSONRPC1], requests without a "jsonrpc" member are read as
 // JSON-RPC 1.0 on every JSON-RPC transport and answered in 1.0 form.
 //

@@ -1,6 +1,8 @@
 package ingress
 
 import (
+	"github.com/toolbus/toolbus/discovery"
+
 	"errors"
 	"sync"
 
@@ -117,7 +119,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 
 // workersCollector exports the registry's live workers per method.
 type workersCollector struct {
-	reg  *Registry
+	reg  *discovery.Registry
 	desc *prometheus.Desc
 }
 
@@ -130,7 +132,7 @@ func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range w.reg.Catalog().Tools {
 		live[t.Name] = t.Workers
 	}
-	for _, name := range w.reg.knownNames() {
+	for _, name := range w.reg.Names() {
 		ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(live[name]), name)
 	}
 }
@@ -139,7 +141,7 @@ func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
 // reg holds at GET /metrics, in the Prometheus text format (or OpenMetrics
 // when the scraper asks). The route is open like the probes, even with
 // [WithAuth], so that a scraper needs no key: it holds counts, durations
-// and method names, never bodies or callers. With [WithDiscovery],
+// and method names, never bodies or callers. With [WithRegistry],
 // toolbus_workers{method} counts the live workers per method.
 func WithMetrics(reg *prometheus.Registry) Option {
 	return func(c *config) error {

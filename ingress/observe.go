@@ -322,3 +322,15 @@ func logCallAttrs(ctx context.Context, id json.RawMessage, method string) []slog
 	}
 	return attrs
 }
+
+// isNoResponders reports whether e is the dispatcher's answer for a call
+// no worker was subscribed to.
+func isNoResponders(e *schema.Error) bool {
+	return e.Code == schema.CodeMethodNotFound && e.Reason() == schema.ReasonNoResponders
+}
+
+// isNoWorkers reports whether e is discovery's answer for a known method
+// no worker serves now.
+func isNoWorkers(e *schema.Error) bool {
+	return e.Code == schema.CodeUnavailable && e.Reason() == schema.ReasonNoWorkers
+}

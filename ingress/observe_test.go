@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -292,9 +293,9 @@ func TestMessageLogOptionErrors(t *testing.T) {
 // TestDashboardState checks what /ui/api/state reports after some calls,
 // and that the page is served.
 func TestDashboardState(t *testing.T) {
-	s, _ := newServer(t, WithJobStats(func(ctx context.Context, _ JobsQuery) (JobsState, error) {
+	s, _ := newServer(t, WithJobStats(func(ctx context.Context, _ dashboard.JobsQuery) (dashboard.JobsState, error) {
 		p := 40.0
-		return JobsState{ByState: map[string]int{"running": 1}, Recent: []JobState{{ID: "j1", Method: "sleep", State: "running", Percent: &p}}}, nil
+		return dashboard.JobsState{ByState: map[string]int{"running": 1}, Recent: []dashboard.JobState{{ID: "j1", Method: "sleep", State: "running", Percent: &p}}}, nil
 	}))
 	h := s.Handler()
 	serve(h, post(`[{"jsonrpc":"2.0","method":"echo","params":[1],"id":1},{"jsonrpc":"2.0","method":"fail","id":"f"}]`))
@@ -302,7 +303,7 @@ func TestDashboardState(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("state: %d", rec.Code)
 	}
-	var st DashboardState
+	var st dashboard.State
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package ingress
 
 import (
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
+
 	"context"
 	"errors"
 	"fmt"
@@ -67,8 +70,8 @@ type config struct {
 	heartbeat      time.Duration
 	jsonrpc1       bool
 	extensions     map[string]Extension
-	registry       *Registry // set by WithDiscovery
-	noValidate     bool      // WithValidation(false)
+	registry       *discovery.Registry // set by WithRegistry
+	noValidate     bool                // WithValidation(false)
 
 	maxHeaderBytes  int
 	maxConnsPerAddr int
@@ -79,13 +82,13 @@ type config struct {
 	rate        *RateLimit
 	callerRates map[string]RateLimit
 
-	// Observability: see observe.go, metrics.go, msglog.go and ui.go.
+	// Observability: see observe.go, metrics.go, msglog.go and dashboard.go.
 	id             string
 	metrics        *prometheus.Registry
 	tracerProvider trace.TracerProvider
 	msglog         *msgLog
 	noDashboard    bool
-	jobStats       func(ctx context.Context, q JobsQuery) (JobsState, error)
+	jobStats       func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
 }
 
 func defaultConfig() config {

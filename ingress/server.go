@@ -15,6 +15,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/ingress/mcp"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -44,8 +47,10 @@ type Server struct {
 
 	// router routes extension methods; nil without extensions.
 	router *router
-	// mcp is the MCP front door; nil without [WithDiscovery].
-	mcp *mcpDoor
+	// mcp is the MCP front door; nil without [WithRegistry].
+	mcp *mcp.Server
+	// dash answers the dashboard, served at /ui/ unless it is off.
+	dash *dashboard.Dashboard
 
 	// auth checks credentials (nil without [WithAuth]); limiter holds
 	// the callers' token buckets (nil without rate limits).
@@ -91,11 +96,6 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	if cfg.registry != nil {
-		// rpc.discover shows each caller what it may see, which takes the
-		// authentication configured by any option.
-		cfg.extensions[DiscoverMethod] = discoverer{reg: cfg.registry, auth: cfg.auth}
-	}
 	tp := cfg.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -109,7 +109,6 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		tracer:  tp.Tracer(tracerName),
 		stats:   callstats.New(),
 		labels:  callstats.Names{Max: DefaultMetricsMaxMethods, Other: labelOther},
-		router:  newRouter(cfg.extensions),
 		cfg:     cfg,
 		log:     cfg.logger.With("component", "ingress"),
 		limit:   schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
@@ -117,6 +116,12 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		auth:    cfg.auth,
 		limiter: newLimiter(cfg.rate, cfg.callerRates),
 	}
+	if cfg.registry != nil {
+		// rpc.discover shows each caller what it may see, which takes the
+		// authentication configured by any option.
+		cfg.extensions[discovery.Method] = s.discoverer()
+	}
+	s.router = newRouter(cfg.extensions)
 	s.conns = newConnLimiter(s, cfg.maxConnsPerAddr)
 	s.bytes = newByteBudget(cfg.maxBytes, cfg.callerMaxBytes)
 	s.mux = http.NewServeMux()
@@ -124,14 +129,18 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	if cfg.registry != nil {
-		s.mux.HandleFunc("GET /openrpc.json", s.serveOpenRPC)
-		s.mcp = newMCPDoor(s)
-		s.mux.Handle("/mcp", s.mcp)
-	}
 	s.d = s.chain(d)
 	if err := s.setupMetrics(); err != nil {
 		return nil, fmt.Errorf("ingress: metrics: %w", err)
+	}
+	if cfg.registry != nil {
+		s.mux.Handle("GET /openrpc.json", s.discoverer())
+		m, err := s.newMCP()
+		if err != nil {
+			return nil, fmt.Errorf("ingress: %w", err)
+		}
+		s.mcp = m
+		s.mux.Handle(mcp.Path, m)
 	}
 	s.setupDashboard()
 	s.handler = traced(s.authMiddleware(s.idempotency(s.mux)))
@@ -155,14 +164,14 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 func (s *Server) chain(d schema.Dispatcher) schema.Dispatcher {
 	return schema.Chain(d,
 		s.observe, // spans, metrics, dashboard statistics, message log
-		discovery(s.cfg.registry, !s.cfg.noValidate), // params and deadline of advertised tools; -32003 for one no worker serves
+		discovery.Layer(s.cfg.registry, !s.cfg.noValidate), // params and deadline of advertised tools; -32003 for one no worker serves
 		s.router.layer(), // rpc.* extensions (rpc.jobs.*, rpc.discover) and calls promoted to jobs
 	)
 }
 
 // Handler returns the routes of the ingress: POST /rpc (JSON or
 // server-sent events), GET /rpc (WebSocket), POST /v1/tools/{method}/invoke,
-// GET /healthz and GET /readyz, and with [WithDiscovery] GET /openrpc.json
+// GET /healthz and GET /readyz, and with [WithRegistry] GET /openrpc.json
 // and the MCP front door at /mcp. Use it to mount the ingress in a server of one's own; [Serve]
 // uses it too.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -194,7 +203,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.wsMu.Unlock()
 	wsDone := make(chan error, 1)
 	go func() { wsDone <- s.drainWebSockets(ctx) }()
-	s.mcp.close()
+	s.mcp.Close()
 	err := s.srv.Shutdown(ctx)
 	wsErr := <-wsDone
 	if err != nil {

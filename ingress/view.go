@@ -3,6 +3,8 @@ package ingress
 import (
 	"context"
 
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -56,3 +58,13 @@ func (v view) mayCall(name string) bool {
 // allCallers reports whether the caller sees every caller's data: its
 // jobs, errors and the methods it may not call.
 func (v view) allCallers() bool { return v.open || v.operator }
+
+// scope is what v may see of the registry of tools.
+func (v view) scope() discovery.Scope {
+	return discovery.Scope{MayCall: v.mayCall, AllProblems: v.allCallers()}
+}
+
+// dashboard is what v may see of the dashboard.
+func (v view) dashboard() dashboard.View {
+	return dashboard.View{Caller: v.caller, AllCallers: v.allCallers(), MayCall: v.mayCall}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
@@ -45,7 +46,7 @@ type Cluster struct {
 	Jobs *jobs.Service
 	// Registry is the first ingress's registry (nil without
 	// [WithDiscovery]).
-	Registry *ingress.Registry
+	Registry *discovery.Registry
 
 	client *http.Client
 	opts   options
@@ -124,7 +125,7 @@ const DiscoveryInterval = 200 * time.Millisecond
 // WithDiscovery turns discovery on: every worker announces its tools
 // (every [DiscoveryInterval]) and every ingress keeps a registry of them,
 // validates params, serves rpc.discover, GET /openrpc.json and the MCP
-// front door at /mcp ([ingress.WithDiscovery]).
+// front door at /mcp ([ingress.WithRegistry]).
 func WithDiscovery() Option { return func(o *options) { o.discovery = true } }
 
 // WithLogger sets the logger of every part (default: one that discards).
@@ -177,7 +178,7 @@ type Ingress struct {
 	// Jobs is its jobs service (nil without [WithJobs]).
 	Jobs *jobs.Service
 	// Registry is its registry of tools (nil without [WithDiscovery]).
-	Registry *ingress.Registry
+	Registry *discovery.Registry
 }
 
 // Kill closes the ingress's NATS connection at once, without draining, as
@@ -222,7 +223,7 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	if o.discovery {
 		ing.Registry = startRegistry(t, nc, o)
-		ingOpts = append(ingOpts, ingress.WithDiscovery(ing.Registry))
+		ingOpts = append(ingOpts, ingress.WithRegistry(ing.Registry))
 	}
 	ing.Ingress, err = ingress.New(ing.Aggregator, append(ingOpts, o.ingOpts...)...)
 	if err != nil {
@@ -249,9 +250,9 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 
 // startRegistry starts a registry of the tools announced on nc, closed when
 // the test ends.
-func startRegistry(t testing.TB, nc *nats.Conn, o options) *ingress.Registry {
+func startRegistry(t testing.TB, nc *nats.Conn, o options) *discovery.Registry {
 	t.Helper()
-	reg, err := ingress.NewRegistry(ingress.WithRegistryLogger(o.logger))
+	reg, err := discovery.New(discovery.WithLogger(o.logger))
 	if err != nil {
 		t.Fatalf("toolbustest: registry: %v", err)
 	}

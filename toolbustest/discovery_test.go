@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -37,13 +38,13 @@ func mathTools(calls *atomic.Int64) func(rt *worker.Runtime) error {
 }
 
 // discover calls rpc.discover and decodes the document.
-func discover(t *testing.T, c *toolbustest.Cluster) ingress.OpenRPC {
+func discover(t *testing.T, c *toolbustest.Cluster) discovery.OpenRPC {
 	t.Helper()
-	r := c.Call(t, ingress.DiscoverMethod, "")
+	r := c.Call(t, discovery.Method, "")
 	if r.Error != nil {
 		t.Fatalf("rpc.discover = %v", r.Error)
 	}
-	var doc ingress.OpenRPC
+	var doc discovery.OpenRPC
 	if err := json.Unmarshal(r.Result, &doc); err != nil {
 		t.Fatalf("rpc.discover result %s: %v", r.Result, err)
 	}
@@ -51,7 +52,7 @@ func discover(t *testing.T, c *toolbustest.Cluster) ingress.OpenRPC {
 }
 
 // workersOf returns how many workers the registry counts for method.
-func workersOf(reg *ingress.Registry, method string) int {
+func workersOf(reg *discovery.Registry, method string) int {
 	t, ok := reg.Lookup(method)
 	if !ok {
 		return 0
@@ -209,7 +210,7 @@ func TestBrokenAndConflictingDescriptors(t *testing.T) {
 	for _, p := range doc.Problems {
 		kinds[p.Method] = p.Kind
 	}
-	want := map[string]string{"py.bad": ingress.ProblemBroken, "bad name!": ingress.ProblemBroken, "math.add": ingress.ProblemConflict}
+	want := map[string]string{"py.bad": discovery.ProblemBroken, "bad name!": discovery.ProblemBroken, "math.add": discovery.ProblemConflict}
 	for m, k := range want {
 		if kinds[m] != k {
 			t.Errorf("problem of %q = %q, want %q (problems %+v)", m, kinds[m], k, doc.Problems)
@@ -267,12 +268,12 @@ func TestOpenRPCDocument(t *testing.T) {
 		t.Fatalf("the OpenRPC document breaks the meta-schema: %v\n%s", err, body)
 	}
 
-	var doc ingress.OpenRPC
+	var doc discovery.OpenRPC
 	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range doc.Methods {
-		cds := append([]ingress.ContentDescriptor{m.Result}, m.Params...)
+		cds := append([]discovery.ContentDescriptor{m.Result}, m.Params...)
 		for _, cd := range cds {
 			sc := jsonschema.NewCompiler()
 			d, err := jsonschema.UnmarshalJSON(bytes.NewReader(cd.Schema))

@@ -12,7 +12,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -231,7 +233,7 @@ func TestDashboardShowsOwnJobs(t *testing.T) {
 		t.Fatalf("alice's submit = %s %v", r.Result, r.Error)
 	}
 	jobsOf := func(key string) []string {
-		var st ingress.DashboardState
+		var st dashboard.State
 		getJSON(t, c.BaseURL+"/ui/api/state", &st, "X-Api-Key", key)
 		if st.Jobs == nil || st.Jobs.Error != "" {
 			t.Fatalf("dashboard jobs as %s = %+v", key, st.Jobs)
@@ -262,13 +264,13 @@ func TestDiscoveryShowsWhatTheCallerMayCall(t *testing.T) {
 		}})))
 	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("secret"); return ok })
 
-	r := c.Call(t, ingress.DiscoverMethod, "", "X-Api-Key", "bob-key")
-	var fromRPC, fromGET ingress.OpenRPC
+	r := c.Call(t, discovery.Method, "", "X-Api-Key", "bob-key")
+	var fromRPC, fromGET discovery.OpenRPC
 	if r.Error != nil || json.Unmarshal(r.Result, &fromRPC) != nil {
 		t.Fatalf("rpc.discover = %s %v", r.Result, r.Error)
 	}
 	getJSON(t, c.BaseURL+"/openrpc.json", &fromGET, "X-Api-Key", "bob-key")
-	for name, doc := range map[string]ingress.OpenRPC{"rpc.discover": fromRPC, "GET /openrpc.json": fromGET} {
+	for name, doc := range map[string]discovery.OpenRPC{"rpc.discover": fromRPC, "GET /openrpc.json": fromGET} {
 		if len(doc.Methods) != 1 || doc.Methods[0].Name != "who.ami" {
 			t.Errorf("%s lists %+v, want who.ami alone", name, doc.Methods)
 		}

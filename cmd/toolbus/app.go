@@ -18,7 +18,9 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
@@ -272,7 +274,7 @@ type ingressAddr struct{ net.Addr }
 // ingressModule runs the HTTP ingress and its aggregator.
 func ingressModule(cfg ingressConfig) fx.Option {
 	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *ingress.Registry, error) {
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *discovery.Registry, error) {
 			nc, err := connect("toolbus-ingress")
 			if err != nil {
 				return nil, nil, nil, err
@@ -285,7 +287,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if cfg.sec.idempotency {
 				policy = append(policy, aggregator.WithIdempotencyStore(openIdempotency(lc, st, nc, cfg)))
 			}
-			var reg *ingress.Registry
+			var reg *discovery.Registry
 			if cfg.discovery {
 				if reg, err = newRegistry(lc, nc, cfg.prefix, log); err != nil {
 					return nil, nil, nil, err
@@ -309,7 +311,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				aggregator.WithLogger(log)}, policy...)...)
 			return agg, nc, reg, err
 		}),
-		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *ingress.Registry, log *slog.Logger,
+		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *discovery.Registry, log *slog.Logger,
 			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) (*ingress.Server, ingressAddr, error) {
 			opts := []ingress.Option{
 				ingress.WithLimits(cfg.limits),
@@ -348,16 +350,16 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
 			if cfg.jobs {
 				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(schema.MethodJobsPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+				opts = append(opts, ingress.WithExtension(schema.MethodJobsPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
 					svc := lj.svc.Load()
 					if svc == nil {
-						return ingress.JobsState{}, lj.unavailable()
+						return dashboard.JobsState{}, lj.unavailable()
 					}
 					return jobview.Func(svc)(ctx, q)
 				}))
 			}
 			if reg != nil {
-				opts = append(opts, ingress.WithDiscovery(reg), ingress.WithValidation(cfg.validate))
+				opts = append(opts, ingress.WithRegistry(reg), ingress.WithValidation(cfg.validate))
 			}
 			srv, err := ingress.New(agg, opts...)
 			if err != nil {

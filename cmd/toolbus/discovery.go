@@ -10,14 +10,14 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/mcpbridge"
 )
 
 // newRegistry returns the ingress's registry of announced tools, following
 // the announcements on nc while the app runs.
-func newRegistry(lc fx.Lifecycle, nc *nats.Conn, prefix string, log *slog.Logger) (*ingress.Registry, error) {
+func newRegistry(lc fx.Lifecycle, nc *nats.Conn, prefix string, log *slog.Logger) (*discovery.Registry, error) {
 	subjects, err := bus.NewSubjects(prefix)
 	if err != nil {
 		return nil, err
@@ -26,7 +26,7 @@ func newRegistry(lc fx.Lifecycle, nc *nats.Conn, prefix string, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
-	reg, err := ingress.NewRegistry(ingress.WithRegistryLogger(log))
+	reg, err := discovery.New(discovery.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/discovery"
 )
 
 // toolsWait bounds an rpc.discover call of the tools command.
@@ -50,7 +50,7 @@ run with --discovery (the default).`,
 			if err != nil {
 				return err
 			}
-			i := slices.IndexFunc(doc.Methods, func(m ingress.OpenRPCMethod) bool { return m.Name == args[0] })
+			i := slices.IndexFunc(doc.Methods, func(m discovery.OpenRPCMethod) bool { return m.Name == args[0] })
 			if i < 0 {
 				return fmt.Errorf("no live method %q (toolbus tools lists them)", args[0])
 			}
@@ -66,22 +66,22 @@ run with --discovery (the default).`,
 }
 
 // discover calls rpc.discover.
-func discover(ctx context.Context, url string) (ingress.OpenRPC, error) {
+func discover(ctx context.Context, url string) (discovery.OpenRPC, error) {
 	ctx, cancel := context.WithTimeout(ctx, toolsWait)
 	defer cancel()
-	var doc ingress.OpenRPC
+	var doc discovery.OpenRPC
 	c, err := dial(ctx, url)
 	if err != nil {
 		return doc, err
 	}
 	defer c.Close()
-	if err := c.Call(ctx, ingress.DiscoverMethod, nil, &doc); err != nil {
-		return doc, fmt.Errorf("%s: %w", ingress.DiscoverMethod, err)
+	if err := c.Call(ctx, discovery.Method, nil, &doc); err != nil {
+		return doc, fmt.Errorf("%s: %w", discovery.Method, err)
 	}
 	return doc, nil
 }
 
-func printTools(out io.Writer, doc ingress.OpenRPC) {
+func printTools(out io.Writer, doc discovery.OpenRPC) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METHOD\tWORKERS\tPARAMS\tDESCRIPTION")
 	for _, m := range doc.Methods {
@@ -94,7 +94,7 @@ func printTools(out io.Writer, doc ingress.OpenRPC) {
 }
 
 // paramsSummary names the params and their types: "a:integer, b?:string".
-func paramsSummary(m ingress.OpenRPCMethod) string {
+func paramsSummary(m discovery.OpenRPCMethod) string {
 	if len(m.Params) == 0 {
 		if len(m.X.ParamsSchema) == 0 {
 			return "any"

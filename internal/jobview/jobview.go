@@ -5,15 +5,15 @@ package jobview
 import (
 	"context"
 
-	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Func returns what [ingress.WithJobStats] takes, reading svc: every
+// Func returns what [github.com/toolbus/toolbus/ingress.WithJobStats] takes, reading svc: every
 // caller's jobs, or the asking caller's alone.
-func Func(svc *jobs.Service) func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
-	return func(ctx context.Context, q ingress.JobsQuery) (ingress.JobsState, error) {
+func Func(svc *jobs.Service) func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
+	return func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
 		var st jobs.Stats
 		var err error
 		if q.All {
@@ -22,21 +22,21 @@ func Func(svc *jobs.Service) func(ctx context.Context, q ingress.JobsQuery) (ing
 			st, err = svc.CallerStats(ctx, q.Caller, q.Recent)
 		}
 		if err != nil {
-			return ingress.JobsState{}, err
+			return dashboard.JobsState{}, err
 		}
 		return Convert(st), nil
 	}
 }
 
 // Convert turns jobs statistics into the dashboard's form.
-func Convert(st jobs.Stats) ingress.JobsState {
-	out := ingress.JobsState{ByState: make(map[string]int, len(st.ByState)), Truncated: st.Truncated,
-		Recent: make([]ingress.JobState, 0, len(st.Recent))}
+func Convert(st jobs.Stats) dashboard.JobsState {
+	out := dashboard.JobsState{ByState: make(map[string]int, len(st.ByState)), Truncated: st.Truncated,
+		Recent: make([]dashboard.JobState, 0, len(st.Recent))}
 	for state, n := range st.ByState {
 		out.ByState[string(state)] = n
 	}
 	for _, r := range st.Recent {
-		j := ingress.JobState{ID: r.ID, Method: r.Method, State: string(r.State), Created: r.CreatedAt}
+		j := dashboard.JobState{ID: r.ID, Method: r.Method, State: string(r.State), Created: r.CreatedAt}
 		if r.Progress != nil {
 			p := r.Progress.Percent
 			j.Percent = &p

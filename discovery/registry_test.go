@@ -1,10 +1,11 @@
-package ingress
+package discovery
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ const (
 
 func newTestRegistry(t *testing.T) *Registry {
 	t.Helper()
-	r, err := NewRegistry(WithRegistryLogger(discard))
+	r, err := New(WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func (d *noResponders) Dispatch(_ context.Context, calls []schema.Call, emit fun
 	}
 }
 
-func TestGuard(t *testing.T) {
+func TestLayer(t *testing.T) {
 	r := newTestRegistry(t)
 	r.Observe(ann("w1", addTool, `{"name":"echo","timeout_ms":250}`, famTool))
 	r.Observe(ann("w2", `{"name":"gone"}`))
@@ -172,7 +173,7 @@ func TestGuard(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &noResponders{}
-			g := &guard{next: d, reg: r, validate: tt.validate}
+			g := Layer(r, tt.validate)(d)
 			c := schema.Call{Request: schema.Request{ID: json.RawMessage("7"), Method: tt.method}}
 			if tt.params != "" {
 				c.Params = json.RawMessage(tt.params)
@@ -197,7 +198,7 @@ func TestGuard(t *testing.T) {
 	}
 	t.Run("advertised timeout bounds the deadline", func(t *testing.T) {
 		d := &noResponders{}
-		g := &guard{next: d, reg: r, validate: true}
+		g := Layer(r, true)(d)
 		calls := []schema.Call{
 			{Request: schema.Request{ID: json.RawMessage("1"), Method: "echo", Params: json.RawMessage(`1`)}},
 			{Request: schema.Request{ID: json.RawMessage("2"), Method: "echo", Params: json.RawMessage(`2`)}, Timeout: 100 * time.Millisecond},
@@ -237,42 +238,5 @@ func TestParamDescriptors(t *testing.T) {
 				t.Errorf("paramDescriptors(%s) = %s %v, want %s %v", tt.schema, structure, names, tt.wantStructure, tt.wantNames)
 			}
 		})
-	}
-}
-
-func TestDiscoverRoutes(t *testing.T) {
-	r := newTestRegistry(t)
-	r.Observe(ann("w1", addTool))
-	s, _ := newServer(t, WithDiscovery(r))
-	defer s.mcp.close()
-	tests := []struct {
-		name     string
-		body     string
-		wantCode int
-	}{
-		{"rpc.discover", `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`, 0},
-		{"longer name", `{"jsonrpc":"2.0","id":1,"method":"rpc.discovery"}`, schema.CodeMethodNotFound},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := decodeOne(t, serve(s.Handler(), post(tt.body)).Body.Bytes())
-			if a.Code != tt.wantCode {
-				t.Fatalf("%s = code %d, want %d", tt.body, a.Code, tt.wantCode)
-			}
-			if tt.wantCode == 0 && !strings.Contains(a.Result, `"name":"math.add"`) {
-				t.Errorf("rpc.discover = %s, want math.add", a.Result)
-			}
-		})
-	}
-}
-
-func TestWithDiscoveryRefusesOverlaps(t *testing.T) {
-	r := newTestRegistry(t)
-	_, err := New(newFake(), WithLogger(discard), WithDiscovery(r), WithExtension("rpc.discover.", discoverer{}))
-	if err == nil {
-		t.Fatal("New with rpc.discover. as an extension = nil error, want an overlap")
-	}
-	if _, err := New(newFake(), WithDiscovery(nil)); err == nil {
-		t.Fatal("WithDiscovery(nil) = nil error")
 	}
 }

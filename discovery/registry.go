@@ -1,4 +1,4 @@
-package ingress
+package discovery
 
 import (
 	"bytes"
@@ -83,13 +83,13 @@ type compiled struct {
 	key    string // canonical form of the descriptor, to compare workers'
 }
 
-// Registry is the ingress's live catalogue of the cluster's tools, built
-// from the workers' discovery announcements: a worker's tools appear with
-// its first announcement and go when it leaves or misses three of its
-// intervals. It validates params against the advertised schemas (compiled
-// once per schema) and feeds rpc.discover, GET /openrpc.json and the MCP
-// front door. Make one with [NewRegistry], start it with [Registry.Start],
-// and pass it to [WithDiscovery]. Its methods are safe for concurrent use.
+// Registry is the live catalogue of the cluster's tools, built from the
+// workers' discovery announcements: a worker's tools appear with its first
+// announcement and go when it leaves or misses three of its intervals. It
+// validates params against the advertised schemas (compiled once per
+// schema, see [Layer]) and feeds rpc.discover, GET /openrpc.json
+// ([Discoverer]) and the ingress's MCP front door. Make one with [New] and
+// start it with [Registry.Start]. Its methods are safe for concurrent use.
 type Registry struct {
 	log *slog.Logger
 	now func() time.Time
@@ -107,23 +107,23 @@ type Registry struct {
 	done     chan struct{}
 }
 
-// RegistryOption configures [NewRegistry].
-type RegistryOption func(*Registry) error
+// Option configures [New].
+type Option func(*Registry) error
 
-// WithRegistryLogger sets the logger for broken and conflicting
-// descriptors (default slog.Default()).
-func WithRegistryLogger(l *slog.Logger) RegistryOption {
+// WithLogger sets the logger for broken and conflicting descriptors
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
 	return func(r *Registry) error {
 		if l == nil {
-			return errors.New("ingress: nil registry logger")
+			return errors.New("discovery: nil logger")
 		}
 		r.log = l
 		return nil
 	}
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry(opts ...RegistryOption) (*Registry, error) {
+// New returns an empty registry.
+func New(opts ...Option) (*Registry, error) {
 	r := &Registry{
 		log:      slog.Default(),
 		now:      time.Now,
@@ -144,19 +144,19 @@ func NewRegistry(opts ...RegistryOption) (*Registry, error) {
 // Start follows feed, and forgets silent workers, until [Registry.Close].
 func (r *Registry) Start(feed Feed) error {
 	if feed == nil {
-		return errors.New("ingress: nil discovery feed")
+		return errors.New("discovery: nil feed")
 	}
 	r.mu.Lock()
 	if r.quit != nil {
 		r.mu.Unlock()
-		return errors.New("ingress: registry already started")
+		return errors.New("discovery: registry already started")
 	}
 	r.quit, r.done = make(chan struct{}), make(chan struct{})
 	r.mu.Unlock()
 	stop, err := feed.Watch(r.Observe)
 	if err != nil {
 		close(r.done)
-		return fmt.Errorf("ingress: watch announcements: %w", err)
+		return fmt.Errorf("discovery: watch announcements: %w", err)
 	}
 	r.mu.Lock()
 	r.stopFeed = stop
@@ -448,7 +448,7 @@ func (r *Registry) Lookup(method string) (Tool, bool) {
 		return cat.Tools[i], true
 	}
 	for _, t := range cat.Tools {
-		if t.IsPattern() && matchPattern(t.Name, method) {
+		if t.IsPattern() && schema.MatchMethod(t.Name, method) {
 			return t, true
 		}
 	}
@@ -464,90 +464,43 @@ func (r *Registry) Known(method string) bool {
 		return true
 	}
 	for name := range r.known {
-		if matchPattern(name, method) {
+		if schema.MatchMethod(name, method) {
 			return true
 		}
 	}
 	return false
 }
 
-// matchPattern reports whether the concrete method is served by pattern,
-// whose tokens may be '*' (one token) or, last, '>' (one or more).
-func matchPattern(pattern, method string) bool {
-	pt, mt := strings.Split(pattern, "."), strings.Split(method, ".")
-	for i, p := range pt {
-		if p == ">" {
-			return i == len(pt)-1 && len(mt) > i
-		}
-		if i >= len(mt) || (p != "*" && p != mt[i]) {
-			return false
-		}
-	}
-	return len(pt) == len(mt)
+// Worker is one live worker as its announcements describe it.
+type Worker struct {
+	ID string
+	// Methods holds the names and patterns it serves, sorted.
+	Methods []string
+	// Expires is when the registry forgets it unless it announces again.
+	Expires time.Time
 }
 
-// WithDiscovery turns on what the registry makes possible (default off):
-// params are validated against the advertised schemas before any worker
-// runs (see [WithValidation]); a tool's advertised timeout bounds its
-// calls' deadlines; a call of a method the registry has seen advertised but
-// that no worker serves now is answered -32003 (retryable) instead of
-// -32601; rpc.discover and GET /openrpc.json answer the OpenRPC document of
-// the live tools; and /mcp serves them to MCP clients. With [WithAuth] the
-// document and MCP's tools/list hold the tools the caller may call, and
-// the problems of those (every problem for an operator). The caller starts
-// and closes reg.
-func WithDiscovery(reg *Registry) Option {
-	return func(c *config) error {
-		if reg == nil {
-			return errors.New("ingress: nil registry")
-		}
-		for p := range c.extensions {
-			if strings.HasPrefix(DiscoverMethod, p) || strings.HasPrefix(p, DiscoverMethod) {
-				return fmt.Errorf("ingress: extension prefix %q overlaps %s", p, DiscoverMethod)
-			}
-		}
-		if c.extensions == nil {
-			c.extensions = map[string]Extension{}
-		}
-		// The router matches extensions by prefix; the discoverer answers
-		// only rpc.discover itself and -32601 for any longer name.
-		c.extensions[DiscoverMethod] = discoverer{reg: reg}
-		c.registry = reg
-		return nil
-	}
-}
-
-// WithValidation turns the checking of params against the registry's
-// schemas on or off (default on; it needs [WithDiscovery]). Params that do
-// not fit are answered -32602 with data {"field": JSON pointer, "reason",
-// "method", "source": "schema"} and never reach a worker.
-func WithValidation(on bool) Option {
-	return func(c *config) error {
-		c.noValidate = !on
-		return nil
-	}
-}
-
-// workerStates returns the live workers and their methods, sorted by id.
-func (r *Registry) workerStates() []WorkerState {
+// Workers returns the live workers, sorted by id.
+func (r *Registry) Workers() []Worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]WorkerState, 0, len(r.workers))
+	out := make([]Worker, 0, len(r.workers))
 	for id, w := range r.workers {
-		ws := WorkerState{ID: id, Expires: w.expires, Methods: make([]string, 0, len(w.tools))}
+		ws := Worker{ID: id, Expires: w.expires, Methods: make([]string, 0, len(w.tools))}
 		for _, c := range w.tools {
 			ws.Methods = append(ws.Methods, c.desc.Name)
 		}
 		slices.Sort(ws.Methods)
 		out = append(out, ws)
 	}
-	slices.SortFunc(out, func(a, b WorkerState) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
-// knownNames returns every method or pattern ever advertised, sorted. The
-// set grows only with what workers advertise.
-func (r *Registry) knownNames() []string {
+// Names returns every method or pattern ever advertised since the
+// registry started, live or not, sorted. The set grows only with what
+// workers advertise.
+func (r *Registry) Names() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.known))

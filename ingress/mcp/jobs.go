@@ -1,9 +1,8 @@
-package ingress
+package mcp
 
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -11,66 +10,33 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// jobRecord is what the MCP front door reads of a job record (see the
-// jobs extension's rpc.jobs.get).
-type jobRecord struct {
-	ID       string          `json:"id"`
-	State    string          `json:"state"`
-	Result   json.RawMessage `json:"result"`
-	Error    *schema.Error   `json:"error"`
-	Progress *struct {
-		Percent float64 `json:"percent"`
-		Message string  `json:"message"`
-	} `json:"progress"`
-}
-
-func (r *jobRecord) final() bool {
-	return r.State == "succeeded" || r.State == "failed" || r.State == "canceled"
-}
-
-// jobsExtension returns the extension serving rpc.jobs.* when it can both
-// promote calls to jobs and stream their records, or nil.
-func (m *mcpDoor) jobsExtension() (Subscriber, string) {
-	r := m.s.router
-	if r == nil || r.promoter == nil {
-		return nil, ""
-	}
-	for prefix, ext := range r.extensions {
-		sub, ok := ext.(Subscriber)
-		if pe, isExt := r.promoter.(Extension); ok && isExt && pe == ext {
-			return sub, prefix
-		}
-	}
-	return nil, ""
-}
-
 // callAsJob runs a tools/call that asked for progress as a durable job, when
 // a job runner serves the tool: it submits the job through the same plan
 // and dispatcher as any call (so authorization applies), follows its record
 // and sends each progress report as an MCP progress notification (percent
 // of a total of 100). It reports false when the call cannot run as a job,
 // and the caller runs it as a plain call.
-func (m *mcpDoor) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr callHeaders, args json.RawMessage) (*mcp.CallToolResult, bool) {
+func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr request, args json.RawMessage) (*mcp.CallToolResult, bool) {
 	token := req.Params.GetProgressToken()
 	if token == nil {
 		return nil, false
 	}
-	sub, prefix := m.jobsExtension()
-	if sub == nil || !m.s.router.promoter.Promotable(ctx, req.Params.Name) {
+	if m.jobs == nil || !m.jobs.Promotable(ctx, req.Params.Name) {
 		return nil, false
 	}
+	prefix := m.jobsPrefix
 	submit, _ := json.Marshal(map[string]any{"method": req.Params.Name, "params": args})
-	r := m.run(ctx, hdr, prefix+"submit", submit)
+	r := hdr.call(ctx, m.nextID(), prefix+"submit", submit)
 	if r.Error != nil {
 		return toolError(r.Error), true
 	}
-	var job jobRecord
+	var job schema.JobSubmitResult
 	if err := json.Unmarshal(r.Result, &job); err != nil || job.ID == "" {
 		return toolError(internalError()), true
 	}
 	idParams, _ := json.Marshal(map[string]string{"id": job.ID})
-	call := schema.Call{Request: schema.Request{ID: m.nextID(), Method: prefix + "subscribe", Params: idParams}, Caller: hdr.caller.String()}
-	first, stream, e := sub.Subscribe(ctx, call)
+	call := schema.Call{Request: schema.Request{ID: m.nextID(), Method: prefix + "subscribe", Params: idParams}, Caller: hdr.Caller}
+	first, stream, e := m.jobs.Subscribe(ctx, call)
 	if e != nil {
 		return toolError(e), true
 	}
@@ -92,7 +58,7 @@ func (m *mcpDoor) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr c
 	last := -1.0
 	rec := first
 	for {
-		var cur jobRecord
+		var cur schema.JobRecord
 		if err := json.Unmarshal(rec, &cur); err != nil {
 			return toolError(internalError()), true
 		}
@@ -101,7 +67,7 @@ func (m *mcpDoor) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr c
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: token, Progress: cur.Progress.Percent, Total: 100, Message: cur.Progress.Message})
 		}
-		if cur.final() {
+		if cur.State.Final() {
 			return jobResult(&cur), true
 		}
 		var ok bool
@@ -114,12 +80,12 @@ func (m *mcpDoor) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr c
 		if !ok {
 			// The stream ended before a final record: read it once more.
 			g, _ := json.Marshal(map[string]string{"id": job.ID})
-			r := m.run(ctx, hdr, prefix+"get", g)
+			r := hdr.call(ctx, m.nextID(), prefix+"get", g)
 			if r.Error != nil {
 				return toolError(r.Error), true
 			}
-			var end jobRecord
-			if json.Unmarshal(r.Result, &end) != nil || !end.final() {
+			var end schema.JobRecord
+			if json.Unmarshal(r.Result, &end) != nil || !end.State.Final() {
 				return toolError(schema.NewError(schema.CodeUnavailable, "unavailable: lost track of job "+job.ID,
 					map[string]any{"retryable": true, "job_id": job.ID})), true
 			}
@@ -128,33 +94,12 @@ func (m *mcpDoor) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr c
 	}
 }
 
-func jobResult(rec *jobRecord) *mcp.CallToolResult {
+func jobResult(rec *schema.JobRecord) *mcp.CallToolResult {
 	switch {
 	case rec.Error != nil:
 		return toolError(rec.Error)
-	case rec.State != "succeeded":
+	case rec.State != schema.JobSucceeded:
 		return toolError(schema.NewError(schema.CodeCanceled, "canceled: job "+rec.ID+" was canceled", map[string]any{"job_id": rec.ID}))
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(rec.Result)}}}
-}
-
-// run runs one call through the server's plan and dispatcher and returns
-// its answer. The SDK's handler context does not descend from the HTTP
-// request's, so the caller is put in it as the authentication middleware
-// puts it in every other transport's (see [Caller]).
-func (m *mcpDoor) run(ctx context.Context, hdr callHeaders, method string, params json.RawMessage) schema.Response {
-	if hdr.caller != nil {
-		ctx = context.WithValue(ctx, callerKey{}, hdr.caller)
-	}
-	p := m.s.plan([]element{{req: schema.Request{ID: m.nextID(), Method: method, Params: params}}}, hdr, nil)
-	defer p.done()
-	m.s.dispatch(ctx, &p)
-	if len(p.out) != 1 {
-		return schema.Response{Error: internalError()}
-	}
-	return p.out[0].Response
-}
-
-func (m *mcpDoor) nextID() json.RawMessage {
-	return json.RawMessage(strconv.Quote("mcp-" + strconv.FormatUint(m.ids.Add(1), 10)))
 }

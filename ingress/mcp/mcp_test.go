@@ -1,8 +1,10 @@
-package ingress
+package mcp_test
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -11,16 +13,44 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress"
+	toolbusmcp "github.com/toolbus/toolbus/ingress/mcp"
 	"github.com/toolbus/toolbus/schema"
 )
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// ann returns an announcement of worker with the given tools (JSON).
+func ann(worker string, tools ...string) []byte {
+	return fmt.Appendf(nil, `{"v":1,"worker":%q,"interval_ms":1000,"tools":[%s]}`, worker, strings.Join(tools, ","))
+}
+
+// echo answers echo with its params and every other method as no worker
+// serves it.
+var echo = schema.DispatcherFunc(func(_ context.Context, calls []schema.Call, emit func(int, schema.Response)) {
+	for i, c := range calls {
+		switch {
+		case c.IsNotification():
+		case c.Method == "echo":
+			emit(i, schema.Response{ID: c.ID, Result: json.RawMessage(`{}`)})
+		default:
+			emit(i, schema.Response{ID: c.ID, Error: schema.NewError(schema.CodeMethodNotFound, "method not found",
+				map[string]any{"reason": "no_responders", "method": c.Method})})
+		}
+	}
+})
 
 // keyTransport adds an API key to every request.
 type keyTransport struct{ key string }
 
 func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(APIKeyHeader, k.key)
+	r.Header.Set(ingress.APIKeyHeader, k.key)
 	return http.DefaultTransport.RoundTrip(r)
 }
 
@@ -30,17 +60,26 @@ func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the server's URL.
 func securedMCP(t *testing.T) string {
 	t.Helper()
-	reg := newTestRegistry(t)
-	reg.Observe(ann("w1", echoTool, `{"name":"fail"}`, famTool))
-	reg.Observe(ann("w2", `{"name":"secret"}`, badSchema))
-	s, _ := newServer(t, WithDiscovery(reg), WithAuth(Auth{Keys: []APIKey{
-		{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
-		{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
-		{Name: "ops", SHA256: HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
+	discard := slog.New(slog.DiscardHandler)
+	reg, err := discovery.New(discovery.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`, `{"name":"fam.*","params":{"type":"object","required":["x"]}}`))
+	reg.Observe(ann("w2", `{"name":"secret"}`, `{"name":"bad.schema","params":{"type":12}}`))
+	s, err := ingress.New(echo, ingress.WithLogger(discard), ingress.WithRegistry(reg), ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
+		{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
+		{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
+		{Name: "ops", SHA256: ingress.HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
 	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
-		s.mcp.close()
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
 		ts.Close()
 	})
 	return ts.URL
@@ -52,7 +91,7 @@ func mcpAs(t *testing.T, url, key string) *mcp.ClientSession {
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + MCPPath,
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + toolbusmcp.Path,
 		HTTPClient: &http.Client{Transport: keyTransport{key}}}, nil)
 	if err != nil {
 		t.Fatalf("connect to /mcp as %s: %v", key, err)
@@ -118,14 +157,14 @@ func TestMCPSessionBoundToItsCaller(t *testing.T) {
 	}
 	as := func(method, key, body string) int {
 		t.Helper()
-		r, err := http.NewRequest(method, url+MCPPath, strings.NewReader(body))
+		r, err := http.NewRequest(method, url+toolbusmcp.Path, strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Accept", "application/json, text/event-stream")
 		r.Header.Set("Mcp-Session-Id", id)
-		r.Header.Set(APIKeyHeader, key)
+		r.Header.Set(ingress.APIKeyHeader, key)
 		resp, err := http.DefaultClient.Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -151,87 +190,5 @@ func TestMCPSessionBoundToItsCaller(t *testing.T) {
 	}
 	if got := as(http.MethodDelete, "alice-key", ""); got != http.StatusNoContent {
 		t.Errorf("alice's DELETE of her session = HTTP %d, want 204", got)
-	}
-}
-
-// TestDiscoveryListsWhatTheCallerMayCall checks rpc.discover and
-// GET /openrpc.json with authentication on: a caller is shown the methods
-// it may call and their problems, an operator every problem.
-func TestDiscoveryListsWhatTheCallerMayCall(t *testing.T) {
-	url := securedMCP(t)
-	for _, tc := range []struct {
-		key      string
-		methods  []string
-		problems []string
-	}{
-		{key: "alice-key", methods: []string{"echo", "fam.*"}, problems: []string{"bad.schema"}},
-		{key: "bob-key", methods: []string{"echo"}},
-		{key: "ops-key", problems: []string{"bad.schema"}},
-	} {
-		t.Run(tc.key, func(t *testing.T) {
-			var fromRPC struct {
-				Result OpenRPC       `json:"result"`
-				Error  *schema.Error `json:"error"`
-			}
-			postJSON(t, url+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`, &fromRPC, APIKeyHeader, tc.key)
-			if fromRPC.Error != nil {
-				t.Fatalf("rpc.discover = %v", fromRPC.Error)
-			}
-			var fromGET OpenRPC
-			getJSONAs(t, url+"/openrpc.json", &fromGET, APIKeyHeader, tc.key)
-			for name, doc := range map[string]OpenRPC{"rpc.discover": fromRPC.Result, "GET /openrpc.json": fromGET} {
-				var methods, problems []string
-				for _, m := range doc.Methods {
-					methods = append(methods, m.Name)
-				}
-				for _, p := range doc.Problems {
-					problems = append(problems, p.Method)
-				}
-				if !slices.Equal(methods, tc.methods) || !slices.Equal(problems, tc.problems) {
-					t.Errorf("%s lists methods %q and problems %q, want %q and %q", name, methods, problems, tc.methods, tc.problems)
-				}
-			}
-		})
-	}
-}
-
-// postJSON POSTs a JSON body to url with the given header pairs and
-// decodes the 200 answer into v.
-func postJSON(t *testing.T, url, body string, v any, header ...string) {
-	t.Helper()
-	r, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Header.Set("Content-Type", "application/json")
-	doJSON(t, r, v, header...)
-}
-
-// getJSONAs GETs url with the given header pairs and decodes the 200
-// answer into v.
-func getJSONAs(t *testing.T, url string, v any, header ...string) {
-	t.Helper()
-	r, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doJSON(t, r, v, header...)
-}
-
-func doJSON(t *testing.T, r *http.Request, v any, header ...string) {
-	t.Helper()
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s %s = HTTP %d", r.Method, r.URL, resp.StatusCode)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("%s %s: %v", r.Method, r.URL, err)
 	}
 }

@@ -8,16 +8,18 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/toolbus/toolbus/ingress/dashboard"
 )
 
 // jobQueries is a jobs section for the dashboard that answers one job
 // named after whose jobs were asked for, and records the queries.
 type jobQueries struct {
 	mu   sync.Mutex
-	seen []JobsQuery
+	seen []dashboard.JobsQuery
 }
 
-func (j *jobQueries) stats(_ context.Context, q JobsQuery) (JobsState, error) {
+func (j *jobQueries) stats(_ context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
 	j.mu.Lock()
 	j.seen = append(j.seen, q)
 	j.mu.Unlock()
@@ -25,11 +27,11 @@ func (j *jobQueries) stats(_ context.Context, q JobsQuery) (JobsState, error) {
 	if q.All {
 		owner = "everyone"
 	}
-	return JobsState{ByState: map[string]int{"queued": 1}, Recent: []JobState{{ID: "job-of-" + owner, Method: "echo", State: "queued"}}}, nil
+	return dashboard.JobsState{ByState: map[string]int{"queued": 1}, Recent: []dashboard.JobState{{ID: "job-of-" + owner, Method: "echo", State: "queued"}}}, nil
 }
 
 // dashboardAs reads /ui/api/state with the given API key.
-func dashboardAs(t *testing.T, h http.Handler, key string) DashboardState {
+func dashboardAs(t *testing.T, h http.Handler, key string) dashboard.State {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodGet, "/ui/api/state", nil)
 	r.Header.Set(APIKeyHeader, key)
@@ -37,7 +39,7 @@ func dashboardAs(t *testing.T, h http.Handler, key string) DashboardState {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /ui/api/state as %s = HTTP %d %s", key, rec.Code, rec.Body)
 	}
-	var st DashboardState
+	var st dashboard.State
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -52,32 +54,32 @@ func TestDashboardScopedToCaller(t *testing.T) {
 	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`))
 	reg.Observe(ann("w2", `{"name":"secret"}`))
 	jq := &jobQueries{}
-	s, _ := newServer(t, WithDiscovery(reg), WithJobStats(jq.stats), WithAuth(Auth{Keys: []APIKey{
+	s, _ := newServer(t, WithRegistry(reg), WithJobStats(jq.stats), WithAuth(Auth{Keys: []APIKey{
 		{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"echo", "fail"}},
 		{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"echo"}},
 		{Name: "ops", SHA256: HashAPIKey("ops-key"), Operator: true},
 	}}))
-	defer s.mcp.close()
+	defer s.mcp.Close()
 	h := s.Handler()
 	serve(h, post(`[{"jsonrpc":"2.0","method":"echo","params":[1],"id":1},
 		{"jsonrpc":"2.0","method":"fail","id":"alice-fail"},
 		{"jsonrpc":"2.0","method":"secret","id":"alice-secret"}]`, APIKeyHeader, "alice-key"))
 	serve(h, post(`{"jsonrpc":"2.0","method":"fail","id":"bob-fail"}`, APIKeyHeader, "bob-key"))
 
-	methodsOf := func(st DashboardState) (names []string) {
+	methodsOf := func(st dashboard.State) (names []string) {
 		for _, m := range st.Methods {
 			names = append(names, m.Method)
 		}
 		return names
 	}
-	errorsOf := func(st DashboardState) (ids []string) {
+	errorsOf := func(st dashboard.State) (ids []string) {
 		for _, e := range st.RecentErrors {
 			ids = append(ids, e.ID)
 		}
 		slices.Sort(ids)
 		return ids
 	}
-	workersOf := func(st DashboardState) map[string][]string {
+	workersOf := func(st dashboard.State) map[string][]string {
 		out := map[string][]string{}
 		for _, w := range st.Workers {
 			out[w.ID] = w.Methods
@@ -91,16 +93,16 @@ func TestDashboardScopedToCaller(t *testing.T) {
 		errors      []string
 		workers     map[string][]string
 		job         string
-		query       JobsQuery
+		query       dashboard.JobsQuery
 	}{
 		{key: "bob-key", caller: "bob", methods: []string{"echo"}, errors: []string{`"bob-fail"`},
-			workers: map[string][]string{"w1": {"echo"}}, job: "job-of-bob", query: JobsQuery{Caller: "bob", Recent: dashboardRecentJobs}},
+			workers: map[string][]string{"w1": {"echo"}}, job: "job-of-bob", query: dashboard.JobsQuery{Caller: "bob", Recent: dashboard.RecentJobs}},
 		{key: "alice-key", caller: "alice", methods: []string{"echo", "fail"}, errors: []string{`"alice-fail"`, `"alice-secret"`},
-			workers: map[string][]string{"w1": {"echo", "fail"}}, job: "job-of-alice", query: JobsQuery{Caller: "alice", Recent: dashboardRecentJobs}},
+			workers: map[string][]string{"w1": {"echo", "fail"}}, job: "job-of-alice", query: dashboard.JobsQuery{Caller: "alice", Recent: dashboard.RecentJobs}},
 		{key: "ops-key", caller: "ops", all: true, methods: []string{"echo", "fail", "secret"},
 			errors:  []string{`"alice-fail"`, `"alice-secret"`, `"bob-fail"`},
 			workers: map[string][]string{"w1": {"echo", "fail"}, "w2": {"secret"}}, job: "job-of-everyone",
-			query: JobsQuery{Caller: "ops", All: true, Recent: dashboardRecentJobs}},
+			query: dashboard.JobsQuery{Caller: "ops", All: true, Recent: dashboard.RecentJobs}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.caller, func(t *testing.T) {
@@ -138,7 +140,7 @@ func TestDashboardOpenShowsEverything(t *testing.T) {
 	h := s.Handler()
 	serve(h, post(`{"jsonrpc":"2.0","method":"fail","id":1}`))
 	rec := serve(h, httptest.NewRequest(http.MethodGet, "/ui/api/state", nil))
-	var st DashboardState
+	var st dashboard.State
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ingress
+package discovery
 
 import (
 	"bytes"
@@ -13,32 +13,34 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// guard is the chain's discovery layer when discovery is on
-// ([WithDiscovery]). Before any worker runs a call it checks the params
-// against the registry's schema of the method (unless validation is off)
-// and shortens the call's deadline to the method's advertised timeout; after,
-// it turns "no worker serves it" into -32003 (unavailable, retryable) for a
-// method the registry has seen advertised, so that an agent can tell a
-// method that is down from one that does not exist.
-type guard struct {
+// Layer returns the dispatcher layer of discovery, or nil when reg is nil
+// (which [schema.Chain] skips). Before any worker runs a call it checks the
+// params against reg's schema of the method, when validate is set, and
+// shortens the call's deadline to the method's advertised timeout; after,
+// it turns "no worker serves it" into -32003 (unavailable, retryable) for
+// a method reg has seen advertised, so that an agent can tell a method
+// that is down from one that does not exist. Params that do not fit are
+// answered -32602 with data {"field": JSON pointer, "reason", "method",
+// "source": "schema"} and never reach a worker.
+func Layer(reg *Registry, validate bool) schema.Layer {
+	if reg == nil {
+		return nil
+	}
+	return func(next schema.Dispatcher) schema.Dispatcher {
+		return &layer{next: next, reg: reg, validate: validate}
+	}
+}
+
+// layer is the dispatcher [Layer] puts in front of next.
+type layer struct {
 	next     schema.Dispatcher
 	reg      *Registry
 	validate bool
 }
 
-// discovery returns the chain's discovery layer, or nil without a registry.
-func discovery(reg *Registry, validate bool) schema.Layer {
-	if reg == nil {
-		return nil
-	}
-	return func(next schema.Dispatcher) schema.Dispatcher {
-		return &guard{next: next, reg: reg, validate: validate}
-	}
-}
-
 // Dispatch implements [schema.Dispatcher]. Refused calls are answered
 // before the others are handed on, from the caller's goroutine.
-func (g *guard) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+func (g *layer) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	pass := schema.Subset{Calls: make([]schema.Call, 0, len(calls))}
 	for i, c := range calls {
 		if !schema.IsReserved(c.Method) {
@@ -69,18 +71,12 @@ func (g *guard) Dispatch(ctx context.Context, calls []schema.Call, emit func(i i
 // isNoResponders reports whether e is the dispatcher's answer for a call
 // no worker was subscribed to.
 func isNoResponders(e *schema.Error) bool {
-	if e.Code != schema.CodeMethodNotFound || len(e.Data) == 0 {
-		return false
-	}
-	var data struct {
-		Reason string `json:"reason"`
-	}
-	return json.Unmarshal(e.Data, &data) == nil && data.Reason == "no_responders"
+	return e.Code == schema.CodeMethodNotFound && e.Reason() == schema.ReasonNoResponders
 }
 
 func unavailableMethod(method string) *schema.Error {
 	return schema.NewError(schema.CodeUnavailable, "unavailable: no worker serves "+method+" now",
-		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": "no_workers", "method": method})
+		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonNoWorkers, "method": method})
 }
 
 // checkParams validates params against t's schema. Absent params are not
@@ -156,16 +152,4 @@ func memberOf(pointer string, k jsonschema.ErrorKind) string {
 		return pointer
 	}
 	return pointer + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(names[0])
-}
-
-// isNoWorkers reports whether e is the guard's answer for a known method
-// no worker serves now.
-func isNoWorkers(e *schema.Error) bool {
-	if e.Code != schema.CodeUnavailable || len(e.Data) == 0 {
-		return false
-	}
-	var data struct {
-		Reason string `json:"reason"`
-	}
-	return json.Unmarshal(e.Data, &data) == nil && data.Reason == "no_workers"
 }

@@ -1,4 +1,4 @@
-package ingress
+package discovery
 
 import (
 	"context"
@@ -10,9 +10,10 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// DiscoverMethod is the ingress's own method that answers the OpenRPC
-// document of the live tools; GET /openrpc.json serves the same document.
-const DiscoverMethod = "rpc.discover"
+// Method is the ingress's own method that answers the OpenRPC document of
+// the live tools ([Discoverer]); GET /openrpc.json serves the same
+// document.
+const Method = "rpc.discover"
 
 // OpenRPCVersion is the version of the OpenRPC specification the document
 // follows.
@@ -68,15 +69,32 @@ type OpenRPCExtension struct {
 
 var anySchema = json.RawMessage(`{}`)
 
-// OpenRPC returns the OpenRPC document of the registry's live tools, all
-// of them. rpc.discover and GET /openrpc.json answer a caller the part of
-// it that the caller may see (see [Auth]).
-func (r *Registry) OpenRPC() OpenRPC { return r.openRPC(view{open: true}) }
+// Scope is what one caller may see of the registry. The zero Scope sees
+// no tool and no problem.
+type Scope struct {
+	// MayCall reports whether the caller may call every method that name,
+	// a method or a pattern a worker serves, matches; nil allows none.
+	// Discovery lists such names alone, for operators too: what a caller
+	// may call is its patterns.
+	MayCall func(name string) bool
+	// AllProblems shows every problem of the registry, not only those of
+	// the tools MayCall allows: an operator's view.
+	AllProblems bool
+}
 
-// openRPC returns the document v may see: the methods, and the patterns,
-// whose every method it may call, and their problems; every problem for a
-// view of all callers.
-func (r *Registry) openRPC(v view) OpenRPC {
+// Everything is the Scope of a caller that sees every tool and problem:
+// an operator that may call everything, or the one anonymous caller of an
+// ingress without authentication.
+func Everything() Scope {
+	return Scope{MayCall: func(string) bool { return true }, AllProblems: true}
+}
+
+func (s Scope) mayCall(name string) bool { return s.MayCall != nil && s.MayCall(name) }
+
+// OpenRPC returns the OpenRPC document of the registry's live tools that
+// s may see: the methods, and the patterns, whose every method it may
+// call, and their problems, or every problem with s.AllProblems.
+func (r *Registry) OpenRPC(s Scope) OpenRPC {
 	cat := r.Catalog()
 	doc := OpenRPC{
 		OpenRPC: OpenRPCVersion,
@@ -89,12 +107,12 @@ func (r *Registry) openRPC(v view) OpenRPC {
 		Problems: make([]Problem, 0, len(cat.Problems)),
 	}
 	for _, p := range cat.Problems {
-		if v.allCallers() || v.mayCall(p.Method) {
+		if s.AllProblems || s.mayCall(p.Method) {
 			doc.Problems = append(doc.Problems, p)
 		}
 	}
 	for _, t := range cat.Tools {
-		if !v.mayCall(t.Name) {
+		if !s.mayCall(t.Name) {
 			continue
 		}
 		m := OpenRPCMethod{
@@ -154,34 +172,36 @@ func paramDescriptors(raw json.RawMessage) (structure string, params []ContentDe
 	return "either", params
 }
 
-// discoverer answers rpc.discover on every transport, as an extension,
-// with what its caller may see. auth is nil when the ingress runs without
-// authentication.
-type discoverer struct {
-	reg  *Registry
-	auth *authenticator
+// Discoverer answers rpc.discover on every transport of the ingress, as
+// its extension of that name, and GET /openrpc.json as an [http.Handler],
+// each with the part of the document the caller may see.
+type Discoverer struct {
+	// Registry holds the live tools.
+	Registry *Registry
+	// Scope returns what the caller of a request may see, given the
+	// request's context, in which the ingress has put the caller.
+	Scope func(ctx context.Context) Scope
 }
 
-var _ Extension = discoverer{}
+var _ http.Handler = Discoverer{}
 
-// ServeRPC implements [Extension]. The caller's permissions come with ctx,
-// as every transport hands on the request's context (see [Caller]); a call
-// whose context has no caller while authentication is on is shown nothing.
-func (d discoverer) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error) {
-	if call.Method != DiscoverMethod {
+// ServeRPC answers rpc.discover, and -32601 for any longer name of the
+// prefix (the ingress routes extensions by prefix).
+func (d Discoverer) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessage, *schema.Error) {
+	if call.Method != Method {
 		return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+call.Method,
-			map[string]any{"reason": "reserved", "method": call.Method})
+			map[string]any{"reason": schema.ReasonReserved, "method": call.Method})
 	}
-	b, err := json.Marshal(d.reg.openRPC(d.auth.requestView(ctx)))
+	b, err := json.Marshal(d.Registry.OpenRPC(d.Scope(ctx)))
 	if err != nil {
 		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the OpenRPC document", nil)
 	}
 	return b, nil
 }
 
-// serveOpenRPC answers GET /openrpc.json.
-func (s *Server) serveOpenRPC(w http.ResponseWriter, r *http.Request) {
-	b, err := json.Marshal(s.cfg.registry.openRPC(s.auth.requestView(r.Context())))
+// ServeHTTP answers GET /openrpc.json.
+func (d Discoverer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, err := json.Marshal(d.Registry.OpenRPC(d.Scope(r.Context())))
 	if err != nil {
 		http.Error(w, "cannot encode the OpenRPC document", http.StatusInternalServerError)
 		return

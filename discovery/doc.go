@@ -1,0 +1,19 @@
+// Package discovery knows which tools the cluster serves now. Workers
+// announce their tools on the bus (PROTOCOL.md section 9); a [Registry]
+// follows those announcements through a [Feed] and keeps the live catalogue:
+// each tool's descriptor, how many workers serve it, and the descriptors it
+// could not use ([Problem]).
+//
+// The ingress uses the registry in three places, all of which take what one
+// caller may see as a [Scope] (a permission predicate the ingress builds
+// from its authentication), so that discovery never knows how callers are
+// authenticated:
+//
+//   - [Layer] is the discovery layer of the ingress's dispatcher chain: it
+//     checks params against the advertised JSON Schemas, bounds deadlines
+//     by the advertised timeouts, and answers -32003 for a known method no
+//     worker serves now.
+//   - [Discoverer] answers rpc.discover and GET /openrpc.json with the
+//     OpenRPC document ([Registry.OpenRPC]) of the tools the caller may call.
+//   - The MCP front door (package ingress/mcp) lists the live tools.
+package discovery

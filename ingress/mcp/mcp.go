@@ -1,0 +1,456 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Path is where the ingress mounts the front door (Streamable HTTP).
+const Path = "/mcp"
+
+// refHeader carries, from the HTTP request that brought an MCP message to
+// the tool handler that runs it, a reference to what the ingress read from
+// that request (deadline, caller). A client's own value of it is always
+// replaced.
+const refHeader = "Toolbus-Mcp-Ref"
+
+// Ingress is what the front door needs of the ingress that mounts it.
+type Ingress interface {
+	// Request reads what the HTTP request r, which brings MCP messages,
+	// asks for each call it carries: who sent it (the caller the
+	// ingress's authentication put in r's context) and the call headers
+	// (Toolbus-Timeout, Idempotency-Key, Prefer). A malformed header is
+	// answered with the error.
+	Request(r *http.Request) (Request, *schema.Error)
+}
+
+// Request is what the ingress read from one HTTP request, and the way to
+// run calls under it.
+type Request struct {
+	// Caller names the authenticated caller; empty when the ingress runs
+	// without authentication or the request has no caller.
+	Caller string
+	// MayCall reports whether the caller may call every method that name,
+	// a method or a pattern, matches. It is read only with
+	// [WithAuthentication].
+	MayCall func(name string) bool
+	// Call runs one call for the caller, under the request's headers,
+	// through the ingress's plan and dispatcher chain like a call of any
+	// other transport (method checks, authorization, deadlines, limits),
+	// and returns its answer.
+	Call func(ctx context.Context, req schema.Request) schema.Response
+}
+
+// Jobs is what the front door needs of the jobs extension to run, as a
+// durable job, a tools/call that asks for progress. The jobs service is
+// one.
+type Jobs interface {
+	// Promotable reports whether method can run as a job.
+	Promotable(ctx context.Context, method string) bool
+	// Subscribe answers the subscribe call of call.Caller with the job's
+	// record and returns stream, which calls notify for every
+	// notification until the job is over or ctx ends.
+	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
+}
+
+// Option configures [New].
+type Option func(*Server) error
+
+// WithLogger sets the logger of the MCP server (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Server) error {
+		if l == nil {
+			return errors.New("mcp: nil logger")
+		}
+		s.log = l
+		return nil
+	}
+}
+
+// WithMaxBodyBytes bounds the body of one request (default: the SDK's).
+func WithMaxBodyBytes(n int64) Option {
+	return func(s *Server) error {
+		if n <= 0 {
+			return fmt.Errorf("mcp: max body bytes must be positive, got %d", n)
+		}
+		s.maxBody = n
+		return nil
+	}
+}
+
+// WithAuthentication says that the ingress authenticates its callers
+// (default: it does not, and every request is the one anonymous caller's).
+// Each session then belongs to the caller that made it, a request of
+// another caller under its id is answered 403, and each caller is shown,
+// and may call, the tools of [Request.MayCall] alone.
+func WithAuthentication() Option {
+	return func(s *Server) error {
+		s.authenticated = true
+		return nil
+	}
+}
+
+// WithJobs lets a tools/call that asks for progress run as a job of j,
+// whose methods start with prefix (such as "rpc.jobs."): submitted with
+// prefix+"submit" through the ingress, followed with j's subscription, and
+// read again with prefix+"get" when the subscription ends early.
+func WithJobs(prefix string, j Jobs) Option {
+	return func(s *Server) error {
+		if j == nil || prefix == "" {
+			return errors.New("mcp: jobs need an extension and its prefix")
+		}
+		s.jobs, s.jobsPrefix = j, prefix
+		return nil
+	}
+}
+
+// Server is the MCP front door: an MCP server whose tools are the
+// registry's live methods and whose tools/call goes through the ingress
+// ([Request.Call]), so the same method checks, authorization, deadlines
+// and limits apply as on every other transport. Make one with [New]; it
+// follows the registry until [Server.Close].
+type Server struct {
+	ing     Ingress
+	reg     *discovery.Registry
+	srv     *mcp.Server
+	handler http.Handler
+
+	log           *slog.Logger
+	maxBody       int64
+	authenticated bool
+	jobs          Jobs
+	jobsPrefix    string
+
+	ids  atomic.Uint64
+	refs sync.Map // refHeader value → Request
+
+	mu     sync.Mutex
+	listed map[string]string // tool name → canonical JSON of what was added
+
+	kick        chan struct{}
+	quit        chan struct{}
+	done        chan struct{}
+	closeOnce   sync.Once
+	cancelWatch func()
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns the front door of ing over the tools of reg, following reg
+// until [Server.Close].
+func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
+	if ing == nil || reg == nil {
+		return nil, errors.New("mcp: nil ingress or registry")
+	}
+	m := &Server{
+		ing:    ing,
+		reg:    reg,
+		log:    slog.Default(),
+		listed: map[string]string{},
+		kick:   make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	for _, o := range opts {
+		if err := o(m); err != nil {
+			return nil, err
+		}
+	}
+	m.log = m.log.With("transport", "mcp")
+	so := &mcp.ServerOptions{
+		Logger: m.log,
+		// Tools come and go with the workers, so the capability is
+		// announced even while there are none.
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	}
+	if m.authenticated {
+		// A list shown to one caller is no other's to cache.
+		so.SetCacheable = func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.CacheScope = "private" }
+	}
+	m.srv = mcp.NewServer(&mcp.Implementation{Name: "toolbus", Version: "1"}, so)
+	if m.authenticated {
+		m.srv.AddReceivingMiddleware(m.scope)
+	}
+	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
+		&mcp.StreamableHTTPOptions{Logger: m.log, MaxRequestBodyBytes: m.maxBody})
+	if m.authenticated {
+		m.handler = auth.RequireBearerToken(m.sessionUser, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(m.handler)
+	}
+
+	m.sync()
+	m.cancelWatch = reg.Watch(func() {
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	})
+	go m.loop()
+	return m, nil
+}
+
+// ServeHTTP has the ingress read the request ([Ingress.Request]) and
+// hands the request to the MCP handler with a reference to what it read.
+//
+// With authentication on, the reference also stands in for the request's
+// credentials, which the ingress has checked already: the SDK binds a
+// session to the user its bearer-token middleware finds when the session
+// is made, and answers 403 to a request of another user under that
+// session's id (a POST, the event stream, a DELETE). That middleware reads
+// the token from the Authorization header, so the reference goes there,
+// and [Server.sessionUser] turns it back into the caller.
+func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr, herr := m.ing.Request(r)
+	if herr != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		b, _ := schema.Response{ID: json.RawMessage("null"), Error: herr}.MarshalJSON()
+		w.Write(b)
+		return
+	}
+	ref := newRef()
+	m.refs.Store(ref, hdr)
+	defer m.refs.Delete(ref)
+	r = r.Clone(r.Context())
+	r.Header.Set(refHeader, ref)
+	if m.authenticated {
+		r.Header.Set("Authorization", "Bearer "+ref)
+	}
+	m.handler.ServeHTTP(w, r)
+}
+
+// sessionUser is the SDK's token verifier: the token is the reference
+// ServeHTTP made, and the user the caller it stands for.
+func (m *Server) sessionUser(_ context.Context, ref string, _ *http.Request) (*auth.TokenInfo, error) {
+	v, ok := m.refs.Load(ref)
+	if !ok {
+		return nil, auth.ErrInvalidToken
+	}
+	caller := v.(Request).Caller
+	if caller == "" {
+		return nil, auth.ErrInvalidToken
+	}
+	return &auth.TokenInfo{UserID: caller}, nil
+}
+
+// scope shows each caller the tools it may call: tools/list leaves the
+// others out, and tools/call of one of them is answered as the SDK answers
+// a tool that does not exist, so that a caller cannot tell the two apart.
+func (m *Server) scope(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		mayCall := m.request(req.GetExtra()).mayCall
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && !mayCall(p.Name) {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", p.Name)}
+		}
+		res, err := next(ctx, method, req)
+		if list, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+			shown := make([]*mcp.Tool, 0, len(list.Tools))
+			for _, t := range list.Tools {
+				if mayCall(t.Name) {
+					shown = append(shown, t)
+				}
+			}
+			list.Tools = shown
+		}
+		return res, err
+	}
+}
+
+func newRef() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// loop follows the registry until close.
+func (m *Server) loop() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.quit:
+			return
+		case <-m.kick:
+			m.sync()
+		}
+	}
+}
+
+// Close stops following the registry and ends the MCP sessions, so that
+// their event streams do not hold the HTTP server's shutdown. A nil
+// Server, and one closed already, is left as it is.
+func (m *Server) Close() {
+	if m == nil {
+		return
+	}
+	m.closeOnce.Do(func() {
+		m.cancelWatch()
+		close(m.quit)
+		<-m.done
+		for ss := range m.srv.Sessions() {
+			ss.Close()
+		}
+	})
+}
+
+// sync makes the MCP server's tools those of the registry; the SDK tells
+// the connected clients that the list changed.
+func (m *Server) sync() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	want := map[string]*mcp.Tool{}
+	for _, t := range m.reg.Catalog().Tools {
+		if tool, ok := mcpTool(t); ok {
+			want[tool.Name] = tool
+		}
+	}
+	var gone []string
+	for name := range m.listed {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+			delete(m.listed, name)
+		}
+	}
+	if len(gone) > 0 {
+		m.srv.RemoveTools(gone...)
+	}
+	for name, tool := range want {
+		b, _ := json.Marshal(tool)
+		if m.listed[name] == string(b) {
+			continue
+		}
+		m.listed[name] = string(b)
+		m.srv.AddTool(tool, m.callTool)
+	}
+}
+
+// mcpTool returns the MCP tool of t, or false when MCP cannot list it: a
+// pattern is not a callable name, and MCP arguments are always an object,
+// so a tool whose params schema is not an object schema is left out.
+func mcpTool(t discovery.Tool) (*mcp.Tool, bool) {
+	if t.IsPattern() {
+		return nil, false
+	}
+	input := map[string]any{"type": "object"}
+	if len(t.Params) > 0 {
+		var s map[string]any
+		if err := json.Unmarshal(t.Params, &s); err != nil || (s["type"] != nil && s["type"] != "object") {
+			return nil, false
+		}
+		s["type"] = "object"
+		input = s
+	}
+	tool := &mcp.Tool{
+		Name:        t.Name,
+		Description: t.Description,
+		InputSchema: input,
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.Idempotent},
+	}
+	if out, ok := objectSchema(t.Result); ok {
+		tool.OutputSchema = out
+	}
+	return tool, true
+}
+
+// objectSchema returns raw when it is a schema of JSON objects, which is
+// the only kind MCP takes as an output schema.
+func objectSchema(raw json.RawMessage) (map[string]any, bool) {
+	if len(raw) == 0 {
+		return nil, false
+	}
+	var s map[string]any
+	if err := json.Unmarshal(raw, &s); err != nil || s["type"] != "object" {
+		return nil, false
+	}
+	return s, true
+}
+
+// callTool runs one tools/call as a JSON-RPC call of the same method
+// through the ingress.
+func (m *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	hdr := m.request(req.Extra)
+	var args json.RawMessage
+	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+		args = raw
+	}
+	if res, ok := m.callAsJob(ctx, req, hdr, args); ok {
+		return res, nil
+	}
+	r := hdr.call(ctx, m.nextID(), req.Params.Name, args)
+	if r.Error != nil {
+		return toolError(r.Error), nil
+	}
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(r.Result)}}}
+	if t, ok := m.reg.Lookup(req.Params.Name); ok {
+		if _, ok := objectSchema(t.Result); ok {
+			res.StructuredContent = r.Result
+		}
+	}
+	return res, nil
+}
+
+// request returns what the ingress read from the HTTP request of an MCP
+// message. When that request is over already, its headers are read again
+// without a caller, which authorization refuses.
+func (m *Server) request(extra *mcp.RequestExtra) request {
+	if extra != nil && extra.Header != nil {
+		if v, ok := m.refs.Load(extra.Header.Get(refHeader)); ok {
+			return request{v.(Request)}
+		}
+	}
+	r := &http.Request{Method: http.MethodPost, Header: http.Header{}}
+	if extra != nil && extra.Header != nil {
+		r.Header = extra.Header.Clone()
+		r.Header.Del(refHeader)
+	}
+	hdr, _ := m.ing.Request(r)
+	return request{hdr}
+}
+
+// request is a [Request] whose missing functions allow and answer nothing.
+type request struct{ Request }
+
+func (r request) mayCall(name string) bool { return r.MayCall != nil && r.MayCall(name) }
+
+// call runs one call of method with params under r.
+func (r request) call(ctx context.Context, id json.RawMessage, method string, params json.RawMessage) schema.Response {
+	if r.Call == nil {
+		return schema.Response{ID: id, Error: internalError()}
+	}
+	return r.Call(ctx, schema.Request{ID: id, Method: method, Params: params})
+}
+
+func (m *Server) nextID() json.RawMessage {
+	return json.RawMessage(strconv.Quote("mcp-" + strconv.FormatUint(m.ids.Add(1), 10)))
+}
+
+// internalError is the answer for a call that got no usable answer.
+func internalError() *schema.Error {
+	return schema.NewError(schema.CodeInternal, "internal error: the call got no answer",
+		map[string]any{"reason": "no_answer"})
+}
+
+// toolError is the MCP answer for a call that failed: a tool result with
+// isError, the message as its text, and the JSON-RPC error, code and
+// data, under _meta "toolbus/error".
+func toolError(e *schema.Error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s (code %d)", e.Message, e.Code)}},
+		Meta:    mcp.Meta{"toolbus/error": e},
+	}
+}
