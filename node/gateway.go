@@ -47,9 +47,8 @@ type Gateway struct {
 	idem *aggregator.IdempotencyStore // nil without [WithIdempotency]
 
 	mu       sync.Mutex
-	started  bool
-	stops    []func(ctx context.Context) error // in the order they run
-	served   chan error
+	started  bool                              // Start was called, or Shutdown
+	stops    []func(ctx context.Context) error // run last first by Shutdown
 	shutdown sync.Once
 	stopErr  error
 }
@@ -234,7 +233,8 @@ func (g *Gateway) Jobs() *jobs.Service {
 // Start begins the background setups of the idempotency store and the
 // jobs service, follows the workers' announcements, answers `toolbus
 // status` on the bus, and serves HTTP on l until [Gateway.Shutdown]. When
-// it fails, what it began is stopped again. It may be called once.
+// it fails, what it began is stopped again. It may be called once, and
+// not after Shutdown.
 func (g *Gateway) Start(l net.Listener) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -279,7 +279,7 @@ func (g *Gateway) Start(l net.Listener) error {
 		return fail(err)
 	}
 	g.stops = append(g.stops, func(context.Context) error { return svc.Stop() })
-	g.served = make(chan error, 1)
+	served := make(chan error, 1)
 	go func() {
 		err := g.Ingress.Serve(l)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -288,10 +288,10 @@ func (g *Gateway) Start(l net.Listener) error {
 		if err != nil {
 			g.cfg.log.Error("ingress stopped serving", "err", err)
 		}
-		g.served <- err
+		served <- err
 	}()
 	g.stops = append(g.stops, func(ctx context.Context) error {
-		return errors.Join(g.Ingress.Shutdown(ctx), <-g.served)
+		return errors.Join(g.Ingress.Shutdown(ctx), <-served)
 	})
 	return nil
 }
@@ -305,6 +305,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.shutdown.Do(func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		g.started = true
 		g.stopErr = stopAll(ctx, &g.stops)
 	})
 	return g.stopErr

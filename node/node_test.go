@@ -221,8 +221,8 @@ func TestGatewayJobsNotReady(t *testing.T) {
 	}
 }
 
-// TestGatewayStartOnce checks that a second Start is refused and that
-// Shutdown without Start returns.
+// TestGatewayStartOnce checks that a second Start is refused, and that
+// Shutdown without Start returns and refuses a later Start.
 func TestGatewayStartOnce(t *testing.T) {
 	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
 	if err != nil {
@@ -238,16 +238,19 @@ func TestGatewayStartOnce(t *testing.T) {
 	if err := idle.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown without Start = %v", err)
 	}
-	g, err := node.NewGateway(connect(t, e), st, node.WithLogger(discard))
-	if err != nil {
-		t.Fatal(err)
-	}
-	startGateway(t, g)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	if err := idle.Start(l); err == nil {
+		t.Error("Start after Shutdown = nil, want an error")
+	}
+	g, err := node.NewGateway(connect(t, e), st, node.WithLogger(discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startGateway(t, g)
 	if err := g.Start(l); err == nil {
 		t.Error("second Start = nil, want an error")
 	}

@@ -33,8 +33,8 @@ type Worker struct {
 	cfg workerConfig
 
 	mu       sync.Mutex
-	started  bool
-	stops    []func(ctx context.Context) error
+	started  bool                              // Start was called, or Shutdown
+	stops    []func(ctx context.Context) error // run last first by Shutdown
 	shutdown sync.Once
 	stopErr  error
 }
@@ -97,7 +97,8 @@ func (w *Worker) Ready() error {
 // Start starts the runtime, which takes calls at once (its subscriptions
 // reach the server when the connection is up), begins setting up the job
 // runner in the background, and answers `toolbus status` on the bus. When
-// it fails, what it began is stopped again. It may be called once.
+// it fails, what it began is stopped again. It may be called once, and
+// not after Shutdown.
 func (w *Worker) Start() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -140,6 +141,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	w.shutdown.Do(func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.started = true
 		w.stopErr = stopAll(ctx, &w.stops)
 	})
 	return w.stopErr
