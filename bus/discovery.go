@@ -68,19 +68,10 @@ func (a *Announcements) Watch(fn func(data []byte)) (stop func(), err error) {
 	done := make(chan struct{})
 	sub.SetClosedHandler(func(string) { close(done) })
 	return func() {
-		// A connection that is not up has no announcement of the server's
-		// to drain, and a drain would wait for the server.
-		if !a.nc.IsConnected() {
-			if sub.Unsubscribe() == nil {
-				<-done
-			}
-			return
+		// Only an already closed subscription fails to drain, and then
+		// its closed handler has run.
+		if DrainSubscription(a.nc, sub) == nil {
+			<-done
 		}
-		if err := sub.Drain(); err != nil {
-			// Only an already closed subscription or connection fails to
-			// drain, and then its closed handler has run or will.
-			return
-		}
-		<-done
 	}, nil
 }

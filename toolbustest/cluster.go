@@ -4,24 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
-	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
@@ -117,6 +116,14 @@ func WithJobs(opts []jobs.Option, runnerOpts ...jobs.RunnerOption) Option {
 	}
 }
 
+// WithIdempotency gives every ingress of the cluster the same JetStream
+// bucket of idempotency records, kept ttl (zero:
+// [aggregator.DefaultIdempotencyTTL]), so that an Idempotency-Key header
+// collapses duplicates across ingress replicas.
+func WithIdempotency(ttl time.Duration) Option {
+	return func(o *options) { o.idem, o.idemTTL = true, ttl }
+}
+
 // DiscoveryInterval is how often the workers of a cluster started
 // [WithDiscovery] announce their tools: short, so that a test sees a
 // vanished worker's tools go within a second.
@@ -125,7 +132,7 @@ const DiscoveryInterval = 200 * time.Millisecond
 // WithDiscovery turns discovery on: every worker announces its tools
 // (every [DiscoveryInterval]) and every ingress keeps a registry of them,
 // validates params, serves rpc.discover, GET /openrpc.json and the MCP
-// front door at /mcp ([ingress.WithRegistry]).
+// front door at /mcp ([ingress.WithDiscovery]).
 func WithDiscovery() Option { return func(o *options) { o.discovery = true } }
 
 // WithLogger sets the logger of every part (default: one that discards).
@@ -179,53 +186,46 @@ type Ingress struct {
 	Jobs *jobs.Service
 	// Registry is its registry of tools (nil without [WithDiscovery]).
 	Registry *discovery.Registry
+
+	killed atomic.Bool
 }
 
 // Kill closes the ingress's NATS connection at once, without draining, as
 // a crashed process would: the calls it dispatched are never waited for
 // again, and its HTTP server answers them as it can.
-func (i *Ingress) Kill() { i.Conn.Close() }
+func (i *Ingress) Kill() {
+	i.killed.Store(true)
+	i.Conn.Close()
+}
+
+// startTimeout bounds the wait for a node to set up what it needs of
+// JetStream, which on an embedded server takes milliseconds.
+const startTimeout = time.Minute
 
 // AddIngress starts another ingress replica on a connection of its own, as
-// a second process would be; it stops when the test ends.
+// a second process would be; it stops when the test ends. It returns once
+// the ingress is ready, its jobs service and idempotency store set up.
 func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	t.Helper()
 	o := c.opts
-	e := c.NATS
-
-	nc, err := e.Connect(bus.WithName("toolbustest-ingress"), bus.WithLogger(o.logger))
+	nc, err := c.NATS.Connect(bus.WithName("toolbustest-ingress"), bus.WithLogger(o.logger))
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	ing := &Ingress{Conn: nc}
-	aggOpts := append([]aggregator.Option{aggregator.WithLogger(o.logger)}, o.aggOpts...)
+	st := startup(t, o.logger)
+	opts := []node.GatewayOption{node.WithLogger(o.logger),
+		node.WithAggregatorOptions(o.aggOpts...), node.WithIngressOptions(o.ingOpts...)}
 	if o.idem {
-		aggOpts = append(aggOpts, aggregator.WithIdempotency(idempotencyBucket(t, nc, o.idemTTL)))
-	}
-	ing.Aggregator, err = aggregator.New(nc, aggOpts...)
-	if err != nil {
-		t.Fatalf("toolbustest: %v", err)
-	}
-	ingOpts := []ingress.Option{
-		ingress.WithLogger(o.logger),
-		ingress.WithReadiness(func(context.Context) error {
-			if s := nc.Status(); s != nats.CONNECTED {
-				return fmt.Errorf("nats connection is %s", s)
-			}
-			return nil
-		}),
+		opts = append(opts, node.WithIdempotency(o.idemTTL, 0))
 	}
 	if o.jobs {
-		ing.Jobs = startJobs(t, nc, o)
-		ingOpts = append(ingOpts, ingress.WithExtension(schema.MethodJobsPrefix, ing.Jobs),
-			ingress.WithJobStats(jobview.Func(ing.Jobs)))
+		opts = append(opts, node.WithJobs(o.jobsOpts...))
 	}
 	if o.discovery {
-		ing.Registry = startRegistry(t, nc, o)
-		ingOpts = append(ingOpts, ingress.WithRegistry(ing.Registry))
+		opts = append(opts, node.WithRegistry())
 	}
-	ing.Ingress, err = ingress.New(ing.Aggregator, append(ingOpts, o.ingOpts...)...)
+	g, err := node.NewGateway(nc, st, opts...)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
@@ -233,64 +233,46 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- ing.Ingress.Serve(l) }()
+	if err := g.Start(l); err != nil {
+		l.Close()
+		t.Fatalf("toolbustest: ingress: %v", err)
+	}
+	ing := &Ingress{Conn: nc, Aggregator: g.Aggregator, Ingress: g.Ingress, Registry: g.Registry}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ing.Ingress.Shutdown(ctx)
-		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := g.Shutdown(ctx); err != nil && !ing.killed.Load() {
 			t.Errorf("toolbustest: ingress: %v", err)
 		}
 	})
+	ready(t, "ingress", st)
+	ing.Jobs = g.Jobs()
 	ing.BaseURL = "http://" + l.Addr().String()
 	ing.URL = ing.BaseURL + "/rpc"
 	return ing
 }
 
-// startRegistry starts a registry of the tools announced on nc, closed when
-// the test ends.
-func startRegistry(t testing.TB, nc *nats.Conn, o options) *discovery.Registry {
-	t.Helper()
-	reg, err := discovery.New(discovery.WithLogger(o.logger))
-	if err != nil {
-		t.Fatalf("toolbustest: registry: %v", err)
-	}
-	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
-	if err != nil {
-		t.Fatalf("toolbustest: %v", err)
-	}
-	feed, err := bus.NewAnnouncements(nc, subjects)
-	if err != nil {
-		t.Fatalf("toolbustest: %v", err)
-	}
-	if err := reg.Start(feed); err != nil {
-		t.Fatalf("toolbustest: registry: %v", err)
-	}
-	t.Cleanup(reg.Close)
-	return reg
+// startup returns the startup of one node, stopped when the test ends.
+func startup(t testing.TB, log *slog.Logger) *bus.Startup {
+	st := bus.NewStartup(log)
+	t.Cleanup(st.Stop)
+	return st
 }
 
-// startJobs starts a jobs service on nc, shut down when the test ends.
-func startJobs(t testing.TB, nc *nats.Conn, o options) *jobs.Service {
+// ready waits until the node of st has set up what it needs, failing the
+// test if it cannot.
+func ready(t testing.TB, what string, st *bus.Startup) {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("toolbustest: %v", err)
+	st.Begin()
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case <-st.Ready():
+	case err := <-st.Fatal():
+		t.Fatalf("toolbustest: %s: %v", what, err)
+	case <-timer.C:
+		t.Fatalf("toolbustest: %s not ready after %v: %v", what, startTimeout, st.Err())
 	}
-	svc, err := jobs.New(js, append([]jobs.Option{jobs.WithLogger(o.logger), jobs.WithAuthorize(ingress.Allowed)}, o.jobsOpts...)...)
-	if err != nil {
-		t.Fatalf("toolbustest: jobs: %v", err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatalf("toolbustest: jobs: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		svc.Shutdown(ctx)
-	})
-	return svc
 }
 
 // AddWorker starts another worker on a connection of its own, serving what
@@ -305,49 +287,39 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
+	t.Cleanup(nc.Close)
 	rt, err := worker.New(nc, c.opts.workerOpts...)
 	if err != nil {
-		nc.Close()
 		t.Fatalf("toolbustest: %v", err)
 	}
 	for _, r := range register {
 		if err := r(rt); err != nil {
-			nc.Close()
 			t.Fatalf("toolbustest: register tools: %v", err)
 		}
 	}
-	var runner *jobs.Runner
+	st := startup(t, c.opts.logger)
+	opts := []node.WorkerOption{node.WithLogger(c.opts.logger)}
 	if c.opts.jobs {
-		js, err := jetstream.New(nc)
-		if err == nil {
-			runner, err = jobs.NewRunner(js, rt, append([]jobs.RunnerOption{jobs.WithRunnerLogger(c.opts.logger)}, c.opts.runnerOpts...)...)
-		}
-		if err == nil {
-			err = runner.Start(context.Background())
-		}
-		if err != nil {
-			nc.Close()
-			t.Fatalf("toolbustest: job runner: %v", err)
-		}
+		opts = append(opts, node.WithJobRunner(c.opts.runnerOpts...))
 	}
-	if err := rt.Start(); err != nil {
-		nc.Close()
+	w, err := node.NewWorker(nc, rt, st, opts...)
+	if err != nil {
+		t.Fatalf("toolbustest: worker: %v", err)
+	}
+	if err := w.Start(); err != nil {
 		t.Fatalf("toolbustest: start worker: %v", err)
-	}
-	// Make sure the subscriptions reached the server before calls are sent.
-	if err := nc.Flush(); err != nil {
-		t.Fatalf("toolbustest: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if runner != nil {
-			runner.Shutdown(ctx)
-		}
-		rt.Shutdown(ctx)
-		nc.Close()
+		w.Shutdown(ctx)
 	})
-	return &Worker{Runtime: rt, Conn: nc, Runner: runner}
+	ready(t, "worker", st)
+	// Make sure the subscriptions reached the server before calls are sent.
+	if err := nc.Flush(); err != nil {
+		t.Fatalf("toolbustest: %v", err)
+	}
+	return &Worker{Runtime: rt, Conn: nc, Runner: w.Runner}
 }
 
 // Post sends body to the JSON-RPC endpoint with the given header pairs

@@ -310,17 +310,10 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			if r.sub == nil {
 				continue
 			}
-			// A connection that is not up holds no call of the server's
-			// to drain, and a drain would wait for the server.
-			if !rt.nc.IsConnected() {
-				if err := r.sub.Unsubscribe(); err != nil {
-					rt.log.Warn("unsubscribe", "subject", r.subject, "err", err)
-				}
-				continue
-			}
-			// Drain fails only when the subscription or the connection is
-			// already closed, and then the subscription's done is closed too.
-			if err := r.sub.Drain(); err != nil {
+			// Draining fails only when the subscription or the connection
+			// is already closed, and then the subscription's done is
+			// closed too.
+			if err := bus.DrainSubscription(rt.nc, r.sub); err != nil {
 				rt.log.Warn("drain subscription", "subject", r.subject, "err", err)
 			}
 		}

@@ -156,3 +156,19 @@ func methodStatus(name string, s callstats.Stats) MethodStatus {
 		TotalErrors: s.TotalErrors,
 	}
 }
+
+// Summary is s as every toolbus process reports itself on its status
+// endpoint ([bus.ServeStatus]): kind worker, with the readiness under
+// Extra's "ready" and "not_ready".
+func (s Status) Summary() bus.Status {
+	out := bus.Status{Kind: bus.KindWorker, ID: s.ID, Host: s.Host, Started: s.Started, InFlight: s.InFlight,
+		Methods: make([]bus.MethodStatus, 0, len(s.Methods)),
+		Extra:   map[string]any{"ready": s.Ready}}
+	if s.NotReady != "" {
+		out.Extra["not_ready"] = s.NotReady
+	}
+	for _, m := range s.Methods {
+		out.Methods = append(out.Methods, m.MethodStatus)
+	}
+	return out
+}

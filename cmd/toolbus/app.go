@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
@@ -18,15 +16,13 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
-	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/internal/egress"
-	"github.com/toolbus/toolbus/internal/jobview"
 	"github.com/toolbus/toolbus/jobs"
-	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
+	"github.com/toolbus/toolbus/worker/mcpbridge"
 )
 
 // connector opens a NATS connection with a client name; the embedded mode
@@ -254,14 +250,14 @@ func embedded(cfg bus.EmbeddedConfig, connect func(e *bus.Embedded, name string)
 // remoteModule connects to NATS servers over the network, with opts (the
 // authentication and TLS of [natsAuth]) after the client name. A
 // connection is returned at once even when no server answers yet: it keeps
-// trying in the background, and the process's [startup] says what it waits
+// trying in the background, and the process's [bus.Startup] says what it waits
 // for until it is connected, or stops the process when the server refuses
 // it for good.
 func remoteModule(url string, opts ...bus.Option) fx.Option {
-	return fx.Provide(func(st *startup) connector {
+	return fx.Provide(func(st *bus.Startup) connector {
 		return func(name string) (*nats.Conn, error) {
 			o := append([]bus.Option{bus.WithName(name)}, opts...)
-			o = append(o, bus.WithRetryOnFailedConnect(), bus.WithStatusFunc(st.watchConn(name, url)))
+			o = append(o, bus.WithRetryOnFailedConnect(), bus.WithStatusFunc(st.WatchConn(name, url)))
 			return bus.Connect(url, o...)
 		}
 	})
@@ -271,101 +267,24 @@ func remoteModule(url string, opts ...bus.Option) fx.Option {
 // listener is open.
 type ingressAddr struct{ net.Addr }
 
-// ingressModule runs the HTTP ingress and its aggregator.
+// ingressModule runs the gateway: the HTTP ingress, its aggregator and
+// what the configuration adds to them.
 func ingressModule(cfg ingressConfig) fx.Option {
 	return fx.Options(
-		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, st *startup) (*aggregator.Aggregator, *nats.Conn, *discovery.Registry, error) {
+		fx.Provide(func(lc fx.Lifecycle, connect connector, log *slog.Logger, metrics *prometheus.Registry,
+			tp trace.TracerProvider, counters *jobs.Counters, st *bus.Startup) (*node.Gateway, ingressAddr, error) {
+			opts, err := cfg.gatewayOptions(log, metrics, tp, counters)
+			if err != nil {
+				return nil, ingressAddr{}, err
+			}
 			nc, err := connect("toolbus-ingress")
 			if err != nil {
-				return nil, nil, nil, err
-			}
-			lc.Append(fx.StopHook(func() { drain(nc) }))
-			policy, err := cfg.sec.aggregatorOptions()
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if cfg.sec.idempotency {
-				policy = append(policy, aggregator.WithIdempotencyStore(openIdempotency(lc, st, nc, cfg)))
-			}
-			var reg *discovery.Registry
-			if cfg.discovery {
-				if reg, err = newRegistry(lc, nc, cfg.prefix, log); err != nil {
-					return nil, nil, nil, err
-				}
-				// A tool its workers advertise as idempotent may be
-				// published again, as --retry-safe patterns are.
-				policy = append(policy, aggregator.WithRetrySafeFunc(func(method string) bool {
-					t, ok := reg.Lookup(method)
-					return ok && t.Idempotent && !t.Conflict
-				}))
-			}
-			if cfg.callerInFlight != 0 {
-				policy = append(policy, aggregator.WithCallerMaxInFlight(cfg.callerInFlight))
-			}
-			agg, err := aggregator.New(nc, append([]aggregator.Option{
-				aggregator.WithPrefix(cfg.prefix),
-				aggregator.WithDefaultTimeout(cfg.defaultTimeout),
-				aggregator.WithMaxTimeout(cfg.maxTimeout),
-				aggregator.WithBatchConcurrency(cfg.batchConcurrency),
-				aggregator.WithMaxInFlight(cfg.maxInFlight),
-				aggregator.WithLogger(log)}, policy...)...)
-			return agg, nc, reg, err
-		}),
-		fx.Provide(func(lc fx.Lifecycle, agg *aggregator.Aggregator, nc *nats.Conn, reg *discovery.Registry, log *slog.Logger,
-			metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) (*ingress.Server, ingressAddr, error) {
-			opts := []ingress.Option{
-				ingress.WithLimits(cfg.limits),
-				ingress.WithMaxTimeout(cfg.maxTimeout),
-				ingress.WithLogger(log),
-				ingress.WithJSONRPC1(cfg.jsonrpc1),
-				ingress.WithMaxHeaderBytes(cfg.maxHeaderBytes),
-				ingress.WithMaxConnsPerAddr(cfg.maxConnsPerAddr),
-				ingress.WithMaxBytesInFlight(cfg.maxBytes),
-				ingress.WithWebSocketMaxInFlight(cfg.wsMaxInFlight),
-				ingress.WithWebSocketMaxUnsentBytes(cfg.wsMaxUnsent),
-				ingress.WithWebSocketWriteTimeout(cfg.wsWriteTimeout),
-				ingress.WithWebSocketPing(cfg.wsPingInterval, cfg.wsPingMisses),
-				ingress.WithSSEHeartbeat(cfg.sseHeartbeat),
-				ingress.WithReadiness(func(context.Context) error {
-					if err := st.err(); err != nil {
-						return err
-					}
-					if s := nc.Status(); s != nats.CONNECTED {
-						return fmt.Errorf("nats connection is %s", s)
-					}
-					return nil
-				}),
-			}
-			if cfg.callerMaxBytes != 0 {
-				opts = append(opts, ingress.WithCallerMaxBytesInFlight(cfg.callerMaxBytes))
-			}
-			if len(cfg.wsOrigins) > 0 {
-				opts = append(opts, ingress.WithWebSocketOrigins(cfg.wsOrigins...))
-			}
-			sec, err := cfg.sec.ingressOptions(log)
-			if err != nil {
 				return nil, ingressAddr{}, err
 			}
-			opts = append(opts, sec...)
-			opts = append(opts, cfg.obs.ingressOptions(metrics, tp)...)
-			if cfg.jobs {
-				lj := newJobService(lc, st, nc, cfg, log, counters, metrics)
-				opts = append(opts, ingress.WithExtension(schema.MethodJobsPrefix, lj), ingress.WithJobStats(func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
-					svc := lj.svc.Load()
-					if svc == nil {
-						return dashboard.JobsState{}, lj.unavailable()
-					}
-					return jobview.Func(svc)(ctx, q)
-				}))
-			}
-			if reg != nil {
-				opts = append(opts, ingress.WithRegistry(reg), ingress.WithValidation(cfg.validate))
-			}
-			srv, err := ingress.New(agg, opts...)
+			// Appended first, the connection drains last.
+			lc.Append(fx.StopHook(func() { bus.Drain(nc) }))
+			g, err := node.NewGateway(nc, st, opts...)
 			if err != nil {
-				return nil, ingressAddr{}, err
-			}
-			if err := serveStatus(lc, nc, cfg.prefix, bus.KindIngress, func() bus.Status { return ingressStatus(srv) }); err != nil {
 				return nil, ingressAddr{}, err
 			}
 			l, err := listen(cfg.listen, "choose another address with --listen")
@@ -373,115 +292,95 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				return nil, ingressAddr{}, err
 			}
 			lc.Append(fx.Hook{
-				OnStart: func(context.Context) error {
-					go func() {
-						if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-							log.Error("ingress stopped serving", "err", err)
-						}
-					}()
-					return nil
-				},
+				OnStart: func(context.Context) error { return g.Start(l) },
 				OnStop: func(ctx context.Context) error {
 					ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
 					defer cancel()
-					return srv.Shutdown(ctx)
+					return g.Shutdown(ctx)
 				},
 			})
-			return srv, ingressAddr{l.Addr()}, nil
+			return g, ingressAddr{l.Addr()}, nil
 		}),
-		fx.Invoke(func(*ingress.Server) {}),
+		fx.Invoke(func(*node.Gateway) {}),
 	)
 }
 
-// newJobService starts the rpc.jobs.* service of an ingress: its stream and
-// bucket are opened in the background, and the jobs methods are refused as
-// not ready until they are.
-func newJobService(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfig, log *slog.Logger,
-	counters *jobs.Counters, metrics *prometheus.Registry) *lazyJobs {
-	const part = "jobs"
-	lj := &lazyJobs{st: st, part: part}
-	opts := []jobs.Option{
-		jobs.WithPrefix(cfg.prefix),
-		jobs.WithTTL(cfg.jobTTL),
-		jobs.WithReplicas(cfg.jobReplicas),
-		jobs.WithMaxAttempts(cfg.jobMaxAttempts),
-		jobs.WithStoreBytes(cfg.jobQueueBytes, cfg.jobRecordsBytes),
-		jobs.WithCallerMaxQueued(cfg.jobCallerQueued),
-		jobs.WithLogger(log),
-		jobs.WithCounters(counters),
-		jobs.WithAuthorize(ingress.Allowed),
+// gatewayOptions are the gateway options of c.
+func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider,
+	counters *jobs.Counters) ([]node.GatewayOption, error) {
+	aggOpts, err := c.sec.aggregatorOptions()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.callbackSecret != "" {
-		opts = append(opts, jobs.WithCallbackSecret([]byte(cfg.callbackSecret)), jobs.WithCallbackAllow(cfg.callbackAllow...))
+	aggOpts = append(aggOpts,
+		aggregator.WithDefaultTimeout(c.defaultTimeout),
+		aggregator.WithMaxTimeout(c.maxTimeout),
+		aggregator.WithBatchConcurrency(c.batchConcurrency),
+		aggregator.WithMaxInFlight(c.maxInFlight))
+	if c.callerInFlight != 0 {
+		aggOpts = append(aggOpts, aggregator.WithCallerMaxInFlight(c.callerInFlight))
 	}
-	var stop func()
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			stop = st.setUp(part, nc, cfg.jobReplicas, func(ctx context.Context) error {
-				js, err := jetstream.New(nc)
-				if err != nil {
-					return err
-				}
-				svc, err := jobs.Open(ctx, js, opts...)
-				if err != nil {
-					return err
-				}
-				if err := svc.Start(ctx); err != nil {
-					return err
-				}
-				if cfg.obs.metrics {
-					if err := metrics.Register(svc.Collector()); err != nil {
-						log.Error("jobs metrics not served", "err", err)
-					}
-				}
-				lj.svc.Store(svc)
-				return nil
-			})
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			stop()
-			if svc := lj.svc.Load(); svc != nil {
-				return svc.Shutdown(ctx)
-			}
-			return nil
-		},
-	})
-	return lj
-}
-
-// openIdempotency opens the ingress's idempotency bucket in the background;
-// until it is open, calls with an Idempotency-Key are refused as not ready.
-func openIdempotency(lc fx.Lifecycle, st *startup, nc *nats.Conn, cfg ingressConfig) *aggregator.IdempotencyStore {
-	const part = "idempotency store"
-	store := &aggregator.IdempotencyStore{}
-	var stop func()
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			stop = st.setUp(part, nc, cfg.jobReplicas, func(ctx context.Context) error {
-				js, err := jetstream.New(nc)
-				if err != nil {
-					return err
-				}
-				kv, err := aggregator.IdempotencyBucket(ctx, js, cfg.prefix, cfg.sec.idemTTL, cfg.jobReplicas, cfg.sec.idemMaxBytes)
-				if err != nil {
-					store.Waiting("JetStream: " + err.Error())
-					return err
-				}
-				store.Open(kv)
-				return nil
-			})
-			return nil
-		},
-		OnStop: func(context.Context) error { stop(); return nil },
-	})
-	return store
+	ingOpts := []ingress.Option{
+		ingress.WithLimits(c.limits),
+		ingress.WithMaxTimeout(c.maxTimeout),
+		ingress.WithJSONRPC1(c.jsonrpc1),
+		ingress.WithMaxHeaderBytes(c.maxHeaderBytes),
+		ingress.WithMaxConnsPerAddr(c.maxConnsPerAddr),
+		ingress.WithMaxBytesInFlight(c.maxBytes),
+		ingress.WithWebSocketMaxInFlight(c.wsMaxInFlight),
+		ingress.WithWebSocketMaxUnsentBytes(c.wsMaxUnsent),
+		ingress.WithWebSocketWriteTimeout(c.wsWriteTimeout),
+		ingress.WithWebSocketPing(c.wsPingInterval, c.wsPingMisses),
+		ingress.WithSSEHeartbeat(c.sseHeartbeat),
+	}
+	if c.callerMaxBytes != 0 {
+		ingOpts = append(ingOpts, ingress.WithCallerMaxBytesInFlight(c.callerMaxBytes))
+	}
+	if len(c.wsOrigins) > 0 {
+		ingOpts = append(ingOpts, ingress.WithWebSocketOrigins(c.wsOrigins...))
+	}
+	sec, err := c.sec.ingressOptions(log)
+	if err != nil {
+		return nil, err
+	}
+	ingOpts = append(ingOpts, sec...)
+	ingOpts = append(ingOpts, c.obs.ingressOptions(tp)...)
+	opts := []node.GatewayOption{
+		node.WithPrefix(c.prefix),
+		node.WithLogger(log),
+		node.WithVersion(buildVersion()),
+		node.WithReplicas(c.jobReplicas),
+	}
+	if c.obs.metrics {
+		opts = append(opts, node.WithMetrics(metrics))
+	}
+	if c.sec.idempotency {
+		opts = append(opts, node.WithIdempotency(c.sec.idemTTL, c.sec.idemMaxBytes))
+	}
+	if c.discovery {
+		opts = append(opts, node.WithRegistry())
+		ingOpts = append(ingOpts, ingress.WithValidation(c.validate))
+	}
+	if c.jobs {
+		jobOpts := []jobs.Option{
+			jobs.WithTTL(c.jobTTL),
+			jobs.WithMaxAttempts(c.jobMaxAttempts),
+			jobs.WithStoreBytes(c.jobQueueBytes, c.jobRecordsBytes),
+			jobs.WithCallerMaxQueued(c.jobCallerQueued),
+			jobs.WithCounters(counters),
+		}
+		if c.callbackSecret != "" {
+			jobOpts = append(jobOpts, jobs.WithCallbackSecret([]byte(c.callbackSecret)), jobs.WithCallbackAllow(c.callbackAllow...))
+		}
+		opts = append(opts, node.WithJobs(jobOpts...))
+	}
+	return append(opts, node.WithAggregatorOptions(aggOpts...), node.WithIngressOptions(ingOpts...)), nil
 }
 
 // workerModule runs a worker runtime serving the configured toolsets.
 func workerModule(cfg workerConfig) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, connect connector, log *slog.Logger,
-		metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *startup) error {
+		metrics *prometheus.Registry, tp trace.TracerProvider, counters *jobs.Counters, st *bus.Startup) error {
 		if err := cfg.validate(); err != nil {
 			return err
 		}
@@ -492,24 +391,8 @@ func workerModule(cfg workerConfig) fx.Option {
 		// Appended first, the connection closes last, and also when the
 		// application stops before the worker has started (a start that
 		// was canceled or failed in a later hook).
-		lc.Append(fx.StopHook(func() { drain(nc) }))
-		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
-			worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
-		if cfg.announce {
-			wopts = append(wopts, worker.WithDiscovery(0))
-		}
-		rt, err := worker.New(nc, wopts...)
-		if err != nil {
-			nc.Close()
-			return err
-		}
-		for _, name := range cfg.tools {
-			if err := toolsets[name](rt, cfg); err != nil {
-				nc.Close()
-				return fmt.Errorf("worker: toolset %s: %w", name, err)
-			}
-		}
-		bridge, err := newBridge(rt, cfg, log)
+		lc.Append(fx.StopHook(func() { bus.Drain(nc) }))
+		w, bridge, err := newWorker(nc, cfg, log, metrics, tp, counters, st)
 		if err != nil {
 			nc.Close()
 			return err
@@ -519,96 +402,71 @@ func workerModule(cfg workerConfig) fx.Option {
 			// subscribes, and stops after it has drained.
 			lc.Append(fx.Hook{OnStart: bridge.Start, OnStop: func(context.Context) error { return bridge.Close() }})
 		}
-		var runner *jobs.Runner
-		if cfg.jobs {
-			if runner, err = newRunner(nc, rt, cfg, log, counters); err != nil {
-				nc.Close()
-				return err
-			}
-			// In one process with an ingress, the job service's
-			// collector reports these counters.
-			if cfg.standalone {
-				if err := metrics.Register(runner.Collector()); err != nil {
-					nc.Close()
-					return fmt.Errorf("worker: jobs metrics: %w", err)
-				}
-			}
-		}
 		// Registered before the worker's own hook, the probes stop after
 		// it: /readyz says why while the worker drains.
 		if cfg.metricsListen != "" {
-			if err := workerHTTP(lc, cfg.metricsListen, metrics, rt, st, log); err != nil {
+			if err := workerHTTP(lc, cfg.metricsListen, worker.ProbeHandler(metrics, w.Ready), log); err != nil {
 				nc.Close()
 				return err
 			}
 		}
-		stopRunner := func() {}
 		lc.Append(fx.Hook{
-			// The runtime takes calls at once (its subscriptions reach
-			// the server when the connection is up); the runner's
-			// consumers are set up in the background once JetStream is.
-			OnStart: func(context.Context) error {
-				if err := rt.Start(); err != nil {
-					return err
-				}
-				if runner != nil {
-					stopRunner = st.setUp("job runner", nc, 1, runner.Start)
-				}
-				return nil
-			},
+			OnStart: func(context.Context) error { return w.Start() },
 			OnStop: func(ctx context.Context) error {
 				ctx, cancel := context.WithTimeout(ctx, cfg.shutdownTimeout)
 				defer cancel()
-				stopRunner()
-				var errs []error
-				if runner != nil {
-					errs = append(errs, runner.Shutdown(ctx))
-				}
-				errs = append(errs, rt.Shutdown(ctx))
-				return errors.Join(errs...)
+				return w.Shutdown(ctx)
 			},
 		})
-		// Appended after the worker's hook, the status service stops
-		// before the worker drains its connection.
-		if err := serveStatus(lc, nc, cfg.prefix, bus.KindWorker, func() bus.Status { return workerStatus(rt) }); err != nil {
-			return err
-		}
-		log.Info("worker serving", "methods", rt.Methods(), "jobs", cfg.jobs)
+		log.Info("worker serving", "methods", w.Runtime.Methods(), "jobs", cfg.jobs)
 		return nil
 	})
 }
 
-func newRunner(nc *nats.Conn, rt *worker.Runtime, cfg workerConfig, log *slog.Logger, counters *jobs.Counters) (*jobs.Runner, error) {
-	js, err := jetstream.New(nc)
+// newWorker makes the worker of cfg on nc, and the bridge to its MCP
+// server if it has one.
+func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider,
+	counters *jobs.Counters, st *bus.Startup) (*node.Worker, *mcpbridge.Bridge, error) {
+	wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
+		worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
+	if cfg.announce {
+		wopts = append(wopts, worker.WithDiscovery(0))
+	}
+	rt, err := worker.New(nc, wopts...)
 	if err != nil {
-		return nil, fmt.Errorf("worker: jobs: %w", err)
+		return nil, nil, err
 	}
-	r, err := jobs.NewRunner(js, rt,
-		jobs.WithRunnerPrefix(cfg.prefix),
-		jobs.WithLease(cfg.jobLease),
-		jobs.WithRunConcurrency(cfg.jobConcurrency),
-		jobs.WithRunnerLogger(log),
-		jobs.WithRunnerCounters(counters))
+	for _, name := range cfg.tools {
+		if err := toolsets[name](rt, cfg); err != nil {
+			return nil, nil, fmt.Errorf("worker: toolset %s: %w", name, err)
+		}
+	}
+	bridge, err := newBridge(rt, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("worker: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
+		return nil, nil, err
 	}
-	return r, nil
-}
-
-// drain closes a connection after delivering what it holds, bounded by the
-// connection's drain timeout.
-func drain(nc *nats.Conn) {
-	closed := make(chan struct{})
-	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-		return
+	opts := []node.WorkerOption{node.WithPrefix(cfg.prefix), node.WithLogger(log), node.WithVersion(buildVersion())}
+	if cfg.jobs {
+		opts = append(opts, node.WithJobRunner(
+			jobs.WithLease(cfg.jobLease),
+			jobs.WithRunConcurrency(cfg.jobConcurrency),
+			jobs.WithRunnerCounters(counters)))
 	}
-	select {
-	case <-closed:
-	case <-time.After(bus.DefaultDrainTimeout + time.Second):
-		nc.Close()
+	w, err := node.NewWorker(nc, rt, st, opts...)
+	if err != nil {
+		if cfg.jobs {
+			err = fmt.Errorf("worker: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
+		}
+		return nil, nil, err
 	}
+	// In one process with an ingress, the job service's collector reports
+	// the runner's counters.
+	if w.Runner != nil && cfg.standalone {
+		if err := metrics.Register(w.Runner.Collector()); err != nil {
+			return nil, nil, fmt.Errorf("worker: jobs metrics: %w", err)
+		}
+	}
+	return w, bridge, nil
 }
 
 // newApp builds an fx application from modules, logging through the
@@ -623,9 +481,9 @@ func newTracedApp(tc tracingConfig, service string, modules ...fx.Option) *fx.Ap
 	return fx.New(
 		fx.NopLogger,
 		fx.Provide(func() *slog.Logger { return slog.Default() }),
-		fx.Provide(func(lc fx.Lifecycle, log *slog.Logger) *startup {
-			st := newStartup(log)
-			lc.Append(fx.StopHook(st.stop))
+		fx.Provide(func(lc fx.Lifecycle, log *slog.Logger) *bus.Startup {
+			st := bus.NewStartup(log)
+			lc.Append(fx.StopHook(st.Stop))
 			return st
 		}),
 		telemetryModule(tc, service),

@@ -149,7 +149,7 @@ func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error 
 	wc := defaultWorkerConfig()
 	wc.concurrency = 4096
 	var addr ingressAddr
-	var st *startup
+	var st *bus.Startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		natsModule,
@@ -238,7 +238,7 @@ func runOverload(ctx context.Context, out io.Writer, startProgress progressStart
 	ic.sec.methodCaps = []string{fmt.Sprintf("sleep=%d", f.overloadCap)}
 	wc := defaultWorkerConfig()
 	var addr ingressAddr
-	var st *startup
+	var st *bus.Startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		natsModule,

@@ -56,7 +56,7 @@ call had the outcome it should.`,
 			ic := defaultIngressConfig()
 			wc := defaultWorkerConfig()
 			var addr ingressAddr
-			var st *startup
+			var st *bus.Startup
 			app := newApp(
 				fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 				embeddedModule(bus.EmbeddedConfig{}),

@@ -8,19 +8,15 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/fx"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/jobs"
-	"github.com/toolbus/toolbus/worker"
 )
 
 // observeConfig is what the ingress shows of itself: metrics, the
@@ -60,12 +56,10 @@ func (c observeConfig) validate() error {
 	return nil
 }
 
-// ingressOptions are the ingress options of c.
-func (c observeConfig) ingressOptions(reg *prometheus.Registry, tp trace.TracerProvider) []ingress.Option {
+// ingressOptions are the ingress options of c but the metrics, which the
+// gateway serves ([node.WithMetrics]).
+func (c observeConfig) ingressOptions(tp trace.TracerProvider) []ingress.Option {
 	opts := []ingress.Option{ingress.WithTracerProvider(tp), ingress.WithDashboard(c.dashboard)}
-	if c.metrics {
-		opts = append(opts, ingress.WithMetrics(reg))
-	}
 	// With no methods to log, the redaction list still hides failed
 	// values in the dashboard's recent errors.
 	opts = append(opts, ingress.WithMessageLog(c.messageLog()))
@@ -95,91 +89,14 @@ func telemetryModule(tc tracingConfig, service string) fx.Option {
 	)
 }
 
-// serveStatus answers `toolbus status` for one part of the process until
-// it stops.
-func serveStatus(lc fx.Lifecycle, nc *nats.Conn, prefix, kind string, snapshot func() bus.Status) error {
-	subjects, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return err
-	}
-	var svc interface{ Stop() error }
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			s, err := bus.ServeStatus(nc, subjects, kind, buildVersion(), snapshot)
-			if err != nil {
-				return fmt.Errorf("%s: status service: %w", kind, err)
-			}
-			svc = s
-			return nil
-		},
-		OnStop: func(context.Context) error {
-			if svc == nil {
-				return nil
-			}
-			return svc.Stop()
-		},
-	})
-	return nil
-}
-
-// ingressStatus is the status answer of an ingress.
-func ingressStatus(srv *ingress.Server) bus.Status {
-	st := srv.Overview()
-	out := bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
-		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
-		Extra:   map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
-	for _, m := range st.Methods {
-		out.Methods = append(out.Methods, bus.MethodStatus{
-			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
-			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total, Workers: m.Workers,
-		})
-	}
-	return out
-}
-
-// workerStatus is the status answer of a worker.
-func workerStatus(rt *worker.Runtime) bus.Status {
-	st := rt.Status()
-	out := bus.Status{Kind: bus.KindWorker, ID: st.ID, Host: st.Host, Started: st.Started, InFlight: st.InFlight,
-		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
-		Extra:   map[string]any{"ready": st.Ready}}
-	if st.NotReady != "" {
-		out.Extra["not_ready"] = st.NotReady
-	}
-	for _, m := range st.Methods {
-		out.Methods = append(out.Methods, m.MethodStatus)
-	}
-	return out
-}
-
-// workerHTTP serves a standalone worker's /metrics, /healthz and /readyz on
-// addr, so that Prometheus and a container orchestrator can reach a
-// process that otherwise speaks only NATS.
-func workerHTTP(lc fx.Lifecycle, addr string, reg *prometheus.Registry, rt *worker.Runtime, st *startup, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintln(w, `{"status":"ok"}`)
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		err := st.err()
-		if err == nil {
-			err = rt.Ready()
-		}
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "{\"status\":\"not ready\",\"reason\":%q}\n", err.Error())
-			return
-		}
-		fmt.Fprintln(w, `{"status":"ready"}`)
-	})
+// workerHTTP serves a standalone worker's probes and metrics
+// ([worker.ProbeHandler]) on addr until the application stops.
+func workerHTTP(lc fx.Lifecycle, addr string, h http.Handler, log *slog.Logger) error {
 	l, err := listen(addr, `give each worker on a host its own --metrics-listen, such as 127.0.0.1:0 for any free port, or "" for none`)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			go func() {

@@ -59,7 +59,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			wc.prefix, wc.jobs = ic.prefix, ic.jobs
 			var addr ingressAddr
 			var emb *bus.Embedded
-			var st *startup
+			var st *bus.Startup
 			app := newTracedApp(tc, tracingService(cmd),
 				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, Token: natsToken, DataDir: dataDir}),
 				workerModule(wc),
@@ -121,7 +121,7 @@ func newIngressCmd() *cobra.Command {
 				return err
 			}
 			var addr ingressAddr
-			var st *startup
+			var st *bus.Startup
 			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr, &st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
 				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
@@ -163,7 +163,7 @@ func newWorkerCmd() *cobra.Command {
 			if err := tc.validate(); err != nil {
 				return err
 			}
-			var st *startup
+			var st *bus.Startup
 			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc), fx.Populate(&st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
 				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.tools)
@@ -182,14 +182,14 @@ func newWorkerCmd() *cobra.Command {
 // for, and runs until SIGINT or SIGTERM (or ctx), or until st meets a
 // condition that will not pass; then it stops app gracefully. It returns
 // that condition, or why app could not start, as one line a person reads.
-func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func()) error {
+func runUntilSignal(ctx context.Context, app *fx.App, st *bus.Startup, ready func()) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	if err := app.Start(sig); err != nil {
-		err = st.cause(err)
+		err = cause(st, err)
 		// A signal during startup is a stop like any other: fx has
 		// already stopped what had started.
 		if sig.Err() != nil && errors.Is(err, context.Canceled) {
@@ -197,7 +197,7 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func())
 		}
 		return err
 	}
-	st.begin()
+	st.Begin()
 	stop := func(cause error) error {
 		if cause == nil {
 			slog.Info("shutting down: draining calls in flight")
@@ -208,20 +208,20 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *startup, ready func())
 		}
 		return startError(err)
 	}
-	if err := st.err(); err != nil {
+	if err := st.Err(); err != nil {
 		slog.Info("started, not ready yet", "reason", err.Error())
 	}
 	select {
-	case <-st.ready:
+	case <-st.Ready():
 		ready()
-	case err := <-st.fatal:
-		return stop(err)
+	case err := <-st.Fatal():
+		return stop(explain(err))
 	case <-sig.Done():
 		return stop(nil)
 	}
 	select {
-	case err := <-st.fatal:
-		return stop(err)
+	case err := <-st.Fatal():
+		return stop(explain(err))
 	case <-sig.Done():
 		return stop(nil)
 	}

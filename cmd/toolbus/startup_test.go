@@ -164,8 +164,8 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 	wc.standalone, wc.metricsListen = true, ""
 	var (
 		addr    ingressAddr
-		ingSt   *startup
-		wrkSt   *startup
+		ingSt   *bus.Startup
+		wrkSt   *bus.Startup
 		started = time.Now()
 	)
 	ingress := newApp(fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
@@ -179,9 +179,9 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 			t.Fatalf("start before NATS: %v", err)
 		}
 		if app == ingress {
-			ingSt.begin()
+			ingSt.Begin()
 		} else {
-			wrkSt.begin()
+			wrkSt.Begin()
 		}
 		t.Cleanup(func() { app.Stop(context.Background()) })
 	}
@@ -213,9 +213,9 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 		t.Errorf("rpc.jobs.list before NATS = %+v, want -32003 jobs_not_ready", r.Error)
 	}
 	select {
-	case err := <-ingSt.fatal:
+	case err := <-ingSt.Fatal():
 		t.Fatalf("ingress gave up: %v", err)
-	case err := <-wrkSt.fatal:
+	case err := <-wrkSt.Fatal():
 		t.Fatalf("worker gave up: %v", err)
 	default:
 	}
@@ -223,13 +223,13 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 	// NATS comes up: both become ready without being told.
 	srv := startServer(t, true)
 	g.open(srv.Addr().String())
-	for name, st := range map[string]*startup{"ingress": ingSt, "worker": wrkSt} {
+	for name, st := range map[string]*bus.Startup{"ingress": ingSt, "worker": wrkSt} {
 		select {
-		case <-st.ready:
-		case err := <-st.fatal:
+		case <-st.Ready():
+		case err := <-st.Fatal():
 			t.Fatalf("%s gave up: %v", name, err)
 		case <-ctx.Done():
-			t.Fatalf("%s not ready a minute after NATS came up: %v", name, st.err())
+			t.Fatalf("%s not ready a minute after NATS came up: %v", name, st.Err())
 		}
 	}
 	if code, why := readiness(t, base+"/readyz"); code != http.StatusOK {
@@ -302,39 +302,5 @@ func TestStartupFailures(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestStartupReadyOnlyOnceBegun checks that a part done before the others
-// have said what they wait for does not make the process ready.
-func TestStartupReadyOnlyOnceBegun(t *testing.T) {
-	st := newStartup(discard)
-	isReady := func() bool {
-		select {
-		case <-st.ready:
-			return true
-		default:
-			return false
-		}
-	}
-	st.wait("nats", "connecting")
-	st.done("nats")
-	if isReady() {
-		t.Fatal("ready before begin, with nothing waited for yet")
-	}
-	st.wait("jobs", "waiting for JetStream")
-	st.begin()
-	if isReady() || st.err() == nil {
-		t.Fatalf("ready while jobs waits (err %v)", st.err())
-	}
-	st.done("jobs")
-	if !isReady() || st.err() != nil {
-		t.Fatalf("not ready with nothing waited for (err %v)", st.err())
-	}
-	// A part that waits again later makes the process not ready again,
-	// and ready stays closed.
-	st.wait("nats", "not connected")
-	if st.err() == nil || !isReady() {
-		t.Errorf("err() = %v after NATS went away, want a reason", st.err())
 	}
 }

@@ -1,0 +1,20 @@
+// Package node assembles the parts of one toolbus process on the NATS
+// connection it is given, so that the binary (cmd/toolbus, through fx) and
+// the in-process test cluster (toolbustest) build the same object graph
+// from one place.
+//
+// A [Gateway] is an ingress process: the aggregator, the ingress's HTTP
+// server, the registry of announced tools, the jobs service and the
+// idempotency store, its readiness and its status service. A [Worker] is a
+// worker process: a [worker.Runtime] with its tools, the job runner, and
+// its status service; [worker.ProbeHandler] serves its probes and metrics.
+//
+// Both start in any order with NATS: what needs JetStream (the jobs
+// service, the idempotency store, the job runner) is set up in the
+// background under a [bus.Startup], which says what the process waits for,
+// and the calls that need it are refused -32003 (retryable) until then.
+//
+// The package exists because the composition needs every other package:
+// ingress may not import jobs, and worker neither jobs nor ingress. Only
+// cmd/toolbus and toolbustest import it.
+package node

@@ -1,0 +1,382 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolbus/toolbus/aggregator"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Parts of a gateway's [bus.Startup].
+const (
+	partJobs        = "jobs"
+	partIdempotency = "idempotency store"
+)
+
+// Gateway is an ingress process on one NATS connection: the aggregator
+// and the HTTP server in front of it, and, as configured, the registry of
+// announced tools, the jobs service and the idempotency store. Make it
+// with [NewGateway], run it with [Gateway.Start] and stop it with
+// [Gateway.Shutdown]; it never closes its connection.
+type Gateway struct {
+	// Aggregator and Ingress are the running parts, for callers that look
+	// inside.
+	Aggregator *aggregator.Aggregator
+	Ingress    *ingress.Server
+	// Registry is the registry of announced tools; nil without
+	// [WithRegistry].
+	Registry *discovery.Registry
+
+	nc   *nats.Conn
+	st   *bus.Startup
+	cfg  gatewayConfig
+	jobs *lazyJobs                    // nil without [WithJobs]
+	idem *aggregator.IdempotencyStore // nil without [WithIdempotency]
+
+	mu       sync.Mutex
+	started  bool                              // Start was called, or Shutdown
+	stops    []func(ctx context.Context) error // run last first by Shutdown
+	shutdown sync.Once
+	stopErr  error
+}
+
+type gatewayConfig struct {
+	common
+	aggOpts   []aggregator.Option
+	ingOpts   []ingress.Option
+	registry  bool
+	jobs      bool
+	jobsOpts  []jobs.Option
+	idem      bool
+	idemTTL   time.Duration
+	idemBytes int64
+	replicas  int
+	metrics   *prometheus.Registry
+}
+
+// WithAggregatorOptions passes opts to [aggregator.New], after the
+// gateway's own (prefix, logger, idempotency store, retry-safe tools).
+func WithAggregatorOptions(opts ...aggregator.Option) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.aggOpts = append(c.aggOpts, opts...)
+		return nil
+	})
+}
+
+// WithIngressOptions passes opts to [ingress.New], after the gateway's own
+// (logger, readiness, jobs, registry, metrics).
+func WithIngressOptions(opts ...ingress.Option) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.ingOpts = append(c.ingOpts, opts...)
+		return nil
+	})
+}
+
+// WithRegistry keeps a registry of the tools workers announce: the ingress
+// validates params, answers -32003 for known methods without workers and
+// serves rpc.discover, GET /openrpc.json and the MCP front door
+// ([ingress.WithDiscovery]); a tool announced as idempotent may be
+// published again, as [aggregator.WithRetrySafe] patterns are. Default: no
+// registry.
+func WithRegistry() GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.registry = true
+		return nil
+	})
+}
+
+// WithJobs serves the rpc.jobs.* methods with a jobs service made with
+// opts, after the gateway's own (prefix, logger, replicas). Its stream and
+// bucket are opened in the background; until they are, the methods are
+// refused -32003 with reason jobs_not_ready. Default: no jobs.
+func WithJobs(opts ...jobs.Option) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.jobs = true
+		c.jobsOpts = append(c.jobsOpts, opts...)
+		return nil
+	})
+}
+
+// WithIdempotency honours Idempotency-Key headers with records in a
+// JetStream bucket kept ttl (zero: [aggregator.DefaultIdempotencyTTL]) of
+// at most maxBytes (zero: [aggregator.DefaultIdempotencyMaxBytes]). The
+// bucket is opened in the background; until it is, calls with a key are
+// refused -32003. Default: keys are ignored.
+func WithIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		if ttl < 0 || maxBytes < 0 {
+			return fmt.Errorf("node: idempotency ttl %v and max bytes %d must not be negative", ttl, maxBytes)
+		}
+		c.idem, c.idemTTL, c.idemBytes = true, ttl, maxBytes
+		return nil
+	})
+}
+
+// WithReplicas sets the JetStream replicas of the jobs stream and bucket
+// and of the idempotency bucket (default [jobs.DefaultReplicas]): 3 on a
+// three-node cluster.
+func WithReplicas(n int) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("node: replicas must be 1 to 5, got %d", n)
+		}
+		c.replicas = n
+		return nil
+	})
+}
+
+// WithMetrics serves the ingress's Prometheus metrics from reg
+// ([ingress.WithMetrics]) and registers the jobs service's there once it
+// is set up. Default: no metrics.
+func WithMetrics(reg *prometheus.Registry) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		if reg == nil {
+			return errors.New("node: nil metrics registry")
+		}
+		c.metrics = reg
+		return nil
+	})
+}
+
+// NewGateway makes a gateway on nc whose background setups and readiness
+// go through st; opts are applied in order. Nothing runs before
+// [Gateway.Start].
+func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway, error) {
+	if nc == nil || st == nil {
+		return nil, errors.New("node: gateway needs a NATS connection and a startup")
+	}
+	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas}
+	for _, o := range opts {
+		if err := o.applyGateway(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	g := &Gateway{nc: nc, st: st, cfg: cfg}
+
+	aggOpts := []aggregator.Option{aggregator.WithPrefix(cfg.prefix), aggregator.WithLogger(cfg.log)}
+	if cfg.idem {
+		g.idem = &aggregator.IdempotencyStore{}
+		aggOpts = append(aggOpts, aggregator.WithIdempotencyStore(g.idem))
+	}
+	if cfg.registry {
+		reg, err := discovery.New(discovery.WithLogger(cfg.log))
+		if err != nil {
+			return nil, err
+		}
+		g.Registry = reg
+		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(func(method string) bool {
+			t, ok := reg.Lookup(method)
+			return ok && t.Idempotent && !t.Conflict
+		}))
+	}
+	agg, err := aggregator.New(nc, append(aggOpts, cfg.aggOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	g.Aggregator = agg
+
+	ingOpts := []ingress.Option{
+		ingress.WithLogger(cfg.log),
+		ingress.WithReadiness(func(context.Context) error { return g.Ready() }),
+	}
+	if cfg.jobs {
+		g.jobs = &lazyJobs{st: st, part: partJobs}
+		ingOpts = append(ingOpts, ingress.WithExtension(schema.MethodJobsPrefix, g.jobs), ingress.WithJobStats(g.jobs.stats))
+	}
+	if g.Registry != nil {
+		ingOpts = append(ingOpts, ingress.WithRegistry(g.Registry))
+	}
+	if cfg.metrics != nil {
+		ingOpts = append(ingOpts, ingress.WithMetrics(cfg.metrics))
+	}
+	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Ready reports whether the gateway serves calls: nil when its startup
+// waits for nothing and its connection is up, otherwise one line saying
+// why not. It is the ingress's /readyz.
+func (g *Gateway) Ready() error {
+	if err := g.st.Err(); err != nil {
+		return err
+	}
+	if s := g.nc.Status(); s != nats.CONNECTED {
+		return fmt.Errorf("nats connection is %s", s)
+	}
+	return nil
+}
+
+// Jobs returns the jobs service once it is set up; nil before, and
+// without [WithJobs].
+func (g *Gateway) Jobs() *jobs.Service {
+	if g.jobs == nil {
+		return nil
+	}
+	return g.jobs.svc.Load()
+}
+
+// Start begins the background setups of the idempotency store and the
+// jobs service, follows the workers' announcements, answers `toolbus
+// status` on the bus, and serves HTTP on l until [Gateway.Shutdown]. When
+// it fails, what it began is stopped again. It may be called once, and
+// not after Shutdown.
+func (g *Gateway) Start(l net.Listener) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started {
+		return errors.New("node: gateway already started")
+	}
+	g.started = true
+	fail := func(err error) error {
+		stopAll(context.Background(), &g.stops)
+		return err
+	}
+	if g.idem != nil {
+		stop := g.st.SetUp(partIdempotency, g.nc, g.cfg.replicas, g.openIdempotency)
+		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+	}
+	if g.Registry != nil {
+		subjects, err := bus.NewSubjects(g.cfg.prefix)
+		if err != nil {
+			return fail(err)
+		}
+		feed, err := bus.NewAnnouncements(g.nc, subjects)
+		if err != nil {
+			return fail(err)
+		}
+		if err := g.Registry.Start(feed); err != nil {
+			return fail(err)
+		}
+		g.stops = append(g.stops, func(context.Context) error { g.Registry.Close(); return nil })
+	}
+	if g.jobs != nil {
+		stop := g.st.SetUp(partJobs, g.nc, g.cfg.replicas, g.openJobs)
+		g.stops = append(g.stops, func(ctx context.Context) error {
+			stop()
+			if svc := g.jobs.svc.Load(); svc != nil {
+				return svc.Shutdown(ctx)
+			}
+			return nil
+		})
+	}
+	svc, err := serveStatus(g.nc, g.cfg.prefix, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
+	if err != nil {
+		return fail(err)
+	}
+	g.stops = append(g.stops, func(context.Context) error { return svc.Stop() })
+	served := make(chan error, 1)
+	go func() {
+		err := g.Ingress.Serve(l)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		if err != nil {
+			g.cfg.log.Error("ingress stopped serving", "err", err)
+		}
+		served <- err
+	}()
+	g.stops = append(g.stops, func(ctx context.Context) error {
+		return errors.Join(g.Ingress.Shutdown(ctx), <-served)
+	})
+	return nil
+}
+
+// Shutdown stops the gateway: the HTTP server stops accepting and answers
+// what is in flight, then the status service, the jobs service, the
+// registry and the background setups stop, in that order. ctx bounds the
+// waiting. It does not close the NATS connection: drain it afterwards
+// ([bus.Drain]). Calling Shutdown again returns the first call's error.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.shutdown.Do(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.started = true
+		g.stopErr = stopAll(ctx, &g.stops)
+	})
+	return g.stopErr
+}
+
+// openIdempotency is the setup of the idempotency store.
+func (g *Gateway) openIdempotency(ctx context.Context) error {
+	js, err := jetstream.New(g.nc)
+	if err != nil {
+		return err
+	}
+	kv, err := aggregator.IdempotencyBucket(ctx, js, g.cfg.prefix, g.cfg.idemTTL, g.cfg.replicas, g.cfg.idemBytes)
+	if err != nil {
+		g.idem.Waiting("JetStream: " + err.Error())
+		return err
+	}
+	g.idem.Open(kv)
+	return nil
+}
+
+// openJobs is the setup of the jobs service.
+func (g *Gateway) openJobs(ctx context.Context) error {
+	js, err := jetstream.New(g.nc)
+	if err != nil {
+		return err
+	}
+	// A caller may submit as a job only a method it may call.
+	opts := append([]jobs.Option{jobs.WithPrefix(g.cfg.prefix), jobs.WithLogger(g.cfg.log), jobs.WithReplicas(g.cfg.replicas),
+		jobs.WithAuthorize(ingress.Allowed)}, g.cfg.jobsOpts...)
+	svc, err := jobs.Open(ctx, js, opts...)
+	if err != nil {
+		return err
+	}
+	if err := svc.Start(ctx); err != nil {
+		return err
+	}
+	if g.cfg.metrics != nil {
+		if err := g.cfg.metrics.Register(svc.Collector()); err != nil {
+			g.cfg.log.Error("jobs metrics not served", "err", err)
+		}
+	}
+	g.jobs.svc.Store(svc)
+	return nil
+}
+
+// ingressStatus is the status answer of an ingress.
+func ingressStatus(srv *ingress.Server) bus.Status {
+	st := srv.Overview()
+	out := bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
+		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
+		Extra:   map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
+	for _, m := range st.Methods {
+		out.Methods = append(out.Methods, bus.MethodStatus{
+			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
+			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total, Workers: m.Workers,
+		})
+	}
+	return out
+}
+
+// serveStatus answers `toolbus status` for one part of the process.
+func serveStatus(nc *nats.Conn, prefix, kind, version string, snapshot func() bus.Status) (micro.Service, error) {
+	subjects, err := bus.NewSubjects(prefix)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := bus.ServeStatus(nc, subjects, kind, version, snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("%s: status service: %w", kind, err)
+	}
+	return svc, nil
+}

@@ -1,0 +1,82 @@
+package node
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// common holds the settings a gateway and a worker share.
+type common struct {
+	prefix  string
+	log     *slog.Logger
+	version string
+}
+
+func defaultCommon() common {
+	return common{prefix: bus.DefaultPrefix, log: slog.Default(), version: "dev"}
+}
+
+// Option configures a gateway or a worker: [NewGateway] and [NewWorker]
+// both accept it.
+type Option func(*common) error
+
+func (o Option) applyGateway(c *gatewayConfig) error { return o(&c.common) }
+func (o Option) applyWorker(c *workerConfig) error   { return o(&c.common) }
+
+// GatewayOption configures [NewGateway]: an [Option] or one of the
+// gateway's own.
+type GatewayOption interface {
+	applyGateway(*gatewayConfig) error
+}
+
+type gatewayOption func(*gatewayConfig) error
+
+func (o gatewayOption) applyGateway(c *gatewayConfig) error { return o(c) }
+
+// WorkerOption configures [NewWorker]: an [Option] or one of the worker's
+// own.
+type WorkerOption interface {
+	applyWorker(*workerConfig) error
+}
+
+type workerOption func(*workerConfig) error
+
+func (o workerOption) applyWorker(c *workerConfig) error { return o(c) }
+
+// WithPrefix sets the NATS subject prefix of the cluster (default
+// [bus.DefaultPrefix]) for every part: calls, announcements, status, jobs
+// and idempotency records.
+func WithPrefix(prefix string) Option {
+	return func(c *common) error {
+		if _, err := bus.NewSubjects(prefix); err != nil {
+			return err
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets the logger of every part (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *common) error {
+		if l == nil {
+			return errors.New("node: nil logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// WithVersion sets the version the status service reports (default
+// "dev").
+func WithVersion(v string) Option {
+	return func(c *common) error {
+		if v == "" {
+			return errors.New("node: empty version")
+		}
+		c.version = v
+		return nil
+	}
+}

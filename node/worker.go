@@ -1,0 +1,159 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// partRunner is the part of a worker's [bus.Startup] that sets up its job
+// runner.
+const partRunner = "job runner"
+
+// Worker is a worker process on one NATS connection: a runtime serving
+// its tools, its status service and, as configured, a job runner. Make it
+// with [NewWorker], run it with [Worker.Start] and stop it with
+// [Worker.Shutdown]; it never closes its connection. [worker.ProbeHandler]
+// with [Worker.Ready] serves its probes and metrics over HTTP.
+type Worker struct {
+	// Runtime serves the tools; Runner runs them as jobs (nil without
+	// [WithJobRunner]).
+	Runtime *worker.Runtime
+	Runner  *jobs.Runner
+
+	nc  *nats.Conn
+	st  *bus.Startup
+	cfg workerConfig
+
+	mu       sync.Mutex
+	started  bool                              // Start was called, or Shutdown
+	stops    []func(ctx context.Context) error // run last first by Shutdown
+	shutdown sync.Once
+	stopErr  error
+}
+
+type workerConfig struct {
+	common
+	runner     bool
+	runnerOpts []jobs.RunnerOption
+}
+
+// WithJobRunner also runs the runtime's tools as durable jobs from
+// JetStream, with a runner made with opts after the worker's own (prefix,
+// logger). Its consumers are set up in the background; the runtime takes
+// calls meanwhile. Default: no runner.
+func WithJobRunner(opts ...jobs.RunnerOption) WorkerOption {
+	return workerOption(func(c *workerConfig) error {
+		c.runner = true
+		c.runnerOpts = append(c.runnerOpts, opts...)
+		return nil
+	})
+}
+
+// NewWorker makes a worker of rt, a runtime on nc with its tools
+// registered and not started, whose background setups and readiness go
+// through st. Nothing runs before [Worker.Start].
+func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...WorkerOption) (*Worker, error) {
+	if nc == nil || rt == nil || st == nil {
+		return nil, errors.New("node: worker needs a NATS connection, a runtime and a startup")
+	}
+	cfg := workerConfig{common: defaultCommon()}
+	for _, o := range opts {
+		if err := o.applyWorker(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	w := &Worker{Runtime: rt, nc: nc, st: st, cfg: cfg}
+	if cfg.runner {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		ropts := append([]jobs.RunnerOption{jobs.WithRunnerPrefix(cfg.prefix), jobs.WithRunnerLogger(cfg.log)}, cfg.runnerOpts...)
+		if w.Runner, err = jobs.NewRunner(js, rt, ropts...); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// Ready reports whether the worker serves calls: nil when its startup
+// waits for nothing and the runtime is ready ([worker.Runtime.Ready]),
+// otherwise why not. It suits [worker.ProbeHandler].
+func (w *Worker) Ready() error {
+	if err := w.st.Err(); err != nil {
+		return err
+	}
+	return w.Runtime.Ready()
+}
+
+// Start starts the runtime, which takes calls at once (its subscriptions
+// reach the server when the connection is up), begins setting up the job
+// runner in the background, and answers `toolbus status` on the bus. When
+// it fails, what it began is stopped again. It may be called once, and
+// not after Shutdown.
+func (w *Worker) Start() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("node: worker already started")
+	}
+	w.started = true
+	if err := w.Runtime.Start(); err != nil {
+		return err
+	}
+	stopRunner := func() {}
+	if w.Runner != nil {
+		stopRunner = w.st.SetUp(partRunner, w.nc, 1, w.Runner.Start)
+	}
+	w.stops = append(w.stops, func(ctx context.Context) error {
+		stopRunner()
+		var errs []error
+		if w.Runner != nil {
+			errs = append(errs, w.Runner.Shutdown(ctx))
+		}
+		errs = append(errs, w.Runtime.Shutdown(ctx))
+		return errors.Join(errs...)
+	})
+	// Stopped first, the status service goes before the worker drains.
+	svc, err := serveStatus(w.nc, w.cfg.prefix, bus.KindWorker, w.cfg.version, func() bus.Status { return w.Runtime.Status().Summary() })
+	if err != nil {
+		stopAll(context.Background(), &w.stops)
+		return err
+	}
+	w.stops = append(w.stops, func(context.Context) error { return svc.Stop() })
+	return nil
+}
+
+// Shutdown stops the worker: the status service stops, then the runner
+// and the runtime drain: they take no new calls or jobs and finish those
+// they hold. ctx bounds the waiting; past it the handlers' contexts are
+// canceled. It does not close the NATS connection: drain it afterwards
+// ([bus.Drain]). Calling Shutdown again returns the first call's error.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.shutdown.Do(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.started = true
+		w.stopErr = stopAll(ctx, &w.stops)
+	})
+	return w.stopErr
+}
+
+// stopAll runs the functions of *stops in reverse order of their adding
+// and forgets them.
+func stopAll(ctx context.Context, stops *[]func(ctx context.Context) error) error {
+	var errs []error
+	for i := len(*stops) - 1; i >= 0; i-- {
+		errs = append(errs, (*stops)[i](ctx))
+	}
+	*stops = nil
+	return errors.Join(errs...)
+}
