@@ -66,8 +66,7 @@ var (
 // boolean schemas true and false), and no negative timeout. It does not
 // compile the schemas; the ingress does that and reports what fails.
 func (d Descriptor) Validate() error {
-	concrete := strings.NewReplacer("*", "x", ">", "x").Replace(d.Name)
-	if err := ValidateMethod(concrete); err != nil {
+	if err := validatePattern(d.Name); err != nil {
 		return fmt.Errorf("%w: name %q: %w", ErrBadDescriptor, d.Name, err)
 	}
 	if IsReserved(d.Name) {

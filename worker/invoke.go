@@ -97,7 +97,7 @@ func (rt *Runtime) routeFor(method string) *route {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, r := range rt.routes {
-		if matches(r.pattern, method) {
+		if schema.MatchMethod(r.pattern, method) {
 			return r
 		}
 	}

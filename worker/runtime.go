@@ -182,7 +182,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		return ErrClosed
 	}
 	for _, other := range rt.routes {
-		if overlaps(other.pattern, pattern) {
+		if schema.OverlapPatterns(other.pattern, pattern) {
 			return fmt.Errorf("worker: handle %q: overlaps %q: %w", pattern, other.pattern, ErrDuplicate)
 		}
 	}
