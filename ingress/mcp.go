@@ -243,7 +243,7 @@ func mcpTool(t Tool) (*mcp.Tool, bool) {
 		Name:        t.Name,
 		Description: t.Description,
 		InputSchema: input,
-		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.Idempotent},
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.RetrySafe},
 	}
 	if out, ok := objectSchema(t.Result); ok {
 		tool.OutputSchema = out

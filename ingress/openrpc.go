@@ -103,7 +103,7 @@ func (r *Registry) openRPC(v view) OpenRPC {
 			Params:      []ContentDescriptor{},
 			Result:      ContentDescriptor{Name: "result", Schema: anySchema},
 			X: OpenRPCExtension{
-				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, Idempotent: t.Idempotent,
+				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, Idempotent: t.RetrySafe,
 				Job: t.Job, Version: t.Version, Conflict: t.Conflict, ParamsSchema: t.Params,
 			},
 		}

@@ -133,7 +133,7 @@ func TestCancelRunning(t *testing.T) {
 			<-ctx.Done()
 			sawCancel <- ctx.Err()
 			return nil, ctx.Err()
-		}, worker.Retryable())
+		}, worker.RetrySafe())
 	}), jobs.WithLease(time.Second))
 	id := submit(t, s, "block", `{}`)
 	waitState(t, s, id, jobs.StateRunning)
@@ -170,7 +170,7 @@ func blockOnce(method string, retryable bool, started chan<- struct{}, calls *at
 	return func(rt *worker.Runtime) error {
 		var opts []worker.HandleOption
 		if retryable {
-			opts = append(opts, worker.Retryable())
+			opts = append(opts, worker.RetrySafe())
 		}
 		return rt.HandleFunc(method, func(ctx context.Context, req *worker.Request) (any, error) {
 			if calls.Add(1) == 1 {

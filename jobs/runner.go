@@ -31,9 +31,9 @@ type Invoker interface {
 	Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error)
 	// Methods returns the method names and patterns ("math.*") served.
 	Methods() []string
-	// Retryable reports whether method is safe to run again after an
+	// RetrySafe reports whether method is safe to run again after an
 	// interrupted run.
-	Retryable(method string) bool
+	RetrySafe(method string) bool
 }
 
 // Defaults of a [Runner].
@@ -511,7 +511,7 @@ func (r *Runner) handle(msg jetstream.Msg) {
 		r.log.Info("dropped a duplicate job message", "id", rec.ID, "seq", seq)
 		_ = msg.Ack()
 		return
-	case rec.State == StateRunning && !r.inv.Retryable(rec.Method):
+	case rec.State == StateRunning && !r.inv.RetrySafe(rec.Method):
 		r.fail(ctx, msg, rec, seq, "interrupted_not_retryable",
 			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
 		return

@@ -32,7 +32,7 @@ func mathTools(calls *atomic.Int64) func(rt *worker.Runtime) error {
 		return rt.Handle("math.add", worker.Typed(func(_ context.Context, p sumParams) (int, error) {
 			calls.Add(1)
 			return p.A + p.B, nil
-		}), worker.Describe(schema.Descriptor{Description: "adds a and b", Idempotent: true}))
+		}), worker.Describe(schema.Descriptor{Description: "adds a and b", RetrySafe: true}))
 	}
 }
 

@@ -36,13 +36,13 @@ func ExampleDescribe() {
 	}
 	err = rt.Handle("math.add", worker.Typed(func(_ context.Context, p addParams) (int, error) {
 		return p.A + p.B, nil
-	}), worker.Describe(schema.Descriptor{Description: "Adds two integers.", Idempotent: true}))
+	}), worker.Describe(schema.Descriptor{Description: "Adds two integers.", RetrySafe: true}))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	d := rt.Descriptors()[0]
-	fmt.Println(d.Name, "-", d.Description, "- idempotent:", d.Idempotent)
+	fmt.Println(d.Name, "-", d.Description, "- idempotent:", d.RetrySafe)
 	fmt.Println("params:", string(d.Params))
 	fmt.Println("result:", string(d.Result))
 	// Output:

@@ -293,7 +293,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 				// published again, as --retry-safe patterns are.
 				policy = append(policy, aggregator.WithRetrySafeFunc(func(method string) bool {
 					t, ok := reg.Lookup(method)
-					return ok && t.Idempotent && !t.Conflict
+					return ok && t.RetrySafe && !t.Conflict
 				}))
 			}
 			if cfg.callerInFlight != 0 {

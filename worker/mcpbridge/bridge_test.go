@@ -168,7 +168,7 @@ func TestBridgeServesTools(t *testing.T) {
 			add = d
 		}
 	}
-	if add.Description != "adds a and b" || !add.Idempotent || add.Version != "0.1.0" || len(add.Params) == 0 || len(add.Result) == 0 {
+	if add.Description != "adds a and b" || !add.RetrySafe || add.Version != "0.1.0" || len(add.Params) == 0 || len(add.Result) == 0 {
 		t.Errorf("descriptor of ext.add = %+v, want the tool's description, hints, version and schemas", add)
 	}
 
