@@ -166,7 +166,7 @@ func startSecured(t *testing.T) *securedCluster {
 
 	// A worker serves the demo tools, announces them, and runs them as
 	// jobs.
-	rt, err := worker.New(c.worker, worker.WithDiscovery(0))
+	rt, err := worker.New(c.worker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestSecureFamilyCredential(t *testing.T) {
 	// A worker of the family, as `toolbus worker --nats-user worker-math
 	// --nats-inbox-prefix _INBOX_worker_math` runs it.
 	mathNC, mathErrs := connectAs(t, url, "worker-math", mathPassword, bus.WithInboxPrefix("_INBOX_worker_math"))
-	rt, err := worker.New(mathNC, worker.WithDiscovery(0))
+	rt, err := worker.New(mathNC)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func descriptor(pattern string, h Handler, hc handleConfig) schema.Descriptor {
 }
 
 // Descriptors returns the descriptor of every registered method, sorted by
-// name: what the runtime advertises in discovery (see [WithDiscovery]).
+// name: what the runtime advertises in discovery (see [WithAnnounce]).
 func (rt *Runtime) Descriptors() []schema.Descriptor {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()

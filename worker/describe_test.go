@@ -149,7 +149,7 @@ func TestDescribeRefusesBadInput(t *testing.T) {
 }
 
 func TestDiscoveryAnnounces(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithDiscovery(50*time.Millisecond))
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(50*time.Millisecond))
 	subjects, _ := bus.NewSubjects(bus.DefaultPrefix)
 	heard := make(chan schema.Announcement, 64)
 	feed, err := bus.NewAnnouncements(c.caller, subjects)

@@ -27,7 +27,7 @@ type config struct {
 	logger         *slog.Logger
 	concurrency    int
 	maxResultBytes int64
-	announce       time.Duration         // zero: discovery off; see WithDiscovery
+	announce       time.Duration         // zero: no announcements; see WithAnnounce
 	registerer     prometheus.Registerer // nil: no metrics; see WithMetrics
 	tracerProvider trace.TracerProvider  // nil: the global one; see WithTracerProvider
 }

@@ -117,7 +117,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency}
+	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err

@@ -14,7 +14,7 @@ import (
 )
 
 func TestStatusCountsCalls(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithDiscovery(time.Hour))
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(time.Hour))
 	if err := c.rt.HandleFunc("s.*", func(_ context.Context, req *worker.Request) (any, error) {
 		if req.Method == "s.fail" {
 			return nil, &schema.Error{Code: 2001, Message: "insufficient funds"}

@@ -491,8 +491,8 @@ func workerModule(cfg workerConfig) fx.Option {
 		lc.Append(fx.StopHook(func() { drain(nc) }))
 		wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
 			worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
-		if cfg.announce {
-			wopts = append(wopts, worker.WithDiscovery(0))
+		if !cfg.announce {
+			wopts = append(wopts, worker.WithoutAnnounce())
 		}
 		rt, err := worker.New(nc, wopts...)
 		if err != nil {
