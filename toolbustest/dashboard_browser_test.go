@@ -269,16 +269,10 @@ func number(s string) int {
 // the first calls are not refused as unknown.
 func waitForTool(t *testing.T, c *toolbustest.Cluster, method string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if tool, ok := c.Registry.Lookup(method); ok && tool.Workers > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no worker of %s announced within 10s", method)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool {
+		tool, ok := c.Registry.Lookup(method)
+		return ok && tool.Workers > 0
+	}, "a worker of "+method+" is announced")
 }
 
 func TestDashboard(t *testing.T) {
