@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -148,8 +149,9 @@ func TestCancelRunning(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context was not canceled")
 	}
-	// Wait past two leases: a canceled job is never redelivered.
-	time.Sleep(2500 * time.Millisecond)
+	// A canceled job is never delivered again: its message is
+	// acknowledged, which takes it off the work-queue stream.
+	toolbustest.Eventually(t, func() bool { return queuedMessages(t, js) == 0 }, "the canceled job's message is acknowledged")
 	r, _ := get(t, s, id)
 	if r.State != jobs.StateCanceled || r.Attempts != 1 || calls.Load() != 1 {
 		t.Errorf("job = %s, %d attempts, %d calls; want canceled, 1, 1", r.State, r.Attempts, calls.Load())
@@ -392,17 +394,10 @@ func TestTTL(t *testing.T) {
 	waitState(t, s, running, jobs.StateRunning)
 	done := submit(t, s, "echo", `{}`)
 	waitState(t, s, done, jobs.StateSucceeded)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		_, rpcErr := get(t, s, done)
-		if isErr(rpcErr, schema.ErrJobNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("finished job still there after its TTL: %v", rpcErr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return isErr(rpcErr, schema.ErrJobNotFound)
+	}, "the finished job is gone after its TTL")
 	if r, rpcErr := get(t, s, running); rpcErr != nil || r.State != jobs.StateRunning {
 		t.Fatalf("running job = %+v, %v; want still running", r, rpcErr)
 	}

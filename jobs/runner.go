@@ -612,7 +612,9 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 	for i := range finishWrites {
 		if i > 0 {
 			_ = msg.InProgress()
-			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+			if !pause(ctx, time.Duration(i)*200*time.Millisecond) {
+				break // the runner stops: the message comes back after the lease
+			}
 		}
 		rec, err = r.st.update(ctx, id, func(j *stored) error {
 			if j.State == StateCanceled {
@@ -656,6 +658,19 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 		r.cfg.counters.addFinished(rec.Method, rec.State)
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
+	}
+}
+
+// pause waits d, or less when ctx ends first; it reports whether it waited
+// all of d.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
