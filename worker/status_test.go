@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -127,13 +128,7 @@ func TestReady(t *testing.T) {
 	<-started
 	shut := make(chan error, 1)
 	go func() { shut <- c.rt.Shutdown(context.Background()) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for err := c.rt.Ready(); !errors.Is(err, worker.ErrDraining); err = c.rt.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Ready() while draining = %v, want %v", err, worker.ErrDraining)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { return errors.Is(c.rt.Ready(), worker.ErrDraining) }, "Ready() reports the runtime draining")
 	if st := c.rt.Status(); st.Ready || st.NotReady == "" {
 		t.Errorf("Status() while draining: ready %v %q, want not ready with a reason", st.Ready, st.NotReady)
 	}
