@@ -321,7 +321,7 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	defer cancel()
 	resp := schema.Response{ID: c.ID}
 	run := func() ([]byte, *schema.Error) {
-		return a.breakers.guard(c.Method, func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) })
+		return a.breakers.call(c.Method, func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) })
 	}
 	var result []byte
 	var err *schema.Error

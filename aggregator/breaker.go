@@ -92,14 +92,14 @@ func (b *breakers) get(method string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 	return cb
 }
 
-// guard runs a call of method through its breaker.
-func (b *breakers) guard(method string, run func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
+// call makes a call of method, roundTrip, through its breaker.
+func (b *breakers) call(method string, roundTrip func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
 	if b == nil {
-		return run()
+		return roundTrip()
 	}
 	cb := b.get(method)
 	if cb == nil {
-		return run()
+		return roundTrip()
 	}
 	done, err := cb.Allow()
 	if err != nil {
@@ -108,7 +108,7 @@ func (b *breakers) guard(method string, run func() ([]byte, *schema.Error)) ([]b
 			map[string]any{"retryable": true, "reason": schema.ReasonCircuitOpen, "method": method,
 				"retry_after_ms": b.cfg.OpenFor.Milliseconds()})
 	}
-	result, rpcErr := run()
+	result, rpcErr := roundTrip()
 	if rpcErr != nil && (rpcErr.Code == schema.CodeTimeout || rpcErr.Code == schema.CodeUnavailable || rpcErr.Code == schema.CodeInternal) {
 		done(errTrouble)
 	} else {

@@ -47,20 +47,8 @@ func (s Subjects) Call(method string) (string, error) {
 // method name whose tokens may also be '*' (one token) or, last, '>' (one or
 // more tokens): "math.*" serves math.add and math.sub.
 func (s Subjects) CallPattern(pattern string) (string, error) {
-	tokens := strings.Split(pattern, ".")
-	concrete := make([]string, len(tokens))
-	for i, t := range tokens {
-		switch {
-		case t == "*":
-			concrete[i] = "x"
-		case t == ">" && i == len(tokens)-1:
-			concrete[i] = "x"
-		default:
-			concrete[i] = t
-		}
-	}
-	if err := schema.ValidateMethod(strings.Join(concrete, ".")); err != nil {
-		return "", fmt.Errorf("bus: invalid method pattern %q: %w", pattern, err)
+	if err := schema.ValidatePattern(pattern); err != nil {
+		return "", fmt.Errorf("bus: %w", err)
 	}
 	if schema.IsReserved(pattern) {
 		return "", fmt.Errorf("bus: method pattern %q is reserved for the ingress", pattern)

@@ -77,8 +77,11 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 
 // Dial is [New] that, for a WebSocket URL, also waits until the first
 // connection is up, so that a wrong URL or a server that is down is
-// reported at once. It gives up when ctx ends, returning the last dial
-// error. For an HTTP URL it is New: HTTP connects per request.
+// reported at once. A first connection refused outright (nothing listens
+// at the address) fails at once with an error that names the address;
+// other failures are dialed again until ctx ends, and the error returned
+// then holds the last one. For an HTTP URL it is New: HTTP connects per
+// request.
 func Dial(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	c, err := New(rawURL, opts...)
 	if err != nil {

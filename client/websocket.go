@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -33,6 +34,11 @@ type wsTransport struct {
 	waiters map[string]*waiter
 	dialErr error // the last dial failure, while disconnected
 	closed  bool
+
+	// firstDone is closed once the first dial has been tried; firstErr is
+	// its failure, nil when it connected.
+	firstDone chan struct{}
+	firstErr  error
 }
 
 var _ transport = (*wsTransport)(nil)
@@ -58,6 +64,8 @@ func newWSTransport(url string, s *settings) *wsTransport {
 		done:    make(chan struct{}),
 		up:      make(chan struct{}),
 		waiters: make(map[string]*waiter),
+
+		firstDone: make(chan struct{}),
 	}
 	t.wg.Add(1)
 	go t.keep(ctx)
@@ -158,8 +166,17 @@ func (t *wsTransport) connection(ctx context.Context) (*websocket.Conn, error) {
 	}
 }
 
-// waitFirst waits until a connection is up, for [Dial].
+// waitFirst waits until a connection is up, for [Dial]. A first dial
+// refused outright fails at once: nothing listens at the address, and
+// dialing again would only wait for ctx to end.
 func (t *wsTransport) waitFirst(ctx context.Context) error {
+	select {
+	case <-t.firstDone:
+		if err := t.firstErr; errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("client: nothing accepts connections at %s (connection refused): start the toolbus ingress there or correct the URL: %w", t.url, err)
+		}
+	case <-ctx.Done():
+	}
 	_, err := t.connection(ctx)
 	if err == nil || !errors.Is(err, ctx.Err()) {
 		return err
@@ -256,8 +273,13 @@ func (t *wsTransport) dispatch(conn *websocket.Conn, data []byte) {
 func (t *wsTransport) keep(ctx context.Context) {
 	defer t.wg.Done()
 	delay := t.s.reconnectMin
+	first := true
 	for {
 		conn, err := t.dial(ctx)
+		if first {
+			t.firstErr, first = err, false
+			close(t.firstDone)
+		}
 		if err == nil {
 			delay = t.s.reconnectMin
 			cause := t.serve(ctx, conn)

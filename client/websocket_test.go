@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 )
 
 // wsServer is a small JSON-RPC server over WebSocket for the tests: echo
@@ -299,7 +301,7 @@ func TestWebSocket(t *testing.T) {
 			if d := time.Since(start); d > 4*time.Second {
 				t.Errorf("gave up after %s, want about 50ms plus the grace", d)
 			}
-			waitFor(t, func() bool { return slices.Contains(s.canceled(), f.ID()) }, "rpc.cancel for "+f.ID())
+			toolbustest.Eventually(t, func() bool { return slices.Contains(s.canceled(), f.ID()) }, "the server receives rpc.cancel for "+f.ID())
 		}},
 	} {
 		t.Run(tc.name, tc.run)
@@ -307,17 +309,6 @@ func TestWebSocket(t *testing.T) {
 	if n := s.accepts.Load(); n != 1 {
 		t.Errorf("server accepted %d connections, want 1", n)
 	}
-}
-
-// waitFor polls cond for a few seconds.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("gave up waiting for %s", what)
 }
 
 // TestWebSocketDeadPeer stops answering pings: the client finds the
@@ -398,11 +389,11 @@ func TestWebSocketReconnect(t *testing.T) {
 	}()
 	// The server comes back once the client has failed to dial a few
 	// times, so that the backoff shows.
-	waitFor(t, func() bool {
+	toolbustest.Eventually(t, func() bool {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		return len(rec.delays) >= 3
-	}, "three failed dials")
+	}, "three dials fail")
 	s.start()
 	if err := <-waiting; err != nil {
 		t.Fatalf("call made while disconnected = %v, want it to wait for the reconnection", err)
@@ -439,21 +430,68 @@ func TestWebSocketClose(t *testing.T) {
 	}
 }
 
-func TestWebSocketDialFails(t *testing.T) {
+// TestWebSocketDialRefused dials an address where nothing listens: Dial
+// fails at once, under a context without deadline, naming the address.
+func TestWebSocketDialRefused(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "ws://" + l.Addr().String() + "/rpc"
 	l.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	c, err := client.Dial(ctx, url, client.WithReconnectBackoff(20*time.Millisecond, 50*time.Millisecond))
+	c, err := client.Dial(t.Context(), url)
 	if c != nil {
 		c.Close()
 	}
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrTransport) {
-		t.Errorf("Dial(%s) = %v, want the deadline and the last dial error", url, err)
+	var te *client.TransportError
+	if !errors.As(err, &te) || te.URL != url || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Dial(%s) = %v, want a refused dial of that URL", url, err)
+	}
+}
+
+// TestWebSocketDialFails dials a server that hangs up on every connection:
+// Dial tries again until its context ends, and says why the last try
+// failed.
+func TestWebSocketDialFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	accepts := make(chan struct{}, 16)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+			select {
+			case accepts <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	url := "ws://" + l.Addr().String() + "/rpc"
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		// Two hang-ups: the first dial failed and Dial went on.
+		for range 2 {
+			select {
+			case <-accepts:
+			case <-ctx.Done():
+				return
+			}
+		}
+		cancel()
+	}()
+	c, err := client.Dial(ctx, url, client.WithReconnectBackoff(time.Millisecond, time.Millisecond))
+	if c != nil {
+		c.Close()
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, client.ErrTransport) {
+		t.Errorf("Dial(%s) = %v, want the cancellation and the last dial error", url, err)
 	}
 }
 

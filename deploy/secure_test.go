@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/demo"
 )
@@ -166,7 +167,7 @@ func startSecured(t *testing.T) *securedCluster {
 
 	// A worker serves the demo tools, announces them, and runs them as
 	// jobs.
-	rt, err := worker.New(c.worker, worker.WithDiscovery(0))
+	rt, err := worker.New(c.worker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,23 +247,16 @@ func (c *securedCluster) job(t *testing.T, ctx context.Context, method, params s
 	return res
 }
 
-// waitJob polls rpc.jobs.get until the job is in state, for up to 30s.
+// waitJob polls rpc.jobs.get until the job is in state.
 func (c *securedCluster) waitJob(t *testing.T, ctx context.Context, id string, state schema.JobState) {
 	t.Helper()
-	giveUp := time.Now().Add(30 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		var rec schema.JobRecord
 		if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsGet, `{"id":"`+id+`"}`), &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.State == state {
-			return
-		}
-		if time.Now().After(giveUp) {
-			t.Fatalf("job %s is %s after 30s, want %s", id, rec.State, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rec.State == state
+	}, "job "+id+" is "+string(state))
 }
 
 // TestSecurePermissions runs what the ingress and the worker do, each with
@@ -573,7 +567,7 @@ func TestSecureFamilyCredential(t *testing.T) {
 	// A worker of the family, as `toolbus worker --nats-user worker-math
 	// --nats-inbox-prefix _INBOX_worker_math` runs it.
 	mathNC, mathErrs := connectAs(t, url, "worker-math", mathPassword, bus.WithInboxPrefix("_INBOX_worker_math"))
-	rt, err := worker.New(mathNC, worker.WithDiscovery(0))
+	rt, err := worker.New(mathNC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,16 +610,11 @@ func TestSecureFamilyCredential(t *testing.T) {
 	if err := json.Unmarshal(res, &sub); err != nil {
 		t.Fatal(err)
 	}
-	for giveUp := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	toolbustest.Eventually(t, func() bool {
 		res, rpcErr := svc.ServeRPC(ctx, schema.Call{Request: schema.Request{ID: json.RawMessage(`1`), Method: schema.MethodJobsGet, Params: json.RawMessage(`{"id":"` + sub.ID + `"}`)}})
 		var rec schema.JobRecord
-		if rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == schema.JobSucceeded {
-			break
-		}
-		if time.Now().After(giveUp) {
-			t.Fatalf("the family's job %s = %s %v, want succeeded", sub.ID, res, rpcErr)
-		}
-	}
+		return rpcErr == nil && json.Unmarshal(res, &rec) == nil && rec.State == schema.JobSucceeded
+	}, "the family's job "+sub.ID+" succeeds")
 	noViolation(t, mathErrs, "worker-math")
 	noViolation(t, ingressErrs, "ingress")
 

@@ -121,7 +121,7 @@ func (r *Registry) OpenRPC(s Scope) OpenRPC {
 			Params:      []ContentDescriptor{},
 			Result:      ContentDescriptor{Name: "result", Schema: anySchema},
 			X: OpenRPCExtension{
-				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, Idempotent: t.Idempotent,
+				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, Idempotent: t.RetrySafe,
 				Job: t.Job, Version: t.Version, Conflict: t.Conflict, ParamsSchema: t.Params,
 			},
 		}

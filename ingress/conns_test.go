@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/toolbus/toolbus/internal/testwait"
 )
 
 // shutdown stops s when the test ends.
@@ -28,16 +30,11 @@ func shutdown(t *testing.T, s *Server, served <-chan error) {
 	})
 }
 
-// waitUntil waits, at most 5s, for cond.
+// waitUntil waits for cond; ingress's own tests cannot import toolbustest,
+// which imports ingress, so they share its implementation this way.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, cond, what)
 }
 
 // TestMaxHeaderBytes: headers over the bound are refused 431 before any

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/testwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -157,13 +158,9 @@ func TestShutdownAnswersInFlight(t *testing.T) {
 
 	// The call is still held by the dispatcher; readiness must already
 	// have turned.
-	deadline := time.Now().Add(10 * time.Second)
-	for serve(s.Handler(), httptest.NewRequest(http.MethodGet, "/readyz", nil)).Code != http.StatusServiceUnavailable {
-		if time.Now().After(deadline) {
-			t.Fatal("GET /readyz never turned 503 during Shutdown")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, func() bool {
+		return serve(s.Handler(), httptest.NewRequest(http.MethodGet, "/readyz", nil)).Code == http.StatusServiceUnavailable
+	}, "GET /readyz turns 503 during Shutdown")
 
 	released.Store(true)
 	close(f.release)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Outcome is what became of one request id.

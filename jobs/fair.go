@@ -116,7 +116,7 @@ func newFairQueue(js jetstream.JetStream, st jetstream.Stream, n names, pattern 
 }
 
 // serves reports whether jobs of method are the queue's.
-func (q *fairQueue) serves(method string) bool { return subjectMatches(q.tail, method) }
+func (q *fairQueue) serves(method string) bool { return schema.MatchMethod(q.tail, method) }
 
 // wake puts caller token's turn in the ring and wakes the queue.
 func (q *fairQueue) wake(token string) {

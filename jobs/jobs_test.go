@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -133,7 +134,7 @@ func TestCancelRunning(t *testing.T) {
 			<-ctx.Done()
 			sawCancel <- ctx.Err()
 			return nil, ctx.Err()
-		}, worker.Retryable())
+		}, worker.RetrySafe())
 	}), jobs.WithLease(time.Second))
 	id := submit(t, s, "block", `{}`)
 	waitState(t, s, id, schema.JobRunning)
@@ -148,8 +149,9 @@ func TestCancelRunning(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler's context was not canceled")
 	}
-	// Wait past two leases: a canceled job is never redelivered.
-	time.Sleep(2500 * time.Millisecond)
+	// A canceled job is never delivered again: its message is
+	// acknowledged, which takes it off the work-queue stream.
+	toolbustest.Eventually(t, func() bool { return queuedMessages(t, js) == 0 }, "the canceled job's message is acknowledged")
 	r, _ := get(t, s, id)
 	if r.State != schema.JobCanceled || r.Attempts != 1 || calls.Load() != 1 {
 		t.Errorf("job = %s, %d attempts, %d calls; want canceled, 1, 1", r.State, r.Attempts, calls.Load())
@@ -170,7 +172,7 @@ func blockOnce(method string, retryable bool, started chan<- struct{}, calls *at
 	return func(rt *worker.Runtime) error {
 		var opts []worker.HandleOption
 		if retryable {
-			opts = append(opts, worker.Retryable())
+			opts = append(opts, worker.RetrySafe())
 		}
 		return rt.HandleFunc(method, func(ctx context.Context, req *worker.Request) (any, error) {
 			if calls.Add(1) == 1 {
@@ -392,17 +394,10 @@ func TestTTL(t *testing.T) {
 	waitState(t, s, running, schema.JobRunning)
 	done := submit(t, s, "echo", `{}`)
 	waitState(t, s, done, schema.JobSucceeded)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		_, rpcErr := get(t, s, done)
-		if isErr(rpcErr, schema.ErrJobNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("finished job still there after its TTL: %v", rpcErr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return isErr(rpcErr, schema.ErrJobNotFound)
+	}, "the finished job is gone after its TTL")
 	if r, rpcErr := get(t, s, running); rpcErr != nil || r.State != schema.JobRunning {
 		t.Fatalf("running job = %+v, %v; want still running", r, rpcErr)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -152,23 +154,41 @@ func get(t *testing.T, s *jobs.Service, id string) (*schema.JobRecord, *schema.E
 	return &r, nil
 }
 
-// waitFor polls job id until ok holds for its record, for at most 20s.
+// waitFor polls job id until ok holds for its record.
 func waitFor(t *testing.T, s *jobs.Service, id string, what string, ok func(*schema.JobRecord) bool) *schema.JobRecord {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r, rpcErr := get(t, s, id)
+	var r *schema.JobRecord
+	toolbustest.Eventually(t, func() bool {
+		var rpcErr *schema.Error
+		r, rpcErr = get(t, s, id)
 		if rpcErr != nil {
 			t.Fatalf("get %s: %d %s", id, rpcErr.Code, rpcErr.Message)
 		}
-		if ok(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: still %s (%+v), want %s", id, r.State, r, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return ok(r)
+	}, "job "+id+": "+what)
+	return r
+}
+
+// queuedMessages counts the job messages of the default prefix that the
+// work-queue stream holds: queued or running jobs not yet acknowledged.
+func queuedMessages(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx := t.Context()
+	st, err := js.Stream(ctx, "TOOLBUS_JOBS")
+	if err != nil {
+		t.Fatalf("jobs stream: %v", err)
 	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("toolbus.jobs.>"))
+	if err != nil {
+		t.Fatalf("jobs stream info: %v", err)
+	}
+	n := 0
+	for subject, count := range info.State.Subjects {
+		if strings.HasPrefix(subject, "toolbus.jobs.queue.") || strings.HasPrefix(subject, "toolbus.jobs.run.") {
+			n += int(count)
+		}
+	}
+	return n
 }
 
 func waitState(t *testing.T, s *jobs.Service, id string, want schema.JobState) *schema.JobRecord {

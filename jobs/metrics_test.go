@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 )
 
 // gather scrapes c once through a pedantic registry, which also checks
@@ -107,6 +108,12 @@ toolbus_jobs_stats_truncated 0
 		json.Unmarshal(res, &keyed)
 	}
 	waitState(t, s, keyed.ID, schema.JobSucceeded)
+	// A runner counts a job once its record is written, so a little after
+	// the record says it ended.
+	toolbustest.Eventually(t, func() bool {
+		v, _ := sample(gather(t, s.Collector()), "toolbus_jobs_finished_total", "method", "echo", "state", "succeeded")
+		return v == 2
+	}, "the runner counts the second echo job")
 
 	// Still within the cache's TTL: the gauges have not moved, the
 	// counters have.

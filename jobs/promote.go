@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +36,9 @@ func (s *Service) Promotable(ctx context.Context, method string) bool {
 	}
 	subject := s.st.names.runSubject(method)
 	for _, f := range filters {
-		if subjectMatches(f, subject) {
+		// A consumer's filter is a subject with NATS's wildcards, which
+		// are the method patterns' own.
+		if schema.MatchMethod(f, subject) {
 			return true
 		}
 	}
@@ -63,23 +64,6 @@ func (s *Service) filters(ctx context.Context) ([]string, error) {
 	}
 	s.served.filters, s.served.expires = filters, time.Now().Add(promoteCacheTTL)
 	return filters, nil
-}
-
-// subjectMatches reports whether subject falls under a NATS filter with
-// the wildcards * (one token) and > (the rest).
-func subjectMatches(filter, subject string) bool {
-	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
-	for i, f := range ft {
-		switch {
-		case f == ">":
-			return len(st) > i
-		case i >= len(st):
-			return false
-		case f != "*" && f != st[i]:
-			return false
-		}
-	}
-	return len(ft) == len(st)
 }
 
 // RunAsJob runs a call as a job and waits for it at most timeout, for a

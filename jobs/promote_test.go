@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -33,13 +34,7 @@ func TestRunAsJob(t *testing.T) {
 		})
 	}))
 	// The promotable list is cached for two seconds.
-	deadline := time.Now().Add(10 * time.Second)
-	for !s.Promotable(context.Background(), "slow") {
-		if time.Now().After(deadline) {
-			t.Fatal("Promotable(slow) never became true after the runner started")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { return s.Promotable(context.Background(), "slow") }, "Promotable(slow) holds after the runner started")
 	if s.Promotable(context.Background(), "nobody.serves") {
 		t.Fatal("Promotable(nobody.serves) = true, want false")
 	}
@@ -73,15 +68,11 @@ func TestRunAsJob(t *testing.T) {
 	if rec.Method != "slow" {
 		t.Fatalf("promoted job method = %q, want slow", rec.Method)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for rec.State != schema.JobSucceeded {
-		if time.Now().After(deadline) {
-			t.Fatalf("promoted job state = %s, want succeeded", rec.State)
-		}
-		time.Sleep(50 * time.Millisecond)
+	toolbustest.Eventually(t, func() bool {
 		raw, _ = rpc(t, s, "alice", schema.MethodJobsGet, `{"id":"`+data.JobID+`"}`)
 		json.Unmarshal(raw, &rec)
-	}
+		return rec.State == schema.JobSucceeded
+	}, "the promoted job succeeds")
 	if string(rec.Result) != `"done"` {
 		t.Fatalf("promoted job result = %s, want \"done\"", rec.Result)
 	}

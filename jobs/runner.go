@@ -31,9 +31,9 @@ type Invoker interface {
 	Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error)
 	// Methods returns the method names and patterns ("math.*") served.
 	Methods() []string
-	// Retryable reports whether method is safe to run again after an
+	// RetrySafe reports whether method is safe to run again after an
 	// interrupted run.
-	Retryable(method string) bool
+	RetrySafe(method string) bool
 }
 
 // Defaults of a [Runner].
@@ -511,7 +511,7 @@ func (r *Runner) handle(msg jetstream.Msg) {
 		r.log.Info("dropped a duplicate job message", "id", rec.ID, "seq", seq)
 		_ = msg.Ack()
 		return
-	case rec.State == schema.JobRunning && !r.inv.Retryable(rec.Method):
+	case rec.State == schema.JobRunning && !r.inv.RetrySafe(rec.Method):
 		r.fail(ctx, msg, rec, seq, schema.ReasonInterruptedNotRetryable,
 			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
 		return
@@ -612,7 +612,9 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 	for i := range finishWrites {
 		if i > 0 {
 			_ = msg.InProgress()
-			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+			if !pause(ctx, time.Duration(i)*200*time.Millisecond) {
+				break // the runner stops: the message comes back after the lease
+			}
 		}
 		rec, err = r.st.update(ctx, id, func(j *stored) error {
 			if j.State == schema.JobCanceled {
@@ -656,6 +658,19 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 		r.cfg.counters.addFinished(rec.Method, rec.State)
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
+	}
+}
+
+// pause waits d, or less when ctx ends first; it reports whether it waited
+// all of d.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -181,7 +181,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		g.Registry = reg
 		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(func(method string) bool {
 			t, ok := reg.Lookup(method)
-			return ok && t.Idempotent && !t.Conflict
+			return ok && t.RetrySafe && !t.Conflict
 		}))
 	}
 	agg, err := aggregator.New(nc, append(aggOpts, cfg.aggOpts...)...)

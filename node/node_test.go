@@ -99,7 +99,7 @@ func TestGatewayAndWorker(t *testing.T) {
 	t.Cleanup(e.Shutdown)
 
 	wnc := connect(t, e)
-	rt, err := worker.New(wnc, worker.WithLogger(discard), worker.WithDiscovery(0))
+	rt, err := worker.New(wnc, worker.WithLogger(discard))
 	if err != nil {
 		t.Fatal(err)
 	}

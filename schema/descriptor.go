@@ -30,9 +30,12 @@ type Descriptor struct {
 	// TimeoutMS is the tool's own deadline in milliseconds; zero when it
 	// has none. The ingress shortens a call's deadline to it.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
-	// Idempotent reports that running the tool twice has the effect of
-	// running it once, so a call may be retried.
-	Idempotent bool `json:"idempotent,omitempty"`
+	// RetrySafe reports that running the tool twice has the effect of
+	// running it once, so a call may be retried or hedged and an
+	// interrupted job run again. On the wire it is "idempotent"; it is not
+	// an error's data.retryable, which says whether one answer invites a
+	// retry.
+	RetrySafe bool `json:"idempotent,omitempty"`
 	// Job reports that the tool can run as a durable job (rpc.jobs.submit).
 	Job bool `json:"job,omitempty"`
 	// Version is the tool's own version string, free-form.
@@ -66,8 +69,7 @@ var (
 // boolean schemas true and false), and no negative timeout. It does not
 // compile the schemas; the ingress does that and reports what fails.
 func (d Descriptor) Validate() error {
-	concrete := strings.NewReplacer("*", "x", ">", "x").Replace(d.Name)
-	if err := ValidateMethod(concrete); err != nil {
+	if err := validatePattern(d.Name); err != nil {
 		return fmt.Errorf("%w: name %q: %w", ErrBadDescriptor, d.Name, err)
 	}
 	if IsReserved(d.Name) {

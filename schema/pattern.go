@@ -52,9 +52,40 @@ func CoversPattern(pattern, other string) bool {
 	}
 }
 
+// OverlapPatterns reports whether some method name matches both a and b,
+// each a method name or a pattern of [MatchMethod]: "*.add" and "math.*"
+// overlap (math.add), "math.*" and "math.>" too (math.add), "math.*" and
+// "math.add.int" do not. It tells whether two patterns would share calls.
+func OverlapPatterns(a, b string) bool {
+	for {
+		at, arest, amore := strings.Cut(a, ".")
+		bt, brest, bmore := strings.Cut(b, ".")
+		if (at == ">" && !amore) || (bt == ">" && !bmore) {
+			// The other has a token here, so it has the one or more
+			// tokens '>' needs, whatever follows.
+			return true
+		}
+		if at != "*" && bt != "*" && at != bt {
+			return false
+		}
+		if !amore || !bmore {
+			return amore == bmore
+		}
+		a, b = arest, brest
+	}
+}
+
 // ValidatePattern checks a pattern of [MatchMethod]: tokens of the method
 // grammar, '*', or a last '>'.
 func ValidatePattern(pattern string) error {
+	if err := validatePattern(pattern); err != nil {
+		return fmt.Errorf("schema: invalid method pattern %q: %w", pattern, err)
+	}
+	return nil
+}
+
+// validatePattern is [ValidatePattern] with the grammar's own error.
+func validatePattern(pattern string) error {
 	tokens := strings.Split(pattern, ".")
 	concrete := make([]string, len(tokens))
 	for i, t := range tokens {
@@ -65,8 +96,5 @@ func ValidatePattern(pattern string) error {
 			concrete[i] = t
 		}
 	}
-	if err := ValidateMethod(strings.Join(concrete, ".")); err != nil {
-		return fmt.Errorf("schema: invalid method pattern %q: %w", pattern, err)
-	}
-	return nil
+	return ValidateMethod(strings.Join(concrete, "."))
 }

@@ -18,6 +18,7 @@ func TestMatchMethod(t *testing.T) {
 		{name: "jobs", pattern: "rpc.jobs.*", method: "rpc.jobs.get", want: true},
 		{name: "prefix is not a match", pattern: "math", method: "math.add"},
 		{name: "middle star", pattern: "a.*.c", method: "a.b.c", want: true},
+		{name: "leading star", pattern: "*.add", method: "math.add", want: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +50,35 @@ func TestCoversPattern(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := CoversPattern(tc.pattern, tc.other); got != tc.want {
 				t.Errorf("CoversPattern(%q, %q) = %v, want %v", tc.pattern, tc.other, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOverlapPatterns(t *testing.T) {
+	tests := []struct {
+		name string
+		a, b string
+		want bool
+	}{
+		{name: "same name", a: "math.add", b: "math.add", want: true},
+		{name: "other name", a: "math.add", b: "math.sub"},
+		{name: "star and name", a: "math.*", b: "math.add", want: true},
+		{name: "star and longer name", a: "math.*", b: "math.add.int"},
+		{name: "tail and longer name", a: "math.>", b: "math.add.int", want: true},
+		{name: "tail needs a token", a: "math.>", b: "math"},
+		{name: "everything", a: ">", b: "echo", want: true},
+		{name: "two stars", a: "*.add", b: "math.*", want: true},
+		{name: "star and tail", a: "a.*.c", b: "a.b.>", want: true},
+		{name: "star and other name", a: "a.*.c", b: "a.b.d"},
+		{name: "prefix", a: "echo", b: "echo.more"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, args := range [][2]string{{tc.a, tc.b}, {tc.b, tc.a}} {
+				if got := OverlapPatterns(args[0], args[1]); got != tc.want {
+					t.Errorf("OverlapPatterns(%q, %q) = %v, want %v", args[0], args[1], got, tc.want)
+				}
 			}
 		})
 	}

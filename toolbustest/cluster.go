@@ -159,7 +159,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	t.Cleanup(e.Shutdown)
 	o.workerOpts = append([]worker.Option{worker.WithLogger(o.logger)}, o.workerOpts...)
 	if o.discovery {
-		o.workerOpts = append(o.workerOpts, worker.WithDiscovery(DiscoveryInterval))
+		o.workerOpts = append(o.workerOpts, worker.WithAnnounce(DiscoveryInterval))
+	} else {
+		o.workerOpts = append(o.workerOpts, worker.WithoutAnnounce())
 	}
 	c := &Cluster{NATS: e, opts: o}
 	if !o.noWorker {

@@ -81,8 +81,8 @@ const readDashboard = `(() => {
 	};
 })()`
 
-// dashboard is a headless Chromium tab for one test.
-type dashboard struct {
+// dashboardTab is a headless Chromium tab for one test.
+type dashboardTab struct {
 	t   *testing.T
 	ctx context.Context
 
@@ -92,7 +92,7 @@ type dashboard struct {
 
 // openDashboard starts Chromium, stopped when the test ends, and opens url
 // in it.
-func openDashboard(t *testing.T, url string) *dashboard {
+func openDashboard(t *testing.T, url string) *dashboardTab {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -113,7 +113,7 @@ func openDashboard(t *testing.T, url string) *dashboard {
 		cancelAlloc()
 		cancelTimeout()
 	})
-	d := &dashboard{t: t, ctx: tabCtx}
+	d := &dashboardTab{t: t, ctx: tabCtx}
 	// Listen starts the browser, so that the page's first messages are
 	// heard too.
 	err = chromedp.Listen(tabCtx, func(ev any) {
@@ -149,7 +149,7 @@ func openDashboard(t *testing.T, url string) *dashboard {
 }
 
 // read reads what the page shows now.
-func (d *dashboard) read() (dashboardPage, error) {
+func (d *dashboardTab) read() (dashboardPage, error) {
 	return chromedp.Run(d.ctx, chromedp.Evaluate[dashboardPage](readDashboard))
 }
 
@@ -157,7 +157,7 @@ func (d *dashboard) read() (dashboardPage, error) {
 // what it showed then. When that does not happen within [dashboardWait],
 // it saves a screenshot and fails the test with what was missing and what
 // the page showed.
-func (d *dashboard) waitFor(what string, missing func(p dashboardPage) string) dashboardPage {
+func (d *dashboardTab) waitFor(what string, missing func(p dashboardPage) string) dashboardPage {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(d.ctx, dashboardWait)
 	defer cancel()
@@ -186,7 +186,7 @@ func (d *dashboard) waitFor(what string, missing func(p dashboardPage) string) d
 
 // checkProblems fails the test on an exception or console error the page
 // reported.
-func (d *dashboard) checkProblems() {
+func (d *dashboardTab) checkProblems() {
 	d.t.Helper()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -208,7 +208,7 @@ func (d *dashboard) checkProblems() {
 
 // do runs browser actions, at most for [dashboardWait], failing the test
 // on an error.
-func (d *dashboard) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+func (d *dashboardTab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(d.ctx, dashboardWait)
 	defer cancel()
@@ -221,7 +221,7 @@ func (d *dashboard) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 
 // screenshot saves a full-page screenshot as name in $TOOLBUS_ARTIFACTS,
 // or in a temporary directory whose path it logs.
-func (d *dashboard) screenshot(name string) {
+func (d *dashboardTab) screenshot(name string) {
 	d.t.Helper()
 	png, err := chromedp.Run(d.ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -269,16 +269,10 @@ func number(s string) int {
 // the first calls are not refused as unknown.
 func waitForTool(t *testing.T, c *toolbustest.Cluster, method string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if tool, ok := c.Registry.Lookup(method); ok && tool.Workers > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no worker of %s announced within 10s", method)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool {
+		tool, ok := c.Registry.Lookup(method)
+		return ok && tool.Workers > 0
+	}, "a worker of "+method+" is announced")
 }
 
 func TestDashboard(t *testing.T) {

@@ -33,7 +33,7 @@ func mathTools(calls *atomic.Int64) func(rt *worker.Runtime) error {
 		return rt.Handle("math.add", worker.Typed(func(_ context.Context, p sumParams) (int, error) {
 			calls.Add(1)
 			return p.A + p.B, nil
-		}), worker.Describe(schema.Descriptor{Description: "adds a and b", Idempotent: true}))
+		}), worker.Describe(schema.Descriptor{Description: "adds a and b", RetrySafe: true}))
 	}
 }
 
@@ -60,43 +60,30 @@ func workersOf(reg *discovery.Registry, method string) int {
 	return t.Workers
 }
 
-// eventually waits, at most 10s, for cond: discovery promises new workers
-// within a second or two and vanished ones within three intervals.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestDiscoveryFollowsWorkers(t *testing.T) {
 	var calls atomic.Int64
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithoutWorker())
 	reg := c.Registry
 
 	w1 := c.AddWorker(t, mathTools(&calls))
-	eventually(t, "the first worker's tool appears", func() bool { return workersOf(reg, "math.add") == 1 })
+	toolbustest.Eventually(t, func() bool { return workersOf(reg, "math.add") == 1 }, "the first worker's tool appears")
 	doc := discover(t, c)
 	if len(doc.Methods) != 1 || doc.Methods[0].Name != "math.add" || doc.Methods[0].Description != "adds a and b" || !doc.Methods[0].X.Idempotent {
 		t.Fatalf("rpc.discover methods = %+v, want math.add described", doc.Methods)
 	}
 
 	w2 := c.AddWorker(t, mathTools(&calls))
-	eventually(t, "a second worker is counted", func() bool { return workersOf(reg, "math.add") == 2 })
+	toolbustest.Eventually(t, func() bool { return workersOf(reg, "math.add") == 2 }, "a second worker is counted")
 
 	w1.Kill() // no goodbye: it goes when it misses its announcements
-	eventually(t, "a killed worker is forgotten", func() bool { return workersOf(reg, "math.add") == 1 })
+	toolbustest.Eventually(t, func() bool { return workersOf(reg, "math.add") == 1 }, "a killed worker is forgotten")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := w2.Runtime.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a worker that shuts down is dropped", func() bool { return workersOf(reg, "math.add") == 0 })
+	toolbustest.Eventually(t, func() bool { return workersOf(reg, "math.add") == 0 }, "a worker that shuts down is dropped")
 
 	tests := []struct {
 		name   string
@@ -142,7 +129,7 @@ func TestValidationAtTheIngress(t *testing.T) {
 			calls.Store(0)
 			c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)),
 				toolbustest.WithIngressOptions(ingress.WithValidation(tt.validate)))
-			eventually(t, "math.add appears", func() bool { return workersOf(c.Registry, "math.add") == 1 })
+			toolbustest.Eventually(t, func() bool { return workersOf(c.Registry, "math.add") == 1 }, "math.add appears")
 			r := c.Call(t, "math.add", tt.params)
 			if !tt.wantErr {
 				if r.Error != nil || string(r.Result) != "3" || calls.Load() != 1 {
@@ -200,11 +187,11 @@ func TestBrokenAndConflictingDescriptors(t *testing.T) {
 		{"name":"math.add","params":{"type":"array"}}]}`)
 	announce(t, c, `not even json`)
 
-	eventually(t, "the good tools and the conflict are listed", func() bool {
+	toolbustest.Eventually(t, func() bool {
 		tool, _ := c.Registry.Lookup("math.add")
 		_, ok := c.Registry.Lookup("py.ok")
 		return ok && tool.Conflict
-	})
+	}, "the good tools and the conflict are listed")
 	doc := discover(t, c)
 	kinds := map[string]string{}
 	for _, p := range doc.Problems {
@@ -228,7 +215,7 @@ func TestBrokenAndConflictingDescriptors(t *testing.T) {
 func TestOpenRPCDocument(t *testing.T) {
 	var calls atomic.Int64
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(toolbustest.Demo), toolbustest.WithTools(mathTools(&calls)))
-	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("math.add"); return ok })
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("math.add"); return ok }, "tools appear")
 
 	resp, err := http.Get(c.BaseURL + "/openrpc.json")
 	if err != nil {

@@ -8,5 +8,7 @@
 //
 // Everything it starts is stopped by t.Cleanup. Workers added with
 // [Cluster.AddWorker] have connections of their own, so a test can kill one
-// abruptly to see what the rest of the cluster does.
+// abruptly to see what the rest of the cluster does. [Eventually] waits for
+// what a test cannot be told of directly, such as an announcement reaching
+// the registry.
 package toolbustest

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -134,16 +133,11 @@ func TestHostileInputIsBounded(t *testing.T) {
 		t.Fatalf("control call: %v", r.Error)
 	}
 	spy.Flush()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		mu.Lock()
-		n := len(seen)
-		mu.Unlock()
-		if n > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(seen) > 0
+	}, "the spy sees a message")
 	mu.Lock()
 	defer mu.Unlock()
 	control := false

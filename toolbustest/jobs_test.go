@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -15,25 +14,20 @@ import (
 // getJob polls rpc.jobs.get on url until the job is final.
 func getJob(t *testing.T, c *toolbustest.Cluster, url, id string) schema.JobRecord {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var rec schema.JobRecord
+	toolbustest.Eventually(t, func() bool {
 		status, body := c.PostURL(t, url, `{"jsonrpc":"2.0","id":"g","method":"rpc.jobs.get","params":{"id":"`+id+`"}}`)
 		var r schema.Response
 		if status != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Error != nil {
 			t.Fatalf("rpc.jobs.get = HTTP %d %s", status, body)
 		}
-		var rec schema.JobRecord
+		rec = schema.JobRecord{}
 		if err := json.Unmarshal(r.Result, &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.State.Final() {
-			return rec
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s still %s", id, rec.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rec.State.Final()
+	}, "job "+id+" ends")
+	return rec
 }
 
 func TestJobSubmittedOnOneIngressPolledOnAnother(t *testing.T) {
@@ -72,17 +66,10 @@ func TestPreferRespondAsyncPromotesASlowCall(t *testing.T) {
 	// The list of tools served as jobs is refreshed every two seconds;
 	// wait until sleep is on it, as a client would retry.
 	var r schema.Response
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		r = c.Call(t, "sleep", `{"ms":1500}`, "Toolbus-Timeout", "300ms", "Prefer", "respond-async")
-		if r.Error != nil && strings.Contains(string(r.Error.Data), "job_id") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slow call with Prefer: respond-async = %+v, want a timeout carrying job_id", r.Error)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return r.Error != nil && strings.Contains(string(r.Error.Data), "job_id")
+	}, "a slow call with Prefer: respond-async is answered with a job_id")
 	if !errors.Is(r.Error, schema.ErrTimeout) {
 		t.Fatalf("promoted call = %v, want -32001", r.Error)
 	}

@@ -75,7 +75,7 @@ func TestMCPFrontDoor(t *testing.T) {
 				return nil, schema.NewError(2001, "insufficient funds", nil)
 			}))
 		}))
-	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("bank.pay"); return ok })
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("bank.pay"); return ok }, "tools appear")
 	changed := make(chan struct{}, 1)
 	cs := mcpSession(t, c, changed)
 
@@ -122,7 +122,7 @@ func TestMCPFrontDoor(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no tools/list_changed notification within 10s of a new tool")
 	}
-	eventually(t, "the new tool is listed", func() bool { return slices.Contains(toolNames(t, cs), "text.upper") })
+	toolbustest.Eventually(t, func() bool { return slices.Contains(toolNames(t, cs), "text.upper") }, "the new tool is listed")
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "text.upper", Arguments: map[string]any{"s": "hi"}})
 	if err != nil || r.IsError || textOf(r) != `"HI"` {
 		t.Fatalf("tools/call text.upper = %v %v, want \"HI\"", r, err)
@@ -136,7 +136,7 @@ func TestMCPCallHonoursDeadlines(t *testing.T) {
 			return nil, ctx.Err()
 		}), worker.Describe(schema.Descriptor{TimeoutMS: 200}))
 	}))
-	eventually(t, "slow appears", func() bool { _, ok := c.Registry.Lookup("slow"); return ok })
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("slow"); return ok }, "slow appears")
 	cs := mcpSession(t, c, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -165,8 +165,8 @@ func TestMCPProgressOfJobs(t *testing.T) {
 				return "done", nil
 			}), worker.Describe(schema.Descriptor{Job: true}))
 		}))
-	eventually(t, "report appears", func() bool { _, ok := c.Registry.Lookup("report"); return ok })
-	eventually(t, "a job runner serves report", func() bool { return c.Jobs.Promotable(context.Background(), "report") })
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("report"); return ok }, "report appears")
+	toolbustest.Eventually(t, func() bool { return c.Jobs.Promotable(context.Background(), "report") }, "a job runner serves report")
 
 	progress := make(chan *mcp.ProgressNotificationParams, 16)
 	client := mcp.NewClient(&mcp.Implementation{Name: "toolbustest", Version: "1"}, &mcp.ClientOptions{

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -44,9 +43,8 @@ func TestTraceCrossesTheBus(t *testing.T) {
 
 	// The worker's span ends before its reply is sent; the ingress's
 	// call span when the answer arrives. Wait for both to be recorded.
-	deadline := time.Now().Add(5 * time.Second)
 	var calls, workers map[string]sdktrace.ReadOnlySpan
-	for {
+	toolbustest.Eventually(t, func() bool {
 		calls, workers = map[string]sdktrace.ReadOnlySpan{}, map[string]sdktrace.ReadOnlySpan{}
 		for _, sp := range rec.Ended() {
 			if m, ok := strings.CutPrefix(sp.Name(), "toolbus.call "); ok {
@@ -56,11 +54,8 @@ func TestTraceCrossesTheBus(t *testing.T) {
 				workers[m] = sp
 			}
 		}
-		if len(calls) == 2 && len(workers) == 2 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(calls) == 2 && len(workers) == 2
+	}, "the call and worker spans of echo and fail end")
 	for _, m := range []string{"echo", "fail"} {
 		call, w := calls[m], workers[m]
 		if call == nil || w == nil {
@@ -86,7 +81,7 @@ func TestMetricsAcrossTheCluster(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
 		toolbustest.WithIngressOptions(ingress.WithMetrics(reg)),
 		toolbustest.WithWorkerOptions(worker.WithMetrics(reg)))
-	waitFor(t, func() bool { return c.Registry.Known("echo") })
+	toolbustest.Eventually(t, func() bool { return c.Registry.Known("echo") }, "the registry knows echo")
 	for range 3 {
 		c.Call(t, "echo", `[1]`)
 	}
@@ -116,17 +111,6 @@ func TestMetricsAcrossTheCluster(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestJobJoinsSubmittersTrace checks that a job's run, on whichever worker
 // and however much later, is traced under the call that submitted it.
 func TestJobJoinsSubmittersTrace(t *testing.T) {
@@ -143,14 +127,14 @@ func TestJobJoinsSubmittersTrace(t *testing.T) {
 	if r.Error != nil {
 		t.Fatalf("submit: %v", r.Error)
 	}
-	waitFor(t, func() bool {
+	toolbustest.Eventually(t, func() bool {
 		for _, sp := range rec.Ended() {
 			if sp.Name() == "toolbus.worker echo" && sp.SpanContext().TraceID().String() == agentTrace {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the job's worker span ends in the agent's trace")
 }
 
 // TestDashboardCountsPatternWorkers checks that a method served by a
@@ -161,7 +145,7 @@ func TestDashboardCountsPatternWorkers(t *testing.T) {
 			return r.Method, nil
 		}))
 	}))
-	waitFor(t, func() bool { return c.Registry.Known("calc.add") })
+	toolbustest.Eventually(t, func() bool { return c.Registry.Known("calc.add") }, "the registry knows calc.add")
 	if r := c.Call(t, "calc.add", `[]`); r.Error != nil {
 		t.Fatalf("calc.add: %v", r.Error)
 	}

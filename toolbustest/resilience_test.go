@@ -118,10 +118,8 @@ func TestBusyWorkerLeavesCallsToIdleOnes(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for fast.Load() < (clients-1)*each && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { return fast.Load() >= (clients-1)*each },
+		"the idle worker serves every call but the held one's client's")
 	held := slow.Load()
 	once.Do(func() { close(release) })
 	wg.Wait()

@@ -262,7 +262,7 @@ func TestDiscoveryShowsWhatTheCallerMayCall(t *testing.T) {
 		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
 			{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.discover"}},
 		}})))
-	eventually(t, "tools appear", func() bool { _, ok := c.Registry.Lookup("secret"); return ok })
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("secret"); return ok }, "tools appear")
 
 	r := c.Call(t, discovery.Method, "", "X-Api-Key", "bob-key")
 	var fromRPC, fromGET discovery.OpenRPC

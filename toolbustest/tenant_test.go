@@ -227,17 +227,6 @@ func backOff(ctx context.Context, rs []schema.Response) {
 	}
 }
 
-// until waits for cond as long as ctx lasts.
-func until(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		if ctx.Err() != nil {
-			t.Fatalf("%s: never", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // event is closed once, the first time its flood reaches its limit.
 type event struct {
 	name string
@@ -375,9 +364,9 @@ func TestHostileTenant(t *testing.T) {
 			}
 		})
 	}
-	until(t, ctx, "the flood's WebSocket connections closed", func() bool {
+	toolbustest.Eventually(t, func() bool {
 		return refusals(t, reg, "ws_max_unsent_bytes")+refusals(t, reg, "ws_write_timeout") > 0
-	})
+	}, "the flood's WebSocket connections are closed")
 	events["ws_closed"].fire()
 
 	// Batches of 1000 calls that hold their slot 200ms each.
@@ -464,7 +453,7 @@ func TestHostileTenant(t *testing.T) {
 			events["max_header_bytes"].fire()
 		}
 	})
-	waitFor(t, func() bool { return refusals(t, reg, "max_conns_per_addr") > 0 })
+	toolbustest.Eventually(t, func() bool { return refusals(t, reg, "max_conns_per_addr") > 0 }, "a connection is refused for max_conns_per_addr")
 	events["max_conns_per_addr"].fire()
 
 	for name, e := range events {
@@ -525,7 +514,7 @@ func TestHostileTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	submitted := time.Now()
-	for {
+	toolbustest.Eventually(t, func() bool {
 		g, err := quiet.call(ctx, schema.MethodJobsGet, fmt.Sprintf(`{"id":%q}`, job.ID))
 		if err != nil || g.Error != nil {
 			t.Fatalf("the quiet caller's job = %+v, %v", g, err)
@@ -534,14 +523,8 @@ func TestHostileTenant(t *testing.T) {
 		if err := json.Unmarshal(g.Result, &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.State != schema.JobQueued {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the quiet caller's job never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return rec.State != schema.JobQueued
+	}, "the quiet caller's job starts")
 	started := time.Since(submitted)
 	// Asked of the service itself: the flood's own budgets may refuse it
 	// at the ingress.

@@ -19,7 +19,7 @@ import (
 // idempotent or job-capable, and its version. d.Name is ignored (the
 // pattern the method is registered under is its name); schemas left empty
 // are derived from the Go types when the handler is made with [Typed].
-// Idempotent also marks the method [Retryable]. The descriptor must pass
+// d.RetrySafe also marks the method [RetrySafe]. The descriptor must pass
 // [schema.Descriptor.Validate].
 func Describe(d schema.Descriptor) HandleOption {
 	return func(c *handleConfig) error {
@@ -28,8 +28,8 @@ func Describe(d schema.Descriptor) HandleOption {
 			return err
 		}
 		c.desc = mergeDescriptor(c.desc, d)
-		if d.Idempotent {
-			c.retryable = true
+		if d.RetrySafe {
+			c.retrySafe = true
 		}
 		return nil
 	}
@@ -56,7 +56,7 @@ func mergeDescriptor(base, over schema.Descriptor) schema.Descriptor {
 	if over.TimeoutMS > 0 {
 		base.TimeoutMS = over.TimeoutMS
 	}
-	base.Idempotent = base.Idempotent || over.Idempotent
+	base.RetrySafe = base.RetrySafe || over.RetrySafe
 	base.Job = base.Job || over.Job
 	if over.Version != "" {
 		base.Version = over.Version
@@ -74,7 +74,7 @@ type describer interface {
 func descriptor(pattern string, h Handler, hc handleConfig) schema.Descriptor {
 	d := hc.desc
 	d.Name = pattern
-	d.Idempotent = d.Idempotent || hc.retryable
+	d.RetrySafe = d.RetrySafe || hc.retrySafe
 	if ds, ok := h.(describer); ok {
 		params, result := ds.schemas()
 		if len(d.Params) == 0 {
@@ -88,7 +88,7 @@ func descriptor(pattern string, h Handler, hc handleConfig) schema.Descriptor {
 }
 
 // Descriptors returns the descriptor of every registered method, sorted by
-// name: what the runtime advertises in discovery (see [WithDiscovery]).
+// name: what the runtime advertises in discovery (see [WithAnnounce]).
 func (rt *Runtime) Descriptors() []schema.Descriptor {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()

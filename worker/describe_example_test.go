@@ -11,7 +11,7 @@ import (
 
 // A tool written with Typed advertises the JSON Schemas of its params and
 // result, derived from the Go types; Describe adds what the types cannot
-// say. With WithDiscovery the runtime announces these descriptors.
+// say. The runtime announces these descriptors to the ingress's discovery.
 func ExampleDescribe() {
 	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
 	if err != nil {
@@ -25,7 +25,7 @@ func ExampleDescribe() {
 		return
 	}
 	defer nc.Close()
-	rt, err := worker.New(nc, worker.WithDiscovery(0))
+	rt, err := worker.New(nc)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -36,13 +36,13 @@ func ExampleDescribe() {
 	}
 	err = rt.Handle("math.add", worker.Typed(func(_ context.Context, p addParams) (int, error) {
 		return p.A + p.B, nil
-	}), worker.Describe(schema.Descriptor{Description: "Adds two integers.", Idempotent: true}))
+	}), worker.Describe(schema.Descriptor{Description: "Adds two integers.", RetrySafe: true}))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	d := rt.Descriptors()[0]
-	fmt.Println(d.Name, "-", d.Description, "- idempotent:", d.Idempotent)
+	fmt.Println(d.Name, "-", d.Description, "- idempotent:", d.RetrySafe)
 	fmt.Println("params:", string(d.Params))
 	fmt.Println("result:", string(d.Result))
 	// Output:

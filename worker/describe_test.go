@@ -61,7 +61,7 @@ func TestDescriptors(t *testing.T) {
 	}
 	byHand := json.RawMessage(`{"type":"object","required":["s"],"properties":{"s":{"type":"string"}}}`)
 	if err := rt.Handle("text.upper", worker.Typed(func(_ context.Context, p map[string]any) (string, error) { return "", nil }),
-		worker.Schema(byHand, nil), worker.Retryable()); err != nil {
+		worker.Schema(byHand, nil), worker.RetrySafe()); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.HandleFunc("raw.*", func(context.Context, *worker.Request) (any, error) { return nil, nil }); err != nil {
@@ -83,7 +83,7 @@ func TestDescriptors(t *testing.T) {
 
 	t.Run("typed derives both schemas", func(t *testing.T) {
 		d := byName["math.add"]
-		if d.Description != "adds two numbers" || d.TimeoutMS != 500 || d.Version != "1.2.0" || !d.Job || d.Idempotent {
+		if d.Description != "adds two numbers" || d.TimeoutMS != 500 || d.Version != "1.2.0" || !d.Job || d.RetrySafe {
 			t.Errorf("math.add = %+v, want the described members", d)
 		}
 		p := schemaOf(t, d.Params)
@@ -113,11 +113,11 @@ func TestDescriptors(t *testing.T) {
 	})
 	t.Run("schema by hand wins", func(t *testing.T) {
 		d := byName["text.upper"]
-		if string(d.Params) != string(byHand) || !d.Idempotent {
+		if string(d.Params) != string(byHand) || !d.RetrySafe {
 			t.Errorf("text.upper = %+v, want the hand schema and idempotent", d)
 		}
-		if !rt.Retryable("text.upper") {
-			t.Errorf("Retryable(text.upper) = false, want true")
+		if !rt.RetrySafe("text.upper") {
+			t.Errorf("RetrySafe(text.upper) = false, want true")
 		}
 	})
 	t.Run("untyped handler has none", func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestDescribeRefusesBadInput(t *testing.T) {
 }
 
 func TestDiscoveryAnnounces(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithDiscovery(50*time.Millisecond))
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(50*time.Millisecond))
 	subjects, _ := bus.NewSubjects(bus.DefaultPrefix)
 	heard := make(chan schema.Announcement, 64)
 	feed, err := bus.NewAnnouncements(c.caller, subjects)

@@ -11,19 +11,21 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// DefaultAnnounceInterval is how often a runtime with discovery on
-// announces its tools unless [WithDiscovery] says otherwise. Listeners
+// DefaultAnnounceInterval is how often a runtime announces its tools
+// unless [WithAnnounce] or [WithoutAnnounce] says otherwise. Listeners
 // forget a worker after three intervals without news of it.
 const DefaultAnnounceInterval = time.Second
 
-// WithDiscovery turns discovery on: once started, the runtime announces the
+// WithAnnounce sets how often the runtime announces its tools (zero means
+// [DefaultAnnounceInterval]). Once started, a runtime announces the
 // descriptors of its methods (see [Runtime.Descriptors]) on the cluster's
-// announce subject every interval (zero means [DefaultAnnounceInterval]),
-// at once when a method is registered or a listener asks, and one last time
-// when it shuts down, so that the ingress's registry follows it (see
-// schema/PROTOCOL.md, section 9). Default off. The call path does not change:
-// discovery only adds the announce and ping subjects.
-func WithDiscovery(interval time.Duration) Option {
+// announce subject every interval, at once when a method is registered or a
+// listener asks, and one last time when it shuts down, so that the
+// ingress's discovery registry follows it (see schema/PROTOCOL.md, section
+// 9). A runtime announces by default, every [DefaultAnnounceInterval], as
+// `toolbus worker` does; [WithoutAnnounce] turns it off. The call path does
+// not change: announcing only adds the announce and ping subjects.
+func WithAnnounce(interval time.Duration) Option {
 	return func(c *config) error {
 		if interval < 0 {
 			return fmt.Errorf("worker: announce interval must not be negative, got %v", interval)
@@ -32,6 +34,16 @@ func WithDiscovery(interval time.Duration) Option {
 			interval = DefaultAnnounceInterval
 		}
 		c.announce = interval
+		return nil
+	}
+}
+
+// WithoutAnnounce keeps the runtime from announcing its tools, for a
+// worker whose NATS user may not publish announcements or a cluster that
+// runs without discovery (`toolbus worker --announce=false`).
+func WithoutAnnounce() Option {
+	return func(c *config) error {
+		c.announce = 0
 		return nil
 	}
 }

@@ -83,12 +83,12 @@ func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(p
 	return rt.handle(invokeTrace(ctx, call.TraceParent), r, req, "invoke")
 }
 
-// Retryable reports whether method is served by a handler registered with
-// [Retryable], that is, safe to run again after an interrupted job. An
+// RetrySafe reports whether method is served by a handler registered with
+// [RetrySafe], that is, safe to run again after an interrupted job. An
 // unknown method is not.
-func (rt *Runtime) Retryable(method string) bool {
+func (rt *Runtime) RetrySafe(method string) bool {
 	r := rt.routeFor(method)
-	return r != nil && r.retryable
+	return r != nil && r.retrySafe
 }
 
 // routeFor returns the route whose pattern serves method, or nil. Patterns
@@ -97,7 +97,7 @@ func (rt *Runtime) routeFor(method string) *route {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, r := range rt.routes {
-		if matches(r.pattern, method) {
+		if schema.MatchMethod(r.pattern, method) {
 			return r
 		}
 	}

@@ -98,7 +98,7 @@ func TestInvokeProgress(t *testing.T) {
 func TestRetryable(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})
 	ok := func(ctx context.Context, req *worker.Request) (any, error) { return nil, nil }
-	if err := c.rt.HandleFunc("safe.*", ok, worker.Retryable()); err != nil {
+	if err := c.rt.HandleFunc("safe.*", ok, worker.RetrySafe()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.rt.HandleFunc("unsafe", ok); err != nil {
@@ -108,8 +108,8 @@ func TestRetryable(t *testing.T) {
 		method string
 		want   bool
 	}{{"safe.read", true}, {"unsafe", false}, {"unknown", false}} {
-		if got := c.rt.Retryable(tc.method); got != tc.want {
-			t.Errorf("Retryable(%q) = %v, want %v", tc.method, got, tc.want)
+		if got := c.rt.RetrySafe(tc.method); got != tc.want {
+			t.Errorf("RetrySafe(%q) = %v, want %v", tc.method, got, tc.want)
 		}
 	}
 }

@@ -27,7 +27,7 @@ type config struct {
 	logger         *slog.Logger
 	concurrency    int
 	maxResultBytes int64
-	announce       time.Duration         // zero: discovery off; see WithDiscovery
+	announce       time.Duration         // zero: no announcements; see WithAnnounce
 	registerer     prometheus.Registerer // nil: no metrics; see WithMetrics
 	tracerProvider trace.TracerProvider  // nil: the global one; see WithTracerProvider
 }
@@ -88,7 +88,7 @@ func WithMaxResultBytes(n int64) Option {
 
 type handleConfig struct {
 	concurrency int
-	retryable   bool
+	retrySafe   bool
 	desc        schema.Descriptor // set by Describe and Schema
 }
 
@@ -110,14 +110,14 @@ func Concurrency(n int) HandleOption {
 	}
 }
 
-// Retryable marks a method as safe to run again when a job running it was
+// RetrySafe marks a method as safe to run again when a job running it was
 // interrupted (its worker died or lost its connection mid-call): running it
 // twice has the same effect as running it once. By default a method is not
 // safe to retry, and an interrupted job of it fails rather than running a
-// second time. See [Runtime.Retryable].
-func Retryable() HandleOption {
+// second time. See [Runtime.RetrySafe].
+func RetrySafe() HandleOption {
 	return func(c *handleConfig) error {
-		c.retryable = true
+		c.retrySafe = true
 		return nil
 	}
 }

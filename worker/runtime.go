@@ -90,9 +90,9 @@ type route struct {
 	subject string
 	handler Handler
 	sem     chan struct{} // one token per running call
-	// retryable is set by [Retryable]: the method may run again after an
+	// retrySafe is set by [RetrySafe]: the method may run again after an
 	// interrupted job.
-	retryable bool
+	retrySafe bool
 	// desc is what discovery advertises of the route.
 	desc schema.Descriptor
 	// metrics holds the route's series; nil without WithMetrics.
@@ -117,7 +117,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency}
+	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -173,7 +173,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 	if err != nil {
 		return fmt.Errorf("worker: handle %q: %w", pattern, err)
 	}
-	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retryable: hc.retryable,
+	r := &route{pattern: pattern, subject: subject, handler: h, sem: make(chan struct{}, hc.concurrency), retrySafe: hc.retrySafe,
 		desc: descriptor(pattern, h, hc), span: newSpanStart(pattern)}
 
 	rt.mu.Lock()
@@ -182,7 +182,7 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		return ErrClosed
 	}
 	for _, other := range rt.routes {
-		if overlaps(other.pattern, pattern) {
+		if schema.OverlapPatterns(other.pattern, pattern) {
 			return fmt.Errorf("worker: handle %q: overlaps %q: %w", pattern, other.pattern, ErrDuplicate)
 		}
 	}

@@ -148,13 +148,8 @@ func (rt *Runtime) Status() Status {
 }
 
 func methodStatus(name string, s callstats.Stats) MethodStatus {
-	return MethodStatus{
-		MethodStatus: bus.MethodStatus{
-			Method: name, Rate: s.Rate, Calls: s.Calls, Errors: s.Errors, ErrorRate: s.ErrorRate(),
-			P50Ms: callstats.Millis(s.P50), P99Ms: callstats.Millis(s.P99), InFlight: s.InFlight, Total: s.Total,
-		},
-		TotalErrors: s.TotalErrors,
-	}
+	s.Method = name // a pattern without calls has no statistics yet
+	return MethodStatus{MethodStatus: s.MethodStatus(), TotalErrors: s.TotalErrors}
 }
 
 // Summary is s as every toolbus process reports itself on its status

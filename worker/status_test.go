@@ -10,11 +10,12 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
 func TestStatusCountsCalls(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithDiscovery(time.Hour))
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(time.Hour))
 	if err := c.rt.HandleFunc("s.*", func(_ context.Context, req *worker.Request) (any, error) {
 		if req.Method == "s.fail" {
 			return nil, &schema.Error{Code: 2001, Message: "insufficient funds"}
@@ -127,13 +128,7 @@ func TestReady(t *testing.T) {
 	<-started
 	shut := make(chan error, 1)
 	go func() { shut <- c.rt.Shutdown(context.Background()) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for err := c.rt.Ready(); !errors.Is(err, worker.ErrDraining); err = c.rt.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Ready() while draining = %v, want %v", err, worker.ErrDraining)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { return errors.Is(c.rt.Ready(), worker.ErrDraining) }, "Ready() reports the runtime draining")
 	if st := c.rt.Status(); st.Ready || st.NotReady == "" {
 		t.Errorf("Status() while draining: ready %v %q, want not ready with a reason", st.Ready, st.NotReady)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -41,15 +43,17 @@ func recorder(t *testing.T) (*sdktrace.TracerProvider, *tracetest.SpanRecorder) 
 // notification's span ends after nobody is waiting for it.
 func ended(t *testing.T, rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	var span sdktrace.ReadOnlySpan
+	toolbustest.Eventually(t, func() bool {
 		for _, s := range rec.Ended() {
 			if s.Name() == name {
-				return s
+				span = s
+				return true
 			}
 		}
-	}
-	t.Fatalf("no span %q ended within 10s", name)
-	return nil
+		return false
+	}, "span "+name+" ends")
+	return span
 }
 
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
@@ -286,11 +290,12 @@ func TestLogsCarryTraceID(t *testing.T) {
 			}
 			for _, msg := range []string{"call", "notification failed", "skipped a call already past its deadline"} {
 				var lines []map[string]any
-				for deadline := time.Now().Add(10 * time.Second); len(lines) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				toolbustest.Eventually(t, func() bool {
 					lines = logLines(t, logs, msg)
-				}
+					return len(lines) > 0
+				}, "the log has a line "+strconv.Quote(msg))
 				if len(lines) == 0 {
-					t.Fatalf("no log line %q within 10s; logs:\n%s", msg, logs)
+					t.Fatalf("no log line %q; logs:\n%s", msg, logs)
 				}
 				for _, l := range lines {
 					if l["trace_id"] != parentTraceID || l["span_id"] == nil || l["method"] != "fail" || l["id"] != "1" {

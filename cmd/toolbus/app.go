@@ -429,8 +429,8 @@ func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prome
 	counters *jobs.Counters, st *bus.Startup) (*node.Worker, *mcpbridge.Bridge, error) {
 	wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
 		worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
-	if cfg.announce {
-		wopts = append(wopts, worker.WithDiscovery(0))
+	if !cfg.announce {
+		wopts = append(wopts, worker.WithoutAnnounce())
 	}
 	rt, err := worker.New(nc, wopts...)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/toolbustest"
 )
 
 // get fetches url and returns the status and body.
@@ -103,17 +105,10 @@ func TestWorkerProbes(t *testing.T) {
 	token := dev.waitFor(t, joinLine)
 	addr := freeAddr(t)
 	w := runCommand(t, "worker", "--nats", natsURL, "--nats-token", token, "--jobs=false", "--metrics-listen", addr)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := tryGet("http://" + addr + "/readyz")
-		if code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker /readyz: %d %s", code, body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool {
+		code, _ := tryGet("http://" + addr + "/readyz")
+		return code == http.StatusOK
+	}, "the worker's /readyz answers 200")
 	if code, _ := get(t, "http://"+addr+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d", code)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 )
 
 func compact(raw json.RawMessage) string {
@@ -50,13 +51,7 @@ func TestDevRestartKeepsJobs(t *testing.T) {
 	for i := range ids {
 		ids[i] = submitJob(t, url, "sleep", fmt.Sprintf(`{"ms":%d}`, 300+i))
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for jobRecord(t, url, ids[0]).State != schema.JobSucceeded {
-		if time.Now().After(deadline) {
-			t.Fatal("the first job never finished")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { return jobRecord(t, url, ids[0]).State == schema.JobSucceeded }, "the first job succeeds")
 	if last := jobRecord(t, url, ids[n-1]); last.State != schema.JobQueued {
 		t.Fatalf("last job = %s before the restart, want queued", last.State)
 	}
@@ -72,22 +67,19 @@ func TestDevRestartKeepsJobs(t *testing.T) {
 		t.Fatalf("job finished before the restart = %s %s, want its result kept", first.State, first.Result)
 	}
 	for i, id := range ids {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			rec := jobRecord(t, url, id)
-			if rec.State == schema.JobSucceeded {
-				if want := fmt.Sprintf(`{"slept_ms":%d}`, 300+i); compact(rec.Result) != want {
-					t.Fatalf("job %d result = %s, want %s", i, rec.Result, want)
-				}
-				if i == n-1 && (rec.StartedAt == nil || rec.StartedAt.Before(stopped)) {
-					t.Fatalf("the job queued at the stop started at %v, want after the restart at %v", rec.StartedAt, stopped)
-				}
-				break
-			}
-			if rec.State.Final() || time.Now().After(deadline) {
-				t.Fatalf("job %d after the restart = %s (%+v), want succeeded", i, rec.State, rec.Error)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var rec schema.JobRecord
+		toolbustest.Eventually(t, func() bool {
+			rec = jobRecord(t, url, id)
+			return rec.State.Final()
+		}, fmt.Sprintf("job %d ends after the restart", i))
+		if rec.State != schema.JobSucceeded {
+			t.Fatalf("job %d after the restart = %s (%+v), want succeeded", i, rec.State, rec.Error)
+		}
+		if want := fmt.Sprintf(`{"slept_ms":%d}`, 300+i); compact(rec.Result) != want {
+			t.Fatalf("job %d result = %s, want %s", i, rec.Result, want)
+		}
+		if i == n-1 && (rec.StartedAt == nil || rec.StartedAt.Before(stopped)) {
+			t.Fatalf("the job queued at the stop started at %v, want after the restart at %v", rec.StartedAt, stopped)
 		}
 	}
 	if err := dev.stop(); err != nil {

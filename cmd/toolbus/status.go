@@ -82,8 +82,9 @@ type statusReport struct {
 	NATS natsReport `json:"nats"`
 	// Instances are the ingresses and workers, sorted by kind then id.
 	Instances []bus.Status `json:"instances"`
-	// Methods merges each method over the workers that answered.
-	Methods []methodRow `json:"methods"`
+	// Methods merges each method over the workers that answered; Workers
+	// counts them.
+	Methods []bus.MethodStatus `json:"methods"`
 }
 
 // natsReport describes the NATS server the command reached.
@@ -110,20 +111,6 @@ type jetStreamReport struct {
 	Consumers int    `json:"consumers"`
 	Memory    uint64 `json:"memory_bytes"`
 	Store     uint64 `json:"store_bytes"`
-}
-
-// methodRow is one method merged over the workers that serve it.
-type methodRow struct {
-	Method    string  `json:"method"`
-	Workers   int     `json:"workers"`
-	Rate      float64 `json:"rate"`
-	Calls     int64   `json:"calls"`
-	Errors    int64   `json:"errors"`
-	ErrorRate float64 `json:"error_rate"`
-	P50Ms     float64 `json:"p50_ms"`
-	P99Ms     float64 `json:"p99_ms"`
-	InFlight  int64   `json:"in_flight"`
-	Total     int64   `json:"total"`
 }
 
 // gatherReport connects to NATS, describes the server and gathers the
@@ -228,8 +215,8 @@ func redactAll(urls []string) []string {
 // workers' medians weighted by their calls (their plain mean when none had
 // calls), a merged P99 the largest P99: percentiles do not merge exactly,
 // and the largest tail is the one an operator must see.
-func mergeWorkerMethods(statuses []bus.Status) []methodRow {
-	rows := map[string]*methodRow{}
+func mergeWorkerMethods(statuses []bus.Status) []bus.MethodStatus {
+	rows := map[string]*bus.MethodStatus{}
 	// p50Weight is the denominator of each row's weighted P50.
 	p50Weight := map[string]float64{}
 	for _, st := range statuses {
@@ -239,10 +226,10 @@ func mergeWorkerMethods(statuses []bus.Status) []methodRow {
 		for _, m := range st.Methods {
 			row, ok := rows[m.Method]
 			if !ok {
-				row = &methodRow{Method: m.Method}
+				row = &bus.MethodStatus{Method: m.Method, Workers: new(0)}
 				rows[m.Method] = row
 			}
-			row.Workers++
+			*row.Workers++
 			row.Rate += m.Rate
 			row.Calls += m.Calls
 			row.Errors += m.Errors
@@ -254,7 +241,7 @@ func mergeWorkerMethods(statuses []bus.Status) []methodRow {
 			p50Weight[m.Method] += w
 		}
 	}
-	out := make([]methodRow, 0, len(rows))
+	out := make([]bus.MethodStatus, 0, len(rows))
 	for _, row := range rows {
 		if w := p50Weight[row.Method]; w > 0 {
 			row.P50Ms /= w
@@ -264,7 +251,7 @@ func mergeWorkerMethods(statuses []bus.Status) []methodRow {
 		}
 		out = append(out, *row)
 	}
-	slices.SortFunc(out, func(a, b methodRow) int { return cmp.Compare(a.Method, b.Method) })
+	slices.SortFunc(out, func(a, b bus.MethodStatus) int { return cmp.Compare(a.Method, b.Method) })
 	return out
 }
 
@@ -354,7 +341,7 @@ func writeStatus(out io.Writer, r statusReport, f statusFlags, now time.Time) {
 		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "METHOD\tWORKERS\tRATE/S\tP50\tP99\tERRORS\tIN-FLIGHT\tTOTAL")
 		for _, m := range r.Methods {
-			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%d\t%d\n", m.Method, m.Workers, m.Rate,
+			fmt.Fprintf(tw, "%s\t%d\t%.2f\t%s\t%s\t%s\t%d\t%d\n", m.Method, *m.Workers, m.Rate,
 				formatMs(m.P50Ms), formatMs(m.P99Ms), formatErrorRate(m.Errors, m.Calls), m.InFlight, m.Total)
 		}
 		tw.Flush()

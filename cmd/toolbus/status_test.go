@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -89,15 +90,15 @@ func TestStatusCommand(t *testing.T) {
 		if len(r.Instances) != 3 || r.Instances[0].ID != in || r.Instances[0].Kind != bus.KindIngress {
 			t.Fatalf("instances = %+v, want the ingress %s then two workers", r.Instances, in)
 		}
-		want := map[string]methodRow{
-			"echo":     {Method: "echo", Workers: 1, Rate: 1, Calls: 60, P50Ms: 0.5, P99Ms: 1, Total: 60},
-			"math.add": {Method: "math.add", Workers: 2, Rate: 3, Calls: 150, Errors: 15, ErrorRate: 0.1, P50Ms: 3, P99Ms: 40, Total: 550},
+		want := map[string]bus.MethodStatus{
+			"echo":     {Method: "echo", Workers: new(1), Rate: 1, Calls: 60, P50Ms: 0.5, P99Ms: 1, Total: 60},
+			"math.add": {Method: "math.add", Workers: new(2), Rate: 3, Calls: 150, Errors: 15, ErrorRate: 0.1, P50Ms: 3, P99Ms: 40, Total: 550},
 		}
 		if len(r.Methods) != len(want) {
 			t.Fatalf("methods = %+v, want %d rows", r.Methods, len(want))
 		}
 		for _, m := range r.Methods {
-			if m != want[m.Method] {
+			if !reflect.DeepEqual(m, want[m.Method]) {
 				t.Errorf("method row = %+v, want %+v", m, want[m.Method])
 			}
 		}
@@ -152,16 +153,16 @@ func TestMergeWorkerMethods(t *testing.T) {
 		{Kind: bus.KindWorker, Methods: []bus.MethodStatus{{Method: "idle"}}},
 	}
 	got := mergeWorkerMethods(statuses)
-	want := []methodRow{
-		{Method: "a", Workers: 1, Calls: 1, P50Ms: 1, P99Ms: 1},
-		{Method: "b", Workers: 2, Calls: 4, Errors: 1, ErrorRate: 0.25, P50Ms: 8, P99Ms: 50},
-		{Method: "idle", Workers: 1},
+	want := []bus.MethodStatus{
+		{Method: "a", Workers: new(1), Calls: 1, P50Ms: 1, P99Ms: 1},
+		{Method: "b", Workers: new(2), Calls: 4, Errors: 1, ErrorRate: 0.25, P50Ms: 8, P99Ms: 50},
+		{Method: "idle", Workers: new(1)},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("mergeWorkerMethods = %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("mergeWorkerMethods row %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}

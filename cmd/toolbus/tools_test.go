@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -19,13 +18,7 @@ func TestToolsCommand(t *testing.T) {
 			return p.A, nil
 		}), worker.Describe(schema.Descriptor{Description: "adds"}))
 	}))
-	deadline := time.Now().Add(10 * time.Second)
-	for _, ok := c.Registry.Lookup("math.add"); !ok; _, ok = c.Registry.Lookup("math.add") {
-		if time.Now().After(deadline) {
-			t.Fatal("math.add never appeared")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("math.add"); return ok }, "math.add is in the registry")
 	tests := []struct {
 		name    string
 		args    []string

@@ -358,7 +358,7 @@ func mcpTool(t discovery.Tool) (*mcp.Tool, bool) {
 		Name:        t.Name,
 		Description: t.Description,
 		InputSchema: input,
-		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.Idempotent},
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.RetrySafe},
 	}
 	if out, ok := objectSchema(t.Result); ok {
 		tool.OutputSchema = out
@@ -441,7 +441,7 @@ func (m *Server) nextID() json.RawMessage {
 // internalError is the answer for a call that got no usable answer.
 func internalError() *schema.Error {
 	return schema.NewError(schema.CodeInternal, "internal error: the call got no answer",
-		map[string]any{"reason": "no_answer"})
+		map[string]any{"reason": schema.ReasonNoAnswer})
 }
 
 // toolError is the MCP answer for a call that failed: a tool result with

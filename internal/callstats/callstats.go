@@ -14,6 +14,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Defaults of [New].
@@ -68,6 +70,15 @@ func (s Stats) ErrorRate() float64 {
 		return 0
 	}
 	return float64(s.Errors) / float64(s.Calls)
+}
+
+// MethodStatus is s as a status answer reports a method: latencies in
+// milliseconds, and Workers nil, which only a registry of workers knows.
+func (s Stats) MethodStatus() bus.MethodStatus {
+	return bus.MethodStatus{
+		Method: s.Method, Rate: s.Rate, Calls: s.Calls, Errors: s.Errors, ErrorRate: s.ErrorRate(),
+		P50Ms: Millis(s.P50), P99Ms: Millis(s.P99), InFlight: s.InFlight, Total: s.Total,
+	}
 }
 
 // Millis is d in milliseconds, as status answers and the dashboard give

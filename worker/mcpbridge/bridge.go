@@ -335,7 +335,7 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
 	d := schema.Descriptor{Description: tool.Description, Version: version}
 	if tool.Annotations != nil {
-		d.Idempotent = tool.Annotations.IdempotentHint
+		d.RetrySafe = tool.Annotations.IdempotentHint
 	}
 	var errs []error
 	for _, s := range []struct {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/mcpbridge"
 )
@@ -168,7 +169,7 @@ func TestBridgeServesTools(t *testing.T) {
 			add = d
 		}
 	}
-	if add.Description != "adds a and b" || !add.Idempotent || add.Version != "0.1.0" || len(add.Params) == 0 || len(add.Result) == 0 {
+	if add.Description != "adds a and b" || !add.RetrySafe || add.Version != "0.1.0" || len(add.Params) == 0 || len(add.Result) == 0 {
 		t.Errorf("descriptor of ext.add = %+v, want the tool's description, hints, version and schemas", add)
 	}
 
@@ -209,23 +210,19 @@ func TestBridgeReconnects(t *testing.T) {
 
 	kill()
 	// Calls fail fast while the bridge reconnects, then succeed again.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		got, err := invoke(rt, "greet", `{"name":"again"}`, time.Second)
 		if err == nil {
 			if string(got) != `"hello, again"` {
 				t.Fatalf("greet after reconnecting = %s, want hello, again", got)
 			}
-			break
+			return true
 		}
 		if !errors.Is(err, schema.ErrUnavailable) && !errors.Is(err, schema.ErrTool) {
 			t.Fatalf("greet while reconnecting = %v, want unavailable", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no reconnection within 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	}, "the bridge reconnects")
 }
 
 func TestBridgeOverStreamableHTTP(t *testing.T) {
@@ -264,20 +261,13 @@ func TestBridgeRestartsAStdioServer(t *testing.T) {
 	if _, err := invoke(rt, "local.crash", "", 5*time.Second); err == nil {
 		t.Fatal("local.crash answered, want an error: its server exited")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	toolbustest.Eventually(t, func() bool {
 		got, err := invoke(rt, "local.pid", "", 5*time.Second)
-		if err == nil {
-			if string(got) == string(first) {
-				t.Fatalf("pid after the crash = %s, the same process as before", got)
-			}
-			break
+		if err == nil && string(got) == string(first) {
+			t.Fatalf("pid after the crash = %s, the same process as before", got)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server was not started again within 20s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil
+	}, "the crashed server is started again")
 	if got, err := invoke(rt, "local.greet", `{"name":"again"}`, 5*time.Second); err != nil || string(got) != `"hello, again"` {
 		t.Fatalf("local.greet = %s, %v", got, err)
 	}
