@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
-var twoCallers = Auth{Keys: []APIKey{
-	{Name: "alice", SHA256: HashAPIKey("a"), Allow: []string{">"}},
-	{Name: "bob", SHA256: HashAPIKey("b"), Allow: []string{">"}},
+var twoCallers = auth.Config{Keys: []auth.APIKey{
+	{Name: "alice", SHA256: auth.HashAPIKey("a"), Allow: []string{">"}},
+	{Name: "bob", SHA256: auth.HashAPIKey("b"), Allow: []string{">"}},
 }}
 
 // TestCallerMaxBytesInFlight: a caller whose unwritten answers hold half

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -81,7 +82,7 @@ func TestMetricsMoveAsCallsFlow(t *testing.T) {
 
 func TestMetricsOpenWithAuth(t *testing.T) {
 	s, _ := newServer(t, WithMetrics(prometheus.NewRegistry()),
-		WithAuth(Auth{Keys: []APIKey{{Name: "alice", SHA256: HashAPIKey("k"), Allow: []string{">"}}}}))
+		WithAuth(auth.Config{Keys: []auth.APIKey{{Name: "alice", SHA256: auth.HashAPIKey("k"), Allow: []string{">"}}}}))
 	if rec := serve(s.Handler(), httptest.NewRequest(http.MethodGet, "/metrics", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("/metrics without credentials: %d, want 200", rec.Code)
 	}

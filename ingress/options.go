@@ -1,9 +1,6 @@
 package ingress
 
 import (
-	"github.com/toolbus/toolbus/discovery"
-	"github.com/toolbus/toolbus/ingress/dashboard"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 )
 
 // Defaults of [New].
@@ -78,7 +79,7 @@ type config struct {
 	maxBytes        int64
 	callerMaxBytes  int64
 
-	auth        *authenticator
+	auth        *auth.Authenticator
 	rate        *RateLimit
 	callerRates map[string]RateLimit
 

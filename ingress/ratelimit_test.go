@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
 func TestRateLimit(t *testing.T) {
-	auth := Auth{Keys: []APIKey{
-		{Name: "alice", SHA256: HashAPIKey("a"), Allow: []string{">"}},
-		{Name: "bob", SHA256: HashAPIKey("b"), Allow: []string{">"}},
+	conf := auth.Config{Keys: []auth.APIKey{
+		{Name: "alice", SHA256: auth.HashAPIKey("a"), Allow: []string{">"}},
+		{Name: "bob", SHA256: auth.HashAPIKey("b"), Allow: []string{">"}},
 	}}
-	s, _ := newServer(t, WithAuth(auth),
+	s, _ := newServer(t, WithAuth(conf),
 		WithRateLimit(RateLimit{PerSecond: 0.001, Burst: 2}),
 		WithCallerRateLimit("bob", RateLimit{PerSecond: 0.001, Burst: 3}))
 	batch := `[{"jsonrpc":"2.0","id":1,"method":"echo"},{"jsonrpc":"2.0","id":2,"method":"echo"},{"jsonrpc":"2.0","id":3,"method":"echo"},{"jsonrpc":"2.0","id":4,"method":"echo"}]`

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/mcp"
 	"github.com/toolbus/toolbus/internal/callstats"
@@ -54,7 +55,7 @@ type Server struct {
 
 	// auth checks credentials (nil without [WithAuth]); limiter holds
 	// the callers' token buckets (nil without rate limits).
-	auth    *authenticator
+	auth    *auth.Authenticator
 	limiter *limiter
 	handler http.Handler
 
