@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/ingress/msglog"
 )
 
 // Defaults of [New].
@@ -87,7 +88,7 @@ type config struct {
 	id             string
 	metrics        *prometheus.Registry
 	tracerProvider trace.TracerProvider
-	msglog         *msgLog
+	msglog         *msglog.Log
 	noDashboard    bool
 	jobStats       func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
 }
