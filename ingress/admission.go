@@ -16,8 +16,8 @@ func (s *Server) admit(p *auth.Principal, req *schema.Request) *schema.Error {
 	if e := s.authorize(p, req); e != nil {
 		return e
 	}
-	if e := s.bytes.admit(p.String()); e != nil {
+	if e := s.bytes.Admit(p.String()); e != nil {
 		return e
 	}
-	return s.limiter.admit(p.String())
+	return s.limiter.Admit(p.String())
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/msglog"
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -390,7 +391,7 @@ func TestNoWorkersCounted(t *testing.T) {
 // a tool's own errors with a "limit" member cannot grow the series without
 // bound.
 func TestLimitRefusalsCounted(t *testing.T) {
-	s, _ := newServer(t, WithMetrics(prometheus.NewRegistry()), WithRateLimit(RateLimit{PerSecond: 1e-9, Burst: 2}))
+	s, _ := newServer(t, WithMetrics(prometheus.NewRegistry()), WithRateLimit(quota.RateLimit{PerSecond: 1e-9, Burst: 2}))
 	h := s.Handler()
 	serve(h, post(`{"jsonrpc":"2.0","method":"error","params":{"code":-32002,"data":{"limit":"caller_max_in_flight"}},"id":1}`))
 	serve(h, post(`{"jsonrpc":"2.0","method":"error","params":{"code":-32000,"data":{"limit":"a tool's own"}},"id":2}`))

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/msglog"
+	"github.com/toolbus/toolbus/ingress/quota"
 )
 
 // Defaults of [New].
@@ -81,8 +82,8 @@ type config struct {
 	callerMaxBytes  int64
 
 	auth        *auth.Authenticator
-	rate        *RateLimit
-	callerRates map[string]RateLimit
+	rate        *quota.RateLimit
+	callerRates map[string]quota.RateLimit
 
 	// Observability: see observe.go, metrics.go, msglog.go and dashboard.go.
 	id             string

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -48,7 +49,7 @@ func (f *fakeSubscriber) subscribed() []schema.Call {
 func TestSubscribeIsAdmitted(t *testing.T) {
 	sub := &fakeSubscriber{}
 	s, _ := newServer(t, WithExtension("rpc.jobs.", sub),
-		WithCallerRateLimit("carol", RateLimit{PerSecond: 0.001, Burst: 1}),
+		WithCallerRateLimit("carol", quota.RateLimit{PerSecond: 0.001, Burst: 1}),
 		WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"echo"}},

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/quota"
 )
 
 // securityConfig is the authentication, admission and resilience policy of
@@ -126,7 +127,7 @@ func (c *securityConfig) ingressOptions(log *slog.Logger) ([]ingress.Option, err
 		return nil, fmt.Errorf("--auth must be on or off, got %q", c.auth)
 	}
 	if c.rateLimit > 0 {
-		opts = append(opts, ingress.WithRateLimit(ingress.RateLimit{PerSecond: c.rateLimit, Burst: c.rateBurst}))
+		opts = append(opts, ingress.WithRateLimit(quota.RateLimit{PerSecond: c.rateLimit, Burst: c.rateBurst}))
 	}
 	return opts, nil
 }
