@@ -1,6 +1,9 @@
 package ingress
 
-import "github.com/toolbus/toolbus/schema"
+import (
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/schema"
+)
 
 // admit decides, for one call of a message, whether it goes to the
 // dispatcher: its caller must be allowed the method (-32005 otherwise), its
@@ -9,21 +12,12 @@ import "github.com/toolbus/toolbus/schema"
 // refused here is answered for its own id alone; the rest of its batch goes
 // on. The in-flight caps, global, per caller and per method, are the
 // aggregator's.
-func (s *Server) admit(p *principal, req *schema.Request) *schema.Error {
+func (s *Server) admit(p *auth.Principal, req *schema.Request) *schema.Error {
 	if e := s.authorize(p, req); e != nil {
 		return e
 	}
-	if e := s.bytes.admit(p.String()); e != nil {
+	if e := s.bytes.Admit(p.String()); e != nil {
 		return e
 	}
-	return s.limiter.admit(p.String())
-}
-
-// String returns the caller's name; the empty string for nil, the caller of
-// an ingress without [WithAuth].
-func (p *principal) String() string {
-	if p == nil {
-		return ""
-	}
-	return p.name
+	return s.limiter.Admit(p.String())
 }

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -10,15 +11,15 @@ import (
 // or nil. Without [WithAuth] every call is allowed; with it, a call that
 // reached the ingress without a caller (a transport that does not pass one
 // on) is refused rather than let through.
-func (s *Server) authorize(p *principal, req *schema.Request) *schema.Error {
+func (s *Server) authorize(p *auth.Principal, req *schema.Request) *schema.Error {
 	if s.auth == nil {
 		return nil
 	}
 	if p == nil {
 		return forbidden("", req.Method, schema.ReasonUnauthenticated)
 	}
-	if !allowed(p.allow, req.Method) {
-		return forbidden(p.name, req.Method, schema.ReasonNotAllowed)
+	if !p.Allows(req.Method) {
+		return forbidden(p.Name, req.Method, schema.ReasonNotAllowed)
 	}
 	return nil
 }
@@ -31,12 +32,12 @@ func (s *Server) authorize(p *principal, req *schema.Request) *schema.Error {
 // caller; a context without one comes from an ingress without
 // authentication, where every method is allowed.
 func Allowed(ctx context.Context, method string) *schema.Error {
-	p, ok := ctx.Value(callerKey{}).(*principal)
+	p, ok := ctx.Value(callerKey{}).(*auth.Principal)
 	if !ok || p == nil {
 		return nil
 	}
-	if !allowed(p.allow, method) {
-		return forbidden(p.name, method, schema.ReasonNotAllowed)
+	if !p.Allows(method) {
+		return forbidden(p.Name, method, schema.ReasonNotAllowed)
 	}
 	return nil
 }
@@ -48,24 +49,4 @@ func forbidden(caller, method, reason string) *schema.Error {
 	}
 	return schema.NewError(schema.CodeForbidden, msg,
 		map[string]any{"reason": reason, "method": method})
-}
-
-// allowed reports whether method matches one of patterns.
-func allowed(patterns []string, method string) bool {
-	for _, p := range patterns {
-		if schema.MatchMethod(p, method) {
-			return true
-		}
-	}
-	return false
-}
-
-// checkPatterns refuses patterns that can match nothing.
-func checkPatterns(patterns []string) error {
-	for _, p := range patterns {
-		if err := schema.ValidatePattern(p); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -5,13 +5,14 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
 func TestAuthorizeBatch(t *testing.T) {
 	jobs := &fakeJobs{}
 	s, f := newServer(t, WithExtension("rpc.jobs.", jobs),
-		WithAuth(Auth{Keys: []APIKey{{Name: "alice", SHA256: HashAPIKey("k"), Allow: []string{"echo", "rpc.jobs.*"}}}}))
+		WithAuth(auth.Config{Keys: []auth.APIKey{{Name: "alice", SHA256: auth.HashAPIKey("k"), Allow: []string{"echo", "rpc.jobs.*"}}}}))
 	body := `[
 		{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]},
 		{"jsonrpc":"2.0","id":2,"method":"subtract","params":[3,1]},
@@ -59,7 +60,7 @@ func TestAllowedReadsTheCallerOfTheContext(t *testing.T) {
 	if e := Allowed(context.Background(), "anything"); e != nil {
 		t.Errorf("Allowed without a caller (an ingress without auth) = %v, want nil", e)
 	}
-	ctx := context.WithValue(context.Background(), callerKey{}, &principal{name: "bob", allow: []string{"echo", "math.*"}})
+	ctx := context.WithValue(context.Background(), callerKey{}, &auth.Principal{Name: "bob", Allow: []string{"echo", "math.*"}})
 	for _, m := range []string{"echo", "math.add"} {
 		if e := Allowed(ctx, m); e != nil {
 			t.Errorf("Allowed(bob, %s) = %v, want nil", m, e)

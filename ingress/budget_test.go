@@ -11,12 +11,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
-var twoCallers = Auth{Keys: []APIKey{
-	{Name: "alice", SHA256: HashAPIKey("a"), Allow: []string{">"}},
-	{Name: "bob", SHA256: HashAPIKey("b"), Allow: []string{">"}},
+var twoCallers = auth.Config{Keys: []auth.APIKey{
+	{Name: "alice", SHA256: auth.HashAPIKey("a"), Allow: []string{">"}},
+	{Name: "bob", SHA256: auth.HashAPIKey("b"), Allow: []string{">"}},
 }}
 
 // TestCallerMaxBytesInFlight: a caller whose unwritten answers hold half
@@ -165,35 +166,5 @@ func TestWebSocketReaderKeepsItsConnection(t *testing.T) {
 		if err != nil || len(b) < 1<<20 {
 			t.Fatalf("answer %d: %d bytes, %v; want 1 MiB", i, len(b), err)
 		}
-	}
-}
-
-// TestOneCallerNeverClosesTheIngress: a named caller holding all of its
-// share leaves room for another caller's calls; only two at once reach
-// the ingress's own bound.
-func TestOneCallerNeverClosesTheIngress(t *testing.T) {
-	b := newByteBudget(1000, 0)
-	if e := b.take("a", 500); e != nil {
-		t.Fatalf("a's share: %v", e)
-	}
-	if e := b.take("a", 1); e == nil {
-		t.Fatal("a byte over a's share was taken")
-	}
-	if e := b.admit("a"); e == nil || limitOf(e) != "caller_max_bytes_in_flight" {
-		t.Fatalf("a's next call = %v, want caller_max_bytes_in_flight", e)
-	}
-	if e := b.admit("b"); e != nil {
-		t.Fatalf("b's call while a holds its share = %v, want it admitted", e)
-	}
-	if e := b.take("b", 300); e != nil {
-		t.Fatal(e)
-	}
-	if e := b.admit("c"); e == nil || limitOf(e) != "max_bytes_in_flight" {
-		t.Fatalf("c's call while a and b hold 800 of 1000 = %v, want max_bytes_in_flight", e)
-	}
-	b.free("a", 500)
-	b.free("b", 300)
-	if n := b.Total(); n != 0 {
-		t.Fatalf("Total() = %d after everything was freed, want 0", n)
 	}
 }

@@ -55,7 +55,7 @@ func (s *Server) setupDashboard() {
 		return
 	}
 	h := s.dash.Handler(func(r *http.Request) dashboard.View {
-		return s.auth.requestView(r.Context()).dashboard()
+		return s.requestView(r.Context()).dashboard()
 	}, s.log)
 	s.mux.Handle("GET /ui/", h)
 	s.mux.Handle("GET /ui", h)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 )
 
@@ -34,7 +35,7 @@ func (j *jobQueries) stats(_ context.Context, q dashboard.JobsQuery) (dashboard.
 func dashboardAs(t *testing.T, h http.Handler, key string) dashboard.State {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodGet, "/ui/api/state", nil)
-	r.Header.Set(APIKeyHeader, key)
+	r.Header.Set(auth.APIKeyHeader, key)
 	rec := serve(h, r)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /ui/api/state as %s = HTTP %d %s", key, rec.Code, rec.Body)
@@ -54,17 +55,17 @@ func TestDashboardScopedToCaller(t *testing.T) {
 	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`))
 	reg.Observe(ann("w2", `{"name":"secret"}`))
 	jq := &jobQueries{}
-	s, _ := newServer(t, WithRegistry(reg), WithJobStats(jq.stats), WithAuth(Auth{Keys: []APIKey{
-		{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"echo", "fail"}},
-		{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"echo"}},
-		{Name: "ops", SHA256: HashAPIKey("ops-key"), Operator: true},
+	s, _ := newServer(t, WithRegistry(reg), WithJobStats(jq.stats), WithAuth(auth.Config{Keys: []auth.APIKey{
+		{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "fail"}},
+		{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"echo"}},
+		{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Operator: true},
 	}}))
 	defer s.mcp.Close()
 	h := s.Handler()
 	serve(h, post(`[{"jsonrpc":"2.0","method":"echo","params":[1],"id":1},
 		{"jsonrpc":"2.0","method":"fail","id":"alice-fail"},
-		{"jsonrpc":"2.0","method":"secret","id":"alice-secret"}]`, APIKeyHeader, "alice-key"))
-	serve(h, post(`{"jsonrpc":"2.0","method":"fail","id":"bob-fail"}`, APIKeyHeader, "bob-key"))
+		{"jsonrpc":"2.0","method":"secret","id":"alice-secret"}]`, auth.APIKeyHeader, "alice-key"))
+	serve(h, post(`{"jsonrpc":"2.0","method":"fail","id":"bob-fail"}`, auth.APIKeyHeader, "bob-key"))
 
 	methodsOf := func(st dashboard.State) (names []string) {
 		for _, m := range st.Methods {

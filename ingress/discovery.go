@@ -56,6 +56,6 @@ func WithValidation(on bool) Option {
 // GET /openrpc.json, with what the caller of each request may see.
 func (s *Server) discoverer() discovery.Discoverer {
 	return discovery.Discoverer{Registry: s.cfg.registry, Scope: func(ctx context.Context) discovery.Scope {
-		return s.auth.requestView(ctx).scope()
+		return s.requestView(ctx).scope()
 	}}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -73,10 +74,10 @@ func securedDiscovery(t *testing.T) string {
 	reg := newTestRegistry(t)
 	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`, `{"name":"fam.*","params":{"type":"object","required":["x"]}}`))
 	reg.Observe(ann("w2", `{"name":"secret"}`, `{"name":"bad.schema","params":{"type":12}}`))
-	s, _ := newServer(t, WithRegistry(reg), WithAuth(Auth{Keys: []APIKey{
-		{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
-		{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
-		{Name: "ops", SHA256: HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
+	s, _ := newServer(t, WithRegistry(reg), WithAuth(auth.Config{Keys: []auth.APIKey{
+		{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
+		{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
+		{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
 	}}))
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
@@ -105,12 +106,12 @@ func TestDiscoveryListsWhatTheCallerMayCall(t *testing.T) {
 				Result discovery.OpenRPC `json:"result"`
 				Error  *schema.Error     `json:"error"`
 			}
-			postJSON(t, url+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`, &fromRPC, APIKeyHeader, tc.key)
+			postJSON(t, url+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`, &fromRPC, auth.APIKeyHeader, tc.key)
 			if fromRPC.Error != nil {
 				t.Fatalf("rpc.discover = %v", fromRPC.Error)
 			}
 			var fromGET discovery.OpenRPC
-			getJSONAs(t, url+"/openrpc.json", &fromGET, APIKeyHeader, tc.key)
+			getJSONAs(t, url+"/openrpc.json", &fromGET, auth.APIKeyHeader, tc.key)
 			for name, doc := range map[string]discovery.OpenRPC{"rpc.discover": fromRPC.Result, "GET /openrpc.json": fromGET} {
 				var methods, problems []string
 				for _, m := range doc.Methods {

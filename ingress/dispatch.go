@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -68,12 +69,12 @@ type plan struct {
 	slots []int
 	// charge holds the bytes of the answers in out against the caller's
 	// budget until the transport has written them and calls done.
-	charge *charge
+	charge *quota.Charge
 }
 
 // done gives back the bytes p's answers hold: they are written, or will
 // never be.
-func (p *plan) done() { p.charge.close() }
+func (p *plan) done() { p.charge.Close() }
 
 // plan sorts the elements of a message: invalid elements and methods that
 // can never be routed are answered at once, methods in local are run at
@@ -82,7 +83,7 @@ func (p *plan) done() { p.charge.close() }
 // deadline the client asked for. This is the one place where every
 // transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
-	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.open(hdr.caller.String())}
+	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.Open(hdr.caller.String())}
 	for _, el := range elems {
 		if el.err != nil {
 			// An element whose id could not be read is answered with a
@@ -153,7 +154,7 @@ func (p *plan) answers() int {
 // is never swallowed, even next to a result), and an internal error when
 // there is neither. The answer is held against ch until it is written;
 // one that does not fit is replaced by the refusal that says so.
-func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response, ch *charge) schema.Response {
+func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response, ch *quota.Charge) schema.Response {
 	out := schema.Response{ID: c.ID}
 	switch {
 	case r.Error != nil:
@@ -165,7 +166,7 @@ func (s *Server) settle(ctx context.Context, c *schema.Call, r schema.Response, 
 			slog.String("id", string(c.ID)), slog.String("method", c.Method))
 		out.Error = internalError()
 	}
-	held := ch.hold(out)
+	held := ch.Hold(out)
 	if held.Error != out.Error {
 		s.countRefusal(limitOf(held.Error))
 	}
@@ -190,7 +191,7 @@ func (s *Server) dispatch(ctx context.Context, p *plan) {
 // emitting late) stays inside: a call it never answered gets -32603 when
 // the chain returns, and emit is never called after stream returns. emit
 // is called from one goroutine at a time and must not block for long.
-func (s *Server) stream(ctx context.Context, calls []schema.Call, ch *charge, emit func(i int, r schema.Response)) {
+func (s *Server) stream(ctx context.Context, calls []schema.Call, ch *quota.Charge, emit func(i int, r schema.Response)) {
 	if len(calls) == 0 {
 		return
 	}

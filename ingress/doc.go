@@ -82,11 +82,17 @@
 // Security and admission sit in front of that core. With [WithAuth] every
 // route but the probes needs an API key or a bearer JWT, checked by one
 // middleware on the mux before any body is read (a request without one is
-// answered 401 with a WWW-Authenticate challenge); each call is then
+// answered 401 with a WWW-Authenticate challenge) through package
+// [github.com/toolbus/toolbus/ingress/auth]; each call is then
 // checked in plan against its caller's allowed method patterns (-32005
-// for that id alone) and its caller's token bucket ([WithRateLimit],
-// -32002 with retry_after_ms), and carries its caller to the workers. What
-// a caller is shown is its own ([Auth] says what an operator sees):
+// for that id alone), its caller's bytes of answers not yet written
+// ([WithCallerMaxBytesInFlight]) and its caller's token bucket
+// ([WithRateLimit]), both -32002 with retry_after_ms, and carries its
+// caller to the workers. Those counts, and that of connections per client
+// address ([WithMaxConnsPerAddr]), live in package
+// [github.com/toolbus/toolbus/ingress/quota]; the message log's choice of
+// bodies and their redaction in [github.com/toolbus/toolbus/ingress/msglog]. What
+// a caller is shown is its own ([auth.Config] says what an operator sees):
 // discovery lists the methods it may call, the dashboard its own errors and
 // jobs, and an MCP session answers only the caller that made it. The
 // [schema.HeaderIdempotencyKey] header names the calls of its request

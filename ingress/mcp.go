@@ -47,7 +47,7 @@ func (m mcpSeam) Request(r *http.Request) (mcp.Request, *schema.Error) {
 	hdr, err := m.s.callHeaders(r)
 	return mcp.Request{
 		Caller:  hdr.caller.String(),
-		MayCall: m.s.auth.view(hdr.caller).mayCall,
+		MayCall: m.s.view(hdr.caller).mayCall,
 		Call: func(ctx context.Context, req schema.Request) schema.Response {
 			return m.s.call(ctx, hdr, req)
 		},

@@ -153,7 +153,7 @@ func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *
 	}
 	code := "ok"
 	if r.Error != nil {
-		r.Error = s.cfg.msglog.hideFailedValue(r.Error)
+		r.Error = s.cfg.msglog.HideFailedValue(r.Error)
 		code = s.codes.Label(r.Error.Code)
 	}
 	s.stats.End(label, d, r.Error != nil)
@@ -199,7 +199,7 @@ func (s *Server) refused(sc trace.SpanContext, caller string, req *schema.Reques
 	if sc.HasTraceID() {
 		tid = sc.TraceID().String()
 	}
-	kept := s.cfg.msglog.hideFailedValue(e)
+	kept := s.cfg.msglog.HideFailedValue(e)
 	s.stats.RecordError(callstats.ErrorAnswer{
 		ID: string(req.ID), Method: req.Method, Code: kept.Code, Message: kept.Message, TraceID: tid, Caller: caller,
 	})

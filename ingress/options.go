@@ -1,9 +1,6 @@
 package ingress
 
 import (
-	"github.com/toolbus/toolbus/discovery"
-	"github.com/toolbus/toolbus/ingress/dashboard"
-
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/ingress/msglog"
+	"github.com/toolbus/toolbus/ingress/quota"
 )
 
 // Defaults of [New].
@@ -78,15 +81,15 @@ type config struct {
 	maxBytes        int64
 	callerMaxBytes  int64
 
-	auth        *authenticator
-	rate        *RateLimit
-	callerRates map[string]RateLimit
+	auth        *auth.Authenticator
+	rate        *quota.RateLimit
+	callerRates map[string]quota.RateLimit
 
 	// Observability: see observe.go, metrics.go, msglog.go and dashboard.go.
 	id             string
 	metrics        *prometheus.Registry
 	tracerProvider trace.TracerProvider
-	msglog         *msgLog
+	msglog         *msglog.Log
 	noDashboard    bool
 	jobStats       func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
 }

@@ -3,19 +3,20 @@ package ingress
 import (
 	"net/http"
 	"testing"
-	"time"
 
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
 func TestRateLimit(t *testing.T) {
-	auth := Auth{Keys: []APIKey{
-		{Name: "alice", SHA256: HashAPIKey("a"), Allow: []string{">"}},
-		{Name: "bob", SHA256: HashAPIKey("b"), Allow: []string{">"}},
+	conf := auth.Config{Keys: []auth.APIKey{
+		{Name: "alice", SHA256: auth.HashAPIKey("a"), Allow: []string{">"}},
+		{Name: "bob", SHA256: auth.HashAPIKey("b"), Allow: []string{">"}},
 	}}
-	s, _ := newServer(t, WithAuth(auth),
-		WithRateLimit(RateLimit{PerSecond: 0.001, Burst: 2}),
-		WithCallerRateLimit("bob", RateLimit{PerSecond: 0.001, Burst: 3}))
+	s, _ := newServer(t, WithAuth(conf),
+		WithRateLimit(quota.RateLimit{PerSecond: 0.001, Burst: 2}),
+		WithCallerRateLimit("bob", quota.RateLimit{PerSecond: 0.001, Burst: 3}))
 	batch := `[{"jsonrpc":"2.0","id":1,"method":"echo"},{"jsonrpc":"2.0","id":2,"method":"echo"},{"jsonrpc":"2.0","id":3,"method":"echo"},{"jsonrpc":"2.0","id":4,"method":"echo"}]`
 	tests := []struct {
 		name  string
@@ -48,37 +49,8 @@ func TestRateLimit(t *testing.T) {
 	}
 }
 
-func TestRateLimitRefills(t *testing.T) {
-	l := newLimiter(&RateLimit{PerSecond: 10, Burst: 1}, nil)
-	now := time.Unix(1000, 0)
-	l.now = func() time.Time { return now }
-	if e := l.admit("x"); e != nil {
-		t.Fatalf("first admit = %v, want nil", e)
-	}
-	e := l.admit("x")
-	if e == nil || e.Code != schema.CodeOverloaded {
-		t.Fatalf("second admit = %v, want -32002", e)
-	}
-	now = now.Add(100 * time.Millisecond)
-	if e := l.admit("x"); e != nil {
-		t.Errorf("admit after the refill = %v, want nil", e)
-	}
-}
-
 func TestWithRateLimitInvalid(t *testing.T) {
-	tests := []struct {
-		name string
-		l    RateLimit
-	}{
-		{name: "zero rate", l: RateLimit{Burst: 1}},
-		{name: "zero burst", l: RateLimit{PerSecond: 1}},
-		{name: "negative", l: RateLimit{PerSecond: -1, Burst: 1}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := New(newFake(), WithRateLimit(tc.l)); err == nil {
-				t.Errorf("WithRateLimit(%+v) error = nil, want an error", tc.l)
-			}
-		})
+	if _, err := New(newFake(), WithRateLimit(quota.RateLimit{PerSecond: 1})); err == nil {
+		t.Error("WithRateLimit(a zero burst) error = nil, want an error")
 	}
 }

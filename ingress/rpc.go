@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"go.opentelemetry.io/otel/trace"
-
 	"context"
 	"errors"
 	"io"
@@ -14,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -162,9 +163,9 @@ func parseTimeout(h http.Header) (time.Duration, *schema.Error) {
 
 // callHeaders is what a request's headers ask for every call it carries.
 type callHeaders struct {
-	timeout time.Duration // Toolbus-Timeout; zero when absent
-	async   bool          // Prefer: respond-async
-	caller  *principal    // who sent the calls; nil without WithAuth
+	timeout time.Duration   // Toolbus-Timeout; zero when absent
+	async   bool            // Prefer: respond-async
+	caller  *auth.Principal // who sent the calls; nil without WithAuth
 	// trace is the caller's W3C trace context (traceparent), invalid
 	// when it sent none; a call refused before dispatch is logged and
 	// answered under it.
@@ -179,7 +180,7 @@ type callHeaders struct {
 // the idempotency key the idempotency middleware checked.
 func (s *Server) callHeaders(r *http.Request) (callHeaders, *schema.Error) {
 	hdr, err := parseCallHeaders(r.Header)
-	hdr.caller, _ = r.Context().Value(callerKey{}).(*principal)
+	hdr.caller, _ = r.Context().Value(callerKey{}).(*auth.Principal)
 	hdr.trace = trace.SpanContextFromContext(r.Context())
 	if !isUpgrade(r) {
 		hdr.idemKey = r.Header.Get(schema.HeaderIdempotencyKey)

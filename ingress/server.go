@@ -16,8 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/mcp"
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -54,14 +56,14 @@ type Server struct {
 
 	// auth checks credentials (nil without [WithAuth]); limiter holds
 	// the callers' token buckets (nil without rate limits).
-	auth    *authenticator
-	limiter *limiter
+	auth    *auth.Authenticator
+	limiter *quota.Limiter
 	handler http.Handler
 
 	// conns counts the connections of Serve's listeners per address;
 	// bytes the answers held for each caller until they are written.
-	conns *connLimiter
-	bytes *byteBudget
+	conns *quota.Conns
+	bytes *quota.Bytes
 
 	// closing is set when Shutdown starts, so /readyz turns 503 while
 	// requests in flight are still being answered.
@@ -114,7 +116,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		limit:   schema.Limits{MaxBatchItems: cfg.limits.MaxBatchItems, MaxDepth: cfg.limits.MaxDepth},
 		ws:      map[*wsConn]struct{}{},
 		auth:    cfg.auth,
-		limiter: newLimiter(cfg.rate, cfg.callerRates),
+		limiter: quota.NewLimiter(cfg.rate, cfg.callerRates),
 	}
 	if cfg.registry != nil {
 		// rpc.discover shows each caller what it may see, which takes the
@@ -122,8 +124,8 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		cfg.extensions[discovery.Method] = s.discoverer()
 	}
 	s.router = newRouter(cfg.extensions)
-	s.conns = newConnLimiter(s, cfg.maxConnsPerAddr)
-	s.bytes = newByteBudget(cfg.maxBytes, cfg.callerMaxBytes)
+	s.conns = quota.NewConns(cfg.maxConnsPerAddr, s.countRefusal)
+	s.bytes = quota.NewBytes(cfg.maxBytes, cfg.callerMaxBytes)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/rpc", s.serveRPC)
 	s.mux.HandleFunc(restPattern, s.serveREST)
@@ -184,7 +186,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // across them. It returns nil once Shutdown has been called, and
 // otherwise the error that stopped it.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.srv.Serve(s.conns.listener(l))
+	err := s.srv.Serve(s.conns.Listener(l))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

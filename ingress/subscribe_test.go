@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -47,11 +49,11 @@ func (f *fakeSubscriber) subscribed() []schema.Call {
 func TestSubscribeIsAdmitted(t *testing.T) {
 	sub := &fakeSubscriber{}
 	s, _ := newServer(t, WithExtension("rpc.jobs.", sub),
-		WithCallerRateLimit("carol", RateLimit{PerSecond: 0.001, Burst: 1}),
-		WithAuth(Auth{Keys: []APIKey{
-			{Name: "alice", SHA256: HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*"}},
-			{Name: "bob", SHA256: HashAPIKey("bob-key"), Allow: []string{"echo"}},
-			{Name: "carol", SHA256: HashAPIKey("carol-key"), Allow: []string{"rpc.jobs.subscribe"}},
+		WithCallerRateLimit("carol", quota.RateLimit{PerSecond: 0.001, Burst: 1}),
+		WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*"}},
+			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"echo"}},
+			{Name: "carol", SHA256: auth.HashAPIKey("carol-key"), Allow: []string{"rpc.jobs.subscribe"}},
 		}}))
 	const subscribe = `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.subscribe","params":{"id":"J1"}}`
 

@@ -4,12 +4,13 @@ import (
 	"context"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 )
 
-// view is what one caller may see of what the ingress knows, as [Auth]
-// says: the methods it may call, in discovery and on the dashboard, and
+// view is what one caller may see of what the ingress knows, as
+// [auth.Config] says: the methods it may call, in discovery and on the dashboard, and
 // its own errors and jobs, or, for an operator, every caller's data.
 // Without [WithAuth] the one anonymous caller sees everything. The zero
 // view, that of a request with no caller while authentication is on, sees
@@ -21,23 +22,22 @@ type view struct {
 	operator bool
 }
 
-// view returns the view of p, the caller of a request; au is nil when the
-// ingress runs without authentication.
-func (au *authenticator) view(p *principal) view {
+// view returns the view of p, the caller of a request.
+func (s *Server) view(p *auth.Principal) view {
 	switch {
-	case au == nil:
+	case s.auth == nil:
 		return view{open: true}
 	case p == nil:
 		return view{}
 	}
-	return view{caller: p.name, allow: p.allow, operator: p.operator}
+	return view{caller: p.Name, allow: p.Allow, operator: p.Operator}
 }
 
 // requestView returns the view of the caller the authentication middleware
 // found for the request whose context is ctx, as [Caller] reads it.
-func (au *authenticator) requestView(ctx context.Context) view {
-	p, _ := ctx.Value(callerKey{}).(*principal)
-	return au.view(p)
+func (s *Server) requestView(ctx context.Context) view {
+	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
+	return s.view(p)
 }
 
 // mayCall reports whether the caller may call every method that name, a

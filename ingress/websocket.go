@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -238,7 +239,7 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 		if slot < 0 {
 			return
 		}
-		n := answerSize(r)
+		n := quota.AnswerSize(r)
 		cn.hold(n)
 		mu.Lock()
 		p.out[slot].Response = r

@@ -28,6 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -377,8 +378,8 @@ func TestDashboard(t *testing.T) {
 }
 
 func TestDashboardAsksForAPIKey(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{
-		Keys: []ingress.APIKey{{Name: "ops", SHA256: ingress.HashAPIKey("ops-key"), Allow: []string{"echo"}}},
+	c := toolbustest.Start(t, toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		Keys: []auth.APIKey{{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo"}}},
 	})))
 	if r := c.Call(t, "echo", `["hi"]`, "Authorization", "Bearer ops-key"); r.Error != nil {
 		t.Fatalf("echo = %v", r.Error)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -36,10 +37,10 @@ func securedCluster(t *testing.T) *toolbustest.Cluster {
 	return toolbustest.Start(t,
 		toolbustest.WithTools(whoami),
 		toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{
-			Keys: []ingress.APIKey{
-				{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
-				{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.jobs.*"}},
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+			Keys: []auth.APIKey{
+				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+				{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.jobs.*"}},
 			},
 		})))
 }
@@ -129,8 +130,8 @@ func TestJobsBelongToTheirCaller(t *testing.T) {
 
 func TestMCPNeedsCredentials(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
-		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{
-			Keys: []ingress.APIKey{{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{">"}}},
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+			Keys: []auth.APIKey{{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{">"}}},
 		})))
 	status, body := c.PostURL(t, c.BaseURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
 		"Accept", "application/json, text/event-stream")
@@ -222,10 +223,10 @@ func getJSON(t *testing.T, url string, v any, header ...string) {
 // caller sees its own, an operator everyone's.
 func TestDashboardShowsOwnJobs(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
-			{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
-			{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
-			{Name: "ops", SHA256: ingress.HashAPIKey("ops-key"), Operator: true},
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
+			{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Operator: true},
 		}})))
 	r := c.Call(t, "rpc.jobs.submit", `{"method":"who.ami"}`, "X-Api-Key", "alice-key")
 	var job struct{ ID string }
@@ -259,8 +260,8 @@ func TestDashboardShowsOwnJobs(t *testing.T) {
 // show bob the one tool he may call.
 func TestDiscoveryShowsWhatTheCallerMayCall(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
-		toolbustest.WithIngressOptions(ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
-			{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.discover"}},
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.discover"}},
 		}})))
 	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("secret"); return ok }, "tools appear")
 
@@ -295,6 +296,6 @@ type apiKeyTransport string
 
 func (k apiKeyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(ingress.APIKeyHeader, string(k))
+	r.Header.Set(auth.APIKeyHeader, string(k))
 	return http.DefaultTransport.RoundTrip(r)
 }

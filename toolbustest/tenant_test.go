@@ -22,6 +22,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -293,9 +294,9 @@ func TestHostileTenant(t *testing.T) {
 			aggregator.WithMaxInFlight(tenantMaxInFlight),
 			aggregator.WithIdempotencyCallerLimits(tenantIdemRecords, 64<<20)),
 		toolbustest.WithIngressOptions(
-			ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
-				{Name: "flood", SHA256: ingress.HashAPIKey("flood-key"), Allow: []string{"echo", "hold", "big", "work", "rpc.jobs.*"}},
-				{Name: "quiet", SHA256: ingress.HashAPIKey("quiet-key"), Allow: []string{"echo", "work", "rpc.jobs.*"}},
+			ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+				{Name: "flood", SHA256: auth.HashAPIKey("flood-key"), Allow: []string{"echo", "hold", "big", "work", "rpc.jobs.*"}},
+				{Name: "quiet", SHA256: auth.HashAPIKey("quiet-key"), Allow: []string{"echo", "work", "rpc.jobs.*"}},
 			}}),
 			ingress.WithLimits(ingress.Limits{MaxBodyBytes: tenantMaxBody}),
 			ingress.WithMaxBytesInFlight(tenantMaxBytes),

@@ -21,7 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/internal/bench"
 )
 
@@ -95,19 +95,19 @@ func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressS
 	}
 	defer os.RemoveAll(dir)
 	victimKey, floodKey := rand.Text(), rand.Text()
-	auth := authFile{}
+	keys := authFile{}
 	for _, k := range []struct {
 		name, key string
 		allow     []string
 	}{{"victim", victimKey, []string{"echo"}}, {"flooder", floodKey, []string{"echo", "rpc.jobs.*"}}} {
-		auth.Keys = append(auth.Keys, struct {
+		keys.Keys = append(keys.Keys, struct {
 			Name     string   `json:"name"`
 			SHA256   string   `json:"sha256"`
 			Allow    []string `json:"allow"`
 			Operator bool     `json:"operator"`
-		}{Name: k.name, SHA256: ingress.HashAPIKey(k.key), Allow: k.allow})
+		}{Name: k.name, SHA256: auth.HashAPIKey(k.key), Allow: k.allow})
 	}
-	b, err := json.Marshal(auth)
+	b, err := json.Marshal(keys)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/msglog"
 	"github.com/toolbus/toolbus/jobs"
 )
 
@@ -38,13 +39,13 @@ func (c *observeConfig) flags(cmd *cobra.Command) {
 	f.BoolVar(&c.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (open without credentials, like the probes)")
 	f.BoolVar(&c.dashboard, "dashboard", true, "serve the live dashboard at /ui/ (its data needs credentials when auth is on)")
 	f.StringSliceVar(&c.msgLogMethods, "message-log", nil, `log the request and response bodies of these methods or patterns ("math.*", ">" for all); off when empty`)
-	f.IntVar(&c.msgLogMaxBytes, "message-log-max-bytes", ingress.DefaultMessageLogMaxBytes, "longest body a message log line holds; longer ones are cut and marked truncated")
+	f.IntVar(&c.msgLogMaxBytes, "message-log-max-bytes", msglog.DefaultMaxBytes, "longest body a message log line holds; longer ones are cut and marked truncated")
 	f.StringSliceVar(&c.msgLogRedact, "message-log-redact", defaultRedact, "object members whose values the message log replaces with [REDACTED], at any depth, ignoring case")
 }
 
 // messageLog is the message log configuration of c.
-func (c observeConfig) messageLog() ingress.MessageLog {
-	return ingress.MessageLog{Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact}
+func (c observeConfig) messageLog() msglog.Config {
+	return msglog.Config{Methods: c.msgLogMethods, MaxBytes: c.msgLogMaxBytes, Redact: c.msgLogRedact}
 }
 
 // validate checks c before anything starts, so that a mistake is reported

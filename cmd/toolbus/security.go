@@ -14,6 +14,8 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/quota"
 )
 
 // securityConfig is the authentication, admission and resilience policy of
@@ -67,7 +69,7 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.StringVar(&c.jwksFile, "jwt-jwks-file", "", "JWKS file of the RS256/ES256 public keys of bearer JWTs")
 	f.StringVar(&c.jwtIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
 	f.StringVar(&c.jwtAudience, "jwt-audience", "", "required aud of bearer JWTs")
-	f.DurationVar(&c.jwtLeeway, "jwt-leeway", ingress.DefaultJWTLeeway, "clock skew tolerated on exp, nbf and iat")
+	f.DurationVar(&c.jwtLeeway, "jwt-leeway", auth.DefaultJWTLeeway, "clock skew tolerated on exp, nbf and iat")
 	f.StringVar(&c.jwtCallerClaim, "jwt-caller-claim", "sub", "JWT claim naming the caller")
 	f.StringVar(&c.jwtRolesClaim, "jwt-roles-claim", "roles", "JWT claim holding the caller's roles (an array, or a string of space-separated roles)")
 	f.StringVar(&c.jwtOperator, "jwt-operator-role", "", "role that makes a JWT caller an operator, who sees every caller's dashboard data (empty: no token does)")
@@ -125,7 +127,7 @@ func (c *securityConfig) ingressOptions(log *slog.Logger) ([]ingress.Option, err
 		return nil, fmt.Errorf("--auth must be on or off, got %q", c.auth)
 	}
 	if c.rateLimit > 0 {
-		opts = append(opts, ingress.WithRateLimit(ingress.RateLimit{PerSecond: c.rateLimit, Burst: c.rateBurst}))
+		opts = append(opts, ingress.WithRateLimit(quota.RateLimit{PerSecond: c.rateLimit, Burst: c.rateBurst}))
 	}
 	return opts, nil
 }
@@ -140,8 +142,8 @@ func (c *securityConfig) validate() error {
 	return err
 }
 
-func (c *securityConfig) authConfig() (ingress.Auth, error) {
-	var a ingress.Auth
+func (c *securityConfig) authConfig() (auth.Config, error) {
+	var a auth.Config
 	if c.authFile != "" {
 		b, err := os.ReadFile(c.authFile)
 		if err != nil {
@@ -152,12 +154,12 @@ func (c *securityConfig) authConfig() (ingress.Auth, error) {
 			return a, fmt.Errorf("--auth-file %s: %w", c.authFile, err)
 		}
 		for _, k := range f.Keys {
-			a.Keys = append(a.Keys, ingress.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow, Operator: k.Operator})
+			a.Keys = append(a.Keys, auth.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow, Operator: k.Operator})
 		}
 		a.Allow, a.DefaultAllow = f.Allow, f.DefaultAllow
 	}
 	if c.jwtSecretFile != "" || c.jwksFile != "" {
-		j := &ingress.JWTConfig{JWKSFile: c.jwksFile, Issuer: c.jwtIssuer, Audience: c.jwtAudience,
+		j := &auth.JWT{JWKSFile: c.jwksFile, Issuer: c.jwtIssuer, Audience: c.jwtAudience,
 			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim, RolesClaim: c.jwtRolesClaim, OperatorRole: c.jwtOperator}
 		if c.jwtSecretFile != "" {
 			b, err := os.ReadFile(c.jwtSecretFile)

@@ -10,13 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
 )
 
 func TestSecurityConfigAuth(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.json")
-	body := `{"keys":[{"name":"crawler","sha256":"` + ingress.HashAPIKey("k") + `","allow":["fetch_page"]}],"allow":{"agent":["math.*"]}}`
+	body := `{"keys":[{"name":"crawler","sha256":"` + auth.HashAPIKey("k") + `","allow":["fetch_page"]}],"allow":{"agent":["math.*"]}}`
 	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestSecurityConfigAuth(t *testing.T) {
 func TestSecurityConfigOperator(t *testing.T) {
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.json")
-	body := `{"keys":[{"name":"ops","sha256":"` + ingress.HashAPIKey("o") + `","operator":true},{"name":"crawler","sha256":"` + ingress.HashAPIKey("k") + `"}]}`
+	body := `{"keys":[{"name":"ops","sha256":"` + auth.HashAPIKey("o") + `","operator":true},{"name":"crawler","sha256":"` + auth.HashAPIKey("k") + `"}]}`
 	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

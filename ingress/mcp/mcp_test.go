@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/auth"
 	toolbusmcp "github.com/toolbus/toolbus/ingress/mcp"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -50,7 +51,7 @@ type keyTransport struct{ key string }
 
 func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(ingress.APIKeyHeader, k.key)
+	r.Header.Set(auth.APIKeyHeader, k.key)
 	return http.DefaultTransport.RoundTrip(r)
 }
 
@@ -67,10 +68,10 @@ func securedMCP(t *testing.T) string {
 	}
 	reg.Observe(ann("w1", `{"name":"echo"}`, `{"name":"fail"}`, `{"name":"fam.*","params":{"type":"object","required":["x"]}}`))
 	reg.Observe(ann("w2", `{"name":"secret"}`, `{"name":"bad.schema","params":{"type":12}}`))
-	s, err := ingress.New(echo, ingress.WithLogger(discard), ingress.WithRegistry(reg), ingress.WithAuth(ingress.Auth{Keys: []ingress.APIKey{
-		{Name: "alice", SHA256: ingress.HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
-		{Name: "bob", SHA256: ingress.HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
-		{Name: "ops", SHA256: ingress.HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
+	s, err := ingress.New(echo, ingress.WithLogger(discard), ingress.WithRegistry(reg), ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.discover", "echo", "fam.*", "bad.schema"}},
+		{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"rpc.discover", "echo"}},
+		{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"rpc.discover"}, Operator: true},
 	}}))
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestMCPSessionBoundToItsCaller(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Accept", "application/json, text/event-stream")
 		r.Header.Set("Mcp-Session-Id", id)
-		r.Header.Set(ingress.APIKeyHeader, key)
+		r.Header.Set(auth.APIKeyHeader, key)
 		resp, err := http.DefaultClient.Do(r)
 		if err != nil {
 			t.Fatal(err)
