@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -320,14 +321,16 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	ctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
 	resp := schema.Response{ID: c.ID}
-	run := func() ([]byte, *schema.Error) {
-		return a.breakers.call(c.Method, func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) })
+	run := func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) }
+	if a.breakers != nil {
+		direct := run
+		run = func() ([]byte, *schema.Error) { return a.breakers.call(c.Method, direct) }
 	}
 	var result []byte
 	var err *schema.Error
-	if k := idemKey(c); k != "" && a.idem != nil {
+	if a.idem != nil && c.IdempotencyKey != "" && !c.IsNotification() {
 		if kv, waiting := a.idem.bucket(); kv != nil {
-			result, err = a.idempotent(ctx, c, kv, k, timeout, run)
+			result, err = a.idempotent(ctx, c, kv, idemKey(c), timeout, run)
 		} else {
 			err = storeNotOpen(waiting)
 		}
@@ -492,4 +495,271 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 		slog.String("outcome", outcome),
 		slog.Int("code", code))
+}
+
+// exchange publishes a call on the aggregator's inbox and waits for its
+// reply, watching the progress messages of the liveness protocol: a busy
+// worker's refusal publishes the call again after a short backoff, for
+// another worker; a call whose worker went silent after acknowledging it
+// is published again when retry-safe, and otherwise answered -32003 at
+// once; a retry-safe call nobody acknowledged is published again after the
+// ack timeout. Every attempt shares the reply subject and the bus call id,
+// so the first reply of any of them answers the call, and a cancel
+// message reaches all of them.
+func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.Duration, msg *nats.Msg, callID string) ([]byte, *schema.Error) {
+	subject, p, closeInbox := a.inbox.open()
+	defer closeInbox()
+	msg.Reply = subject
+	msg.Header.Set(schema.HeaderHeartbeat, strconv.FormatInt(a.heartbeat.Milliseconds(), 10))
+	msg.Header.Set(schema.HeaderHeartbeatMisses, strconv.Itoa(a.misses))
+	safe := a.retrySafe(c.Method)
+
+	attempts := 0 // publications that may have run the call
+	publish := func() *schema.Error {
+		if err := a.nc.PublishMsg(msg); err != nil {
+			return a.requestError(ctx, c, timeout, err)
+		}
+		return nil
+	}
+	if e := publish(); e != nil {
+		return nil, e
+	}
+	attempts++
+
+	// ack fires when a retry-safe call went unacknowledged for the ack
+	// timeout; live when an acknowledged call's worker went silent; retry
+	// when a refused call is due to be published again. A stopped timer
+	// never fires.
+	ack := time.NewTimer(a.ackTimeout)
+	live := time.NewTimer(time.Hour)
+	retry := time.NewTimer(time.Hour)
+	hedge := time.NewTimer(time.Hour)
+	defer ack.Stop()
+	defer live.Stop()
+	defer retry.Stop()
+	defer hedge.Stop()
+	live.Stop()
+	retry.Stop()
+	hedge.Stop()
+	if safe && a.hedge > 0 && attempts < a.maxAttempts {
+		hedge.Reset(a.hedge)
+	}
+	if !safe || attempts >= a.maxAttempts {
+		ack.Stop()
+	}
+	silence := time.Duration(a.misses) * a.heartbeat
+	backoff := busyBackoffMin
+	var firstBusy time.Time
+	again := func() *schema.Error {
+		if e := publish(); e != nil {
+			return e
+		}
+		if safe && attempts < a.maxAttempts {
+			ack.Reset(a.ackTimeout)
+		}
+		return nil
+	}
+	for {
+		select {
+		case m := <-p.reply:
+			if attempts > 1 {
+				// Another attempt may still be running somewhere.
+				a.cancelCall(c, callID)
+			}
+			return a.readReply(c, m, attempts)
+		case v := <-p.progress:
+			ack.Stop()
+			if v == schema.ProgressBusy {
+				live.Stop()
+				now := time.Now()
+				if firstBusy.IsZero() {
+					firstBusy = now
+				}
+				if now.Sub(firstBusy) >= a.busyWait {
+					return nil, workersBusy(c.Method, a.busyWait)
+				}
+				retry.Reset(backoff)
+				backoff = min(2*backoff, busyBackoffMax)
+				continue
+			}
+			live.Reset(silence)
+		case <-retry.C:
+			if e := again(); e != nil {
+				return nil, e
+			}
+		case <-hedge.C:
+			if attempts < a.maxAttempts {
+				attempts++
+				if e := publish(); e != nil {
+					return nil, e
+				}
+			}
+		case <-ack.C:
+			if attempts >= a.maxAttempts {
+				continue // a hedge took the last attempt
+			}
+			attempts++
+			if e := again(); e != nil {
+				return nil, e
+			}
+			a.log.Info("call not acknowledged, published again", "method", c.Method, "attempt", attempts)
+		case <-live.C:
+			if len(p.progress) > 0 || len(p.reply) > 0 {
+				// The worker spoke while this goroutine waited to run,
+				// and select chose among the ready cases at random: a
+				// busy aggregator must not blame the worker for its own
+				// delay. Read what came first.
+				live.Reset(silence)
+				continue
+			}
+			if !safe || attempts >= a.maxAttempts {
+				a.log.Warn("worker lost a call", "method", c.Method, "id", string(c.ID), "silence", silence)
+				return nil, workerLost(c.Method, silence, attempts)
+			}
+			attempts++
+			if e := again(); e != nil {
+				return nil, e
+			}
+			a.log.Info("worker lost a retry-safe call, published again", "method", c.Method, "attempt", attempts)
+		case <-ctx.Done():
+			if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+				a.cancelCall(c, callID)
+			}
+			return nil, a.ctxError(ctx, c, timeout)
+		}
+	}
+}
+
+// readReply turns a reply message into the call's answer.
+func (a *Aggregator) readReply(c *schema.Call, m *nats.Msg, attempts int) ([]byte, *schema.Error) {
+	env, err := bus.ReadReply(m)
+	if err != nil {
+		if errors.Is(err, bus.ErrNoResponders) {
+			if attempts > 1 {
+				// The method had a worker for the first attempt; it is
+				// gone now.
+				return nil, schema.NewError(schema.CodeUnavailable, "unavailable: no worker left for "+c.Method,
+					map[string]any{"retryable": true, "reason": schema.ReasonNoResponders, "method": c.Method, "attempts": attempts})
+			}
+			return nil, noResponders(c.Method)
+		}
+		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
+			map[string]any{"reason": schema.ReasonBadReply, "method": c.Method})
+	}
+	if e := env.Err(); e != nil {
+		return nil, e
+	}
+	return env.Result, nil
+}
+
+// workersBusy is the answer of a call every worker kept refusing for want
+// of room.
+func workersBusy(method string, waited time.Duration) *schema.Error {
+	return schema.NewError(schema.CodeOverloaded,
+		"overloaded: every worker of "+method+" stayed at its concurrency limit for "+waited.String(),
+		map[string]any{"retryable": true, "retry_after_ms": overloadRetryAfter.Milliseconds(),
+			"reason": schema.ReasonWorkersBusy, "method": method})
+}
+
+// workerLost is the answer of a call whose worker stopped sending
+// heartbeats: it may have run in part, so only the client can tell whether
+// sending it again is safe.
+func workerLost(method string, silence time.Duration, attempts int) *schema.Error {
+	return schema.NewError(schema.CodeUnavailable,
+		"unavailable: the worker running "+method+" stopped answering",
+		map[string]any{"retryable": true, "reason": schema.ReasonWorkerLost, "method": method,
+			"silence_ms": silence.Milliseconds(), "attempts": attempts, "may_have_run": true})
+}
+
+// inbox receives every reply and progress message of one aggregator on one
+// wildcard subscription, and hands each to the call waiting for it. A call
+// keeps its reply subject across its attempts, so whichever worker answers
+// first is heard.
+type inbox struct {
+	prefix string
+	sub    *nats.Subscription
+
+	mu      sync.Mutex
+	waiting map[string]*pending
+}
+
+// pending is what one call waits on.
+type pending struct {
+	// reply holds the first replies; more than fit are dropped, since only
+	// the first counts.
+	reply chan *nats.Msg
+	// progress holds the latest progress value not yet read; an older one
+	// not read is replaced, since only the newest matters.
+	progress chan string
+}
+
+func newInbox(nc *nats.Conn) (*inbox, error) {
+	in := &inbox{prefix: nc.NewInbox() + ".", waiting: map[string]*pending{}}
+	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
+	if err != nil {
+		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
+	}
+	// A burst of replies must never be dropped by the client for being
+	// slow; the handler only hands messages over.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("aggregator: reply subscription: %w", err)
+	}
+	in.sub = sub
+	return in, nil
+}
+
+// open returns a fresh reply subject and what its messages arrive on;
+// close forgets it.
+func (in *inbox) open() (subject string, p *pending, close func()) {
+	token := nuid.Next()
+	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1)}
+	in.mu.Lock()
+	in.waiting[token] = p
+	in.mu.Unlock()
+	return in.prefix + token, p, func() {
+		in.mu.Lock()
+		delete(in.waiting, token)
+		in.mu.Unlock()
+	}
+}
+
+func (in *inbox) deliver(msg *nats.Msg) {
+	token := msg.Subject[len(in.prefix):]
+	in.mu.Lock()
+	p := in.waiting[token]
+	in.mu.Unlock()
+	if p == nil {
+		return // a late answer, or one of a call already answered
+	}
+	if v := msg.Header.Get(schema.HeaderProgress); v != "" {
+		select {
+		case p.progress <- v:
+		default:
+			// Replace the unread value: drain it, then offer again. Only
+			// this goroutine sends, so the second send cannot block.
+			select {
+			case old := <-p.progress:
+				if old == schema.ProgressBusy && v != schema.ProgressBusy {
+					v = old // a refusal must not be lost behind a beat
+				}
+			default:
+			}
+			p.progress <- v
+		}
+		return
+	}
+	select {
+	case p.reply <- msg:
+	default:
+	}
+}
+
+// retrySafe reports whether calls of method may run more than once.
+func (a *Aggregator) retrySafe(method string) bool {
+	for _, p := range a.retrySafePatterns {
+		if schema.MatchMethod(p, method) {
+			return true
+		}
+	}
+	return a.retrySafeFunc != nil && a.retrySafeFunc(method)
 }

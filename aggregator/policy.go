@@ -146,13 +146,3 @@ func WithMethodMaxInFlight(method string, n int) Option {
 		return nil
 	}
 }
-
-// retrySafe reports whether calls of method may run more than once.
-func (a *Aggregator) retrySafe(method string) bool {
-	for _, p := range a.retrySafePatterns {
-		if schema.MatchMethod(p, method) {
-			return true
-		}
-	}
-	return a.retrySafeFunc != nil && a.retrySafeFunc(method)
-}

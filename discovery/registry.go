@@ -455,6 +455,14 @@ func (r *Registry) Lookup(method string) (Tool, bool) {
 	return Tool{}, false
 }
 
+// RetrySafe reports whether method's workers advertise it as safe to run
+// twice, all alike, so that a call of it may be published again; it is the
+// aggregator's WithRetrySafeFunc when discovery is on.
+func (r *Registry) RetrySafe(method string) bool {
+	t, ok := r.Lookup(method)
+	return ok && t.RetrySafe && !t.Conflict
+}
+
 // Known reports whether some worker ever advertised method (or a pattern
 // matching it) since the registry started, live or not.
 func (r *Registry) Known(method string) bool {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
@@ -53,7 +54,7 @@ func (g *layer) Dispatch(ctx context.Context, calls []schema.Call, emit func(i i
 						continue
 					}
 				}
-				if d := t.Timeout(); d > 0 && (c.Timeout <= 0 || d < c.Timeout) {
+				if d := time.Duration(t.TimeoutMS) * time.Millisecond; d > 0 && (c.Timeout <= 0 || d < c.Timeout) {
 					c.Timeout = d
 				}
 			}

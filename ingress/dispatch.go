@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime/debug"
 
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -83,7 +84,7 @@ func (p *plan) done() { p.charge.Close() }
 // deadline the client asked for. This is the one place where every
 // transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
-	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.Open(hdr.caller.String())}
+	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.Open(callerName(hdr.caller))}
 	for _, el := range elems {
 		if el.err != nil {
 			// An element whose id could not be read is answered with a
@@ -92,7 +93,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			continue
 		}
 		req := el.req
-		call := schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async, Caller: hdr.caller.String()}
+		call := schema.Call{Request: req, Timeout: hdr.timeout, Async: hdr.async, Caller: callerName(hdr.caller)}
 		m, isLocal := local[req.Method]
 		if isLocal && m.own {
 			result, err := m.serve(call)
@@ -283,4 +284,74 @@ func appendReplies(b []byte, rs []reply, batch bool) ([]byte, error) {
 		}
 	}
 	return append(b, ']'), nil
+}
+
+// admit decides, for one call of a message, whether it goes to the
+// dispatcher: its caller must be allowed the method (-32005 otherwise), its
+// answers waiting to be written must be under its byte budget, and its
+// caller's token bucket must hold a token (-32002 otherwise). A call
+// refused here is answered for its own id alone; the rest of its batch goes
+// on. The in-flight caps, global, per caller and per method, are the
+// aggregator's.
+func (s *Server) admit(p *auth.Principal, req *schema.Request) *schema.Error {
+	if e := s.authorize(p, req); e != nil {
+		return e
+	}
+	if e := s.bytes.Admit(callerName(p)); e != nil {
+		return e
+	}
+	return s.limiter.Admit(callerName(p))
+}
+
+// authorize returns the -32005 answer of a call its caller may not make,
+// or nil. Without [WithAuth] every call is allowed; with it, a call that
+// reached the ingress without a caller (a transport that does not pass one
+// on) is refused rather than let through.
+func (s *Server) authorize(p *auth.Principal, req *schema.Request) *schema.Error {
+	if s.auth == nil {
+		return nil
+	}
+	if p == nil {
+		return forbidden("", req.Method, schema.ReasonUnauthenticated)
+	}
+	if !p.Allows(req.Method) {
+		return forbidden(p.Name, req.Method, schema.ReasonNotAllowed)
+	}
+	return nil
+}
+
+// Allowed returns the -32005 answer when the caller the ingress
+// authenticated for ctx may not call method, or nil. It is for the layers
+// behind the chain that run one method on behalf of another, such as
+// rpc.jobs.submit (see jobs.WithAuthorize): the ingress has admitted the
+// outer call, and with [WithAuth] every admitted call's context carries its
+// caller; a context without one comes from an ingress without
+// authentication, where every method is allowed.
+func Allowed(ctx context.Context, method string) *schema.Error {
+	p, ok := ctx.Value(callerKey{}).(*auth.Principal)
+	if !ok || p == nil {
+		return nil
+	}
+	if !p.Allows(method) {
+		return forbidden(p.Name, method, schema.ReasonNotAllowed)
+	}
+	return nil
+}
+
+func forbidden(caller, method, reason string) *schema.Error {
+	msg := "forbidden: " + method + " is not allowed"
+	if caller != "" {
+		msg += " for " + caller
+	}
+	return schema.NewError(schema.CodeForbidden, msg,
+		map[string]any{"reason": reason, "method": method})
+}
+
+// callerName returns the name of the caller p, or "" for nil: every caller
+// of an ingress without [WithAuth].
+func callerName(p *auth.Principal) string {
+	if p == nil {
+		return ""
+	}
+	return p.Name
 }

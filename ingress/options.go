@@ -85,13 +85,15 @@ type config struct {
 	rate        *quota.RateLimit
 	callerRates map[string]quota.RateLimit
 
-	// Observability: see observe.go, metrics.go, msglog.go and dashboard.go.
+	// Observability: see observe.go and dashboard.go.
 	id             string
 	metrics        *prometheus.Registry
 	tracerProvider trace.TracerProvider
 	msglog         *msglog.Log
-	noDashboard    bool
-	jobStats       func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
+	// logMessages is set when msglog names methods whose bodies are logged.
+	logMessages bool
+	noDashboard bool
+	jobStats    func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
 }
 
 func defaultConfig() config {

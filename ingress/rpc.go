@@ -287,3 +287,97 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) int {
 	n, _ := w.Write(body)
 	return n
 }
+
+// The Idempotency-Key header ([schema.HeaderIdempotencyKey]) makes the
+// calls of a POST /rpc, REST or MCP request idempotent: a duplicate in
+// flight waits for the first and gets its answer, and a duplicate sent
+// after the first finished gets the stored answer, within the dispatcher's
+// TTL (see [schema.SetIdempotencyKey] for how it names each call). The
+// header is ignored on a WebSocket upgrade: a connection has no one key
+// for its many messages.
+
+// idempotency refuses a request whose Idempotency-Key header is not a
+// valid key; [Server.callHeaders] hands a valid one to the calls.
+func (s *Server) idempotency(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(schema.HeaderIdempotencyKey)
+		if key == "" || isUpgrade(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !validIdempotencyKey(key) {
+			start := time.Now()
+			s.logRequest(r, "rpc", start, s.refuse(w, http.StatusBadRequest, schema.NewError(schema.CodeInvalidRequest,
+				"invalid request: Idempotency-Key must be 1 to 255 printable ASCII characters",
+				map[string]any{"header": schema.HeaderIdempotencyKey})))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func validIdempotencyKey(k string) bool {
+	if len(k) > schema.MaxIdempotencyKey {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// EventStream is the media type with which a client of POST /rpc asks for
+// its answers as server-sent events.
+const EventStream = "text/event-stream"
+
+// wantsEvents reports whether a request's Accept header asks for server-sent
+// events: it lists text/event-stream with a quality above zero and at least
+// as high as that of application/json. Wildcards do not count: a client
+// gets events only when it names them.
+func wantsEvents(h http.Header) bool {
+	accept := h.Values("Accept")
+	if len(accept) == 0 {
+		return false
+	}
+	events, json := -1.0, -1.0
+	for _, v := range accept {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if qs, ok := params["q"]; ok {
+				if q, err = strconv.ParseFloat(qs, 64); err != nil {
+					continue
+				}
+			}
+			switch mt {
+			case EventStream:
+				events = max(events, q)
+			case "application/json":
+				json = max(json, q)
+			}
+		}
+	}
+	return events > 0 && events >= json
+}
+
+// isUpgrade reports whether r asks to become a WebSocket connection.
+func isUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && headerHasToken(r.Header, "Connection", "upgrade") &&
+		headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}

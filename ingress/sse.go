@@ -3,51 +3,12 @@ package ingress
 import (
 	"bytes"
 	"context"
-	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
-
-// EventStream is the media type with which a client of POST /rpc asks for
-// its answers as server-sent events.
-const EventStream = "text/event-stream"
-
-// wantsEvents reports whether a request's Accept header asks for server-sent
-// events: it lists text/event-stream with a quality above zero and at least
-// as high as that of application/json. Wildcards do not count: a client
-// gets events only when it names them.
-func wantsEvents(h http.Header) bool {
-	accept := h.Values("Accept")
-	if len(accept) == 0 {
-		return false
-	}
-	events, json := -1.0, -1.0
-	for _, v := range accept {
-		for part := range strings.SplitSeq(v, ",") {
-			mt, params, err := mime.ParseMediaType(strings.TrimSpace(part))
-			if err != nil {
-				continue
-			}
-			q := 1.0
-			if qs, ok := params["q"]; ok {
-				if q, err = strconv.ParseFloat(qs, 64); err != nil {
-					continue
-				}
-			}
-			switch mt {
-			case EventStream:
-				events = max(events, q)
-			case "application/json":
-				json = max(json, q)
-			}
-		}
-	}
-	return events > 0 && events >= json
-}
 
 // writeEvents answers a message as server-sent events: every answer the
 // ingress has already, then each dispatched call's answer the moment the

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,23 +47,6 @@ func (e *slowReader) Error() string { return "ingress: " + e.detail + " (" + e.l
 // wsOverloadRetryAfter is the wait a connection over its in-flight cap
 // suggests: about the time a short call takes.
 const wsOverloadRetryAfter = 100 * time.Millisecond
-
-// isUpgrade reports whether r asks to become a WebSocket connection.
-func isUpgrade(r *http.Request) bool {
-	return r.Method == http.MethodGet && headerHasToken(r.Header, "Connection", "upgrade") &&
-		headerHasToken(r.Header, "Upgrade", "websocket")
-}
-
-func headerHasToken(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for t := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // wsConn is one WebSocket connection. Its reading goroutine is the
 // handler's; every call runs on a goroutine of its own, and the handler

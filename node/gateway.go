@@ -179,10 +179,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 			return nil, err
 		}
 		g.Registry = reg
-		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(func(method string) bool {
-			t, ok := reg.Lookup(method)
-			return ok && t.RetrySafe && !t.Conflict
-		}))
+		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(reg.RetrySafe))
 	}
 	agg, err := aggregator.New(nc, append(aggOpts, cfg.aggOpts...)...)
 	if err != nil {

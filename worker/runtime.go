@@ -263,25 +263,6 @@ func (rt *Runtime) Start() error {
 	return nil
 }
 
-// subscribe makes r's queue subscription. rt.mu must be held.
-func (rt *Runtime) subscribe(r *route) error {
-	sub, err := rt.nc.QueueSubscribe(r.subject, rt.cfg.subjects.QueueGroup(), func(msg *nats.Msg) {
-		rt.receive(r, msg)
-	})
-	if err != nil {
-		return fmt.Errorf("worker: subscribe %s: %w", r.subject, err)
-	}
-	done := make(chan struct{})
-	markDone := sync.OnceFunc(func() { close(done) })
-	sub.SetClosedHandler(func(string) { markDone() })
-	if !sub.IsValid() {
-		// The connection closed before the handler was set.
-		markDone()
-	}
-	r.sub, r.done = sub, done
-	return nil
-}
-
 // flush makes sure the server knows of new subscriptions before Start
 // returns, so that a call sent right after finds its worker. A connection
 // that is down will subscribe when it connects, so it is not waited for,
@@ -357,11 +338,4 @@ func (rt *Runtime) abort(ctx context.Context) error {
 
 func (rt *Runtime) markIdle() {
 	rt.idleOnce.Do(func() { close(rt.idle) })
-}
-
-// release ends the accounting of one call.
-func (rt *Runtime) release() {
-	if rt.inflight.Add(-1) == 0 && rt.draining.Load() {
-		rt.markIdle()
-	}
 }
