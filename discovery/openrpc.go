@@ -60,7 +60,7 @@ type OpenRPCExtension struct {
 	Workers      int             `json:"workers"`
 	Pattern      bool            `json:"pattern,omitempty"`
 	TimeoutMS    int64           `json:"timeout_ms,omitempty"`
-	Idempotent   bool            `json:"idempotent"`
+	RetrySafe    bool            `json:"idempotent"`
 	Job          bool            `json:"job"`
 	Version      string          `json:"version,omitempty"`
 	Conflict     bool            `json:"conflict,omitempty"`
@@ -121,7 +121,7 @@ func (r *Registry) OpenRPC(s Scope) OpenRPC {
 			Params:      []ContentDescriptor{},
 			Result:      ContentDescriptor{Name: "result", Schema: anySchema},
 			X: OpenRPCExtension{
-				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, Idempotent: t.RetrySafe,
+				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, RetrySafe: t.RetrySafe,
 				Job: t.Job, Version: t.Version, Conflict: t.Conflict, ParamsSchema: t.Params,
 			},
 		}

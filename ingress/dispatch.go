@@ -21,8 +21,10 @@ type element struct {
 	v1  bool          // answered in JSON-RPC 1.0 form
 }
 
-// reply is one answer to write, in the form its request asked for.
-type reply struct {
+// response is one answer to write, in the form its request asked for (a
+// JSON-RPC 2.0 response, or 1.0 with [WithJSONRPC1]); "reply" is what a
+// worker sends on the bus.
+type response struct {
 	schema.Response
 	v1 bool
 }
@@ -64,7 +66,7 @@ type localMethod struct {
 type plan struct {
 	// out holds the answers in request order; the slot of a dispatched
 	// call is filled when the call is answered.
-	out   []reply
+	out   []response
 	calls []schema.Call
 	// slots holds, per call, its index in out, or -1 for a notification.
 	slots []int
@@ -84,12 +86,12 @@ func (p *plan) done() { p.charge.Close() }
 // deadline the client asked for. This is the one place where every
 // transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
-	p := plan{out: make([]reply, 0, len(elems)), charge: s.bytes.Open(callerName(hdr.caller))}
+	p := plan{out: make([]response, 0, len(elems)), charge: s.bytes.Open(callerName(hdr.caller))}
 	for _, el := range elems {
 		if el.err != nil {
 			// An element whose id could not be read is answered with a
 			// null id, as the specification asks.
-			p.out = append(p.out, reply{schema.Response{ID: el.req.ID, Error: el.err}, el.v1})
+			p.out = append(p.out, response{schema.Response{ID: el.req.ID, Error: el.err}, el.v1})
 			continue
 		}
 		req := el.req
@@ -98,35 +100,35 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 		if isLocal && m.own {
 			result, err := m.serve(call)
 			if !req.IsNotification() {
-				p.out = append(p.out, reply{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
+				p.out = append(p.out, response{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
 			}
 			continue
 		}
 		if e := s.checkMethod(req.Method); e != nil {
 			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
-				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
+				p.out = append(p.out, response{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
 			continue
 		}
 		if e := s.admit(hdr.caller, &req); e != nil {
 			e = s.refused(hdr.trace, call.Caller, &req, e)
 			if !req.IsNotification() {
-				p.out = append(p.out, reply{schema.Response{ID: req.ID, Error: e}, el.v1})
+				p.out = append(p.out, response{schema.Response{ID: req.ID, Error: e}, el.v1})
 			}
 			continue
 		}
 		if isLocal {
 			result, err := m.serve(call)
 			if !req.IsNotification() {
-				p.out = append(p.out, reply{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
+				p.out = append(p.out, response{schema.Response{ID: req.ID, Result: result, Error: err}, el.v1})
 			}
 			continue
 		}
 		slot := -1
 		if !req.IsNotification() {
 			slot = len(p.out)
-			p.out = append(p.out, reply{schema.Response{ID: req.ID}, el.v1})
+			p.out = append(p.out, response{schema.Response{ID: req.ID}, el.v1})
 		}
 		if p.calls == nil {
 			p.calls = make([]schema.Call, 0, len(elems))
@@ -260,18 +262,18 @@ func (s *Server) checkMethod(method string) *schema.Error {
 	return nil
 }
 
-// appendReply appends the JSON form of r to b.
-func appendReply(b []byte, r reply) ([]byte, error) {
+// appendResponse appends the JSON form of r to b.
+func appendResponse(b []byte, r response) ([]byte, error) {
 	if r.v1 {
 		return appendV1(b, r.Response)
 	}
 	return r.AppendJSON(b)
 }
 
-// appendReplies appends one answer, or the array of a batch's answers.
-func appendReplies(b []byte, rs []reply, batch bool) ([]byte, error) {
+// appendResponses appends one answer, or the array of a batch's answers.
+func appendResponses(b []byte, rs []response, batch bool) ([]byte, error) {
 	if !batch {
-		return appendReply(b, rs[0])
+		return appendResponse(b, rs[0])
 	}
 	b = append(b, '[')
 	for i, r := range rs {
@@ -279,7 +281,7 @@ func appendReplies(b []byte, rs []reply, batch bool) ([]byte, error) {
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = appendReply(b, r); err != nil {
+		if b, err = appendResponse(b, r); err != nil {
 			return nil, err
 		}
 	}

@@ -107,9 +107,9 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 	if perr != nil {
 		var o outcome
 		if sse {
-			o = s.writeEvents(r.Context(), w, &plan{out: []reply{{Response: schema.Response{Error: perr}}}})
+			o = s.writeEvents(r.Context(), w, &plan{out: []response{{Response: schema.Response{Error: perr}}}})
 		} else {
-			o = s.write(r.Context(), w, []reply{{Response: schema.Response{Error: perr}}}, false)
+			o = s.write(r.Context(), w, []response{{Response: schema.Response{Error: perr}}}, false)
 		}
 		o.reason = perr.Message
 		return o
@@ -236,7 +236,7 @@ const maxPooledBuf = 1 << 20
 
 // write writes the answer: nothing to answer is 204, one request gets one
 // object, a batch an array.
-func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []reply, batch bool) outcome {
+func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []response, batch bool) outcome {
 	o := outcome{status: http.StatusOK}
 	if len(resps) == 0 {
 		o.status = http.StatusNoContent
@@ -256,7 +256,7 @@ func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []reply
 	}()
 	var b []byte
 	var err error
-	b, err = appendReplies((*bp)[:0], resps, batch)
+	b, err = appendResponses((*bp)[:0], resps, batch)
 	if err != nil {
 		// Only an error message that cannot be marshalled gets here.
 		s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))

@@ -46,11 +46,11 @@ func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, p *plan
 	if len(p.calls) > 0 {
 		// The channel holds every answer, so emit never blocks the
 		// dispatcher on a slow client.
-		answers := make(chan reply, p.answers())
+		answers := make(chan response, p.answers())
 		go func() {
 			defer close(answers)
 			s.stream(ctx, p.calls, p.charge, func(i int, r schema.Response) {
-				answers <- reply{r, p.out[p.slots[i]].v1}
+				answers <- response{r, p.out[p.slots[i]].v1}
 			})
 		}()
 		heartbeat := time.NewTicker(s.cfg.heartbeat)
@@ -77,11 +77,11 @@ func (s *Server) writeEvents(ctx context.Context, w http.ResponseWriter, p *plan
 }
 
 // event writes one answer as an event.
-func (s *Server) event(ctx context.Context, ev *eventWriter, o *outcome, r reply) {
+func (s *Server) event(ctx context.Context, ev *eventWriter, o *outcome, r response) {
 	if r.Error != nil {
 		o.failed++
 	}
-	b, err := appendReply(nil, r)
+	b, err := appendResponse(nil, r)
 	if err != nil {
 		o.reason = "encode response: " + err.Error()
 		b, _ = schema.Response{ID: r.ID, Error: internalError()}.AppendJSON(nil)

@@ -170,12 +170,12 @@ func (cn *wsConn) read(ctx context.Context) error {
 		}
 		cn.messages++
 		if int64(len(body)) > max {
-			cn.write(ctx, []reply{{Response: schema.Response{Error: schema.LimitError("max_body_bytes", max, -1)}}}, false)
+			cn.write(ctx, []response{{Response: schema.Response{Error: schema.LimitError("max_body_bytes", max, -1)}}}, false)
 			cn.c.Close(websocket.StatusMessageTooBig, "max_body_bytes")
 			return errors.New("message over max_body_bytes")
 		}
 		if typ != websocket.MessageText {
-			cn.write(ctx, []reply{{Response: schema.Response{Error: schema.NewError(schema.CodeInvalidRequest,
+			cn.write(ctx, []response{{Response: schema.Response{Error: schema.NewError(schema.CodeInvalidRequest,
 				"invalid request: JSON-RPC messages go in text frames", nil)}}}, false)
 			continue
 		}
@@ -191,7 +191,7 @@ func (cn *wsConn) read(ctx context.Context) error {
 func (cn *wsConn) message(ctx context.Context, body []byte) {
 	elems, batch, perr := cn.s.parse(body)
 	if perr != nil {
-		cn.write(ctx, []reply{{Response: schema.Response{Error: perr}}}, false)
+		cn.write(ctx, []response{{Response: schema.Response{Error: perr}}}, false)
 		return
 	}
 	local := map[string]localMethod{CancelMethod: {serve: cn.cancelCall, own: true}}
@@ -386,8 +386,8 @@ func (cn *wsConn) slow(cause *slowReader) {
 
 // write sends one message: an answer, or a batch's array. A message that
 // cannot be written within the write timeout closes the connection.
-func (cn *wsConn) write(ctx context.Context, rs []reply, batch bool) {
-	b, err := appendReplies(nil, rs, batch)
+func (cn *wsConn) write(ctx context.Context, rs []response, batch bool) {
+	b, err := appendResponses(nil, rs, batch)
 	if err != nil {
 		cn.s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))
 		b, _ = schema.Response{Error: internalError()}.AppendJSON(nil)

@@ -353,16 +353,8 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 // ingressStatus is the status answer of an ingress.
 func ingressStatus(srv *ingress.Server) bus.Status {
 	st := srv.Overview()
-	out := bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
-		Methods: make([]bus.MethodStatus, 0, len(st.Methods)),
-		Extra:   map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
-	for _, m := range st.Methods {
-		out.Methods = append(out.Methods, bus.MethodStatus{
-			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate,
-			P50Ms: m.P50Ms, P99Ms: m.P99Ms, InFlight: m.InFlight, Total: m.Total, Workers: m.Workers,
-		})
-	}
-	return out
+	return bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
+		Methods: st.Methods, Extra: map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
 }
 
 // serveStatus answers `toolbus status` for one part of the process.

@@ -68,7 +68,7 @@ func TestDiscoveryFollowsWorkers(t *testing.T) {
 	w1 := c.AddWorker(t, mathTools(&calls))
 	toolbustest.Eventually(t, func() bool { return workersOf(reg, "math.add") == 1 }, "the first worker's tool appears")
 	doc := discover(t, c)
-	if len(doc.Methods) != 1 || doc.Methods[0].Name != "math.add" || doc.Methods[0].Description != "adds a and b" || !doc.Methods[0].X.Idempotent {
+	if len(doc.Methods) != 1 || doc.Methods[0].Name != "math.add" || doc.Methods[0].Description != "adds a and b" || !doc.Methods[0].X.RetrySafe {
 		t.Fatalf("rpc.discover methods = %+v, want math.add described", doc.Methods)
 	}
 

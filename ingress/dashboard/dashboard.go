@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
@@ -167,10 +168,7 @@ func (d *Dashboard) Overview(v View) State {
 		if !v.shows(m.Method) {
 			continue
 		}
-		ms := MethodState{
-			Method: m.Method, Rate: m.Rate, Calls: m.Calls, Errors: m.Errors, ErrorRate: m.ErrorRate(),
-			P50Ms: callstats.Millis(m.P50), P99Ms: callstats.Millis(m.P99), InFlight: m.InFlight, Total: m.Total,
-		}
+		ms := m.MethodStatus()
 		if reg != nil && !strings.HasPrefix(m.Method, "_") && !schema.IsReserved(m.Method) {
 			// The workers of the name or pattern that serves it, 0
 			// when none does now; the ingress's rpc.* methods and the
@@ -187,7 +185,7 @@ func (d *Dashboard) Overview(v View) State {
 	for name, n := range workers {
 		if !seen[name] && v.shows(name) {
 			n := n
-			st.Methods = append(st.Methods, MethodState{Method: name, Workers: &n})
+			st.Methods = append(st.Methods, bus.MethodStatus{Method: name, Workers: &n})
 		}
 	}
 	sortMethods(st.Methods)
@@ -209,7 +207,7 @@ func (d *Dashboard) Overview(v View) State {
 		})
 	}
 	if st.Methods == nil {
-		st.Methods = []MethodState{}
+		st.Methods = []bus.MethodStatus{}
 	}
 	if st.Workers == nil {
 		st.Workers = []WorkerState{}

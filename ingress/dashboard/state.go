@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
 )
 
@@ -37,38 +38,15 @@ type State struct {
 	} `json:"ingress"`
 	// Methods holds one row per method seen in the window or served by a
 	// live worker, sorted by name.
-	Methods []MethodState `json:"methods"`
+	Methods []bus.MethodStatus `json:"methods"`
 	// Discovery reports whether workers announce themselves; without it
-	// Workers is empty and MethodState.Workers is null.
+	// Workers is empty and a method's Workers is absent.
 	Discovery bool          `json:"discovery"`
 	Workers   []WorkerState `json:"workers"`
 	// RecentErrors holds the newest error answers, newest first.
 	RecentErrors []ErrorState `json:"recent_errors"`
 	// Jobs is null when the ingress serves no jobs.
 	Jobs *JobsState `json:"jobs"`
-}
-
-// MethodState is one method's row of the dashboard.
-type MethodState struct {
-	Method string `json:"method"`
-	// Rate is calls per second over the window.
-	Rate float64 `json:"rate"`
-	// Calls and Errors count the window's calls and error answers;
-	// ErrorRate is Errors/Calls (0 when there were none).
-	Calls     int64   `json:"calls"`
-	Errors    int64   `json:"errors"`
-	ErrorRate float64 `json:"error_rate"`
-	// P50Ms and P99Ms are ingress-observed latencies in milliseconds, 0
-	// when the window holds no call.
-	P50Ms float64 `json:"p50_ms"`
-	P99Ms float64 `json:"p99_ms"`
-	// InFlight counts this method's calls open now.
-	InFlight int64 `json:"in_flight"`
-	// Total counts the method's calls since the ingress started.
-	Total int64 `json:"total"`
-	// Workers counts the live workers serving the method; null without
-	// discovery.
-	Workers *int `json:"workers"`
 }
 
 // WorkerState is one live worker as its announcements describe it.
@@ -115,6 +93,6 @@ type JobState struct {
 // windowSeconds is the span of the dashboard's rates and percentiles.
 const windowSeconds = callstats.Window / time.Second
 
-func sortMethods(m []MethodState) {
-	slices.SortFunc(m, func(a, b MethodState) int { return strings.Compare(a.Method, b.Method) })
+func sortMethods(m []bus.MethodStatus) {
+	slices.SortFunc(m, func(a, b bus.MethodStatus) int { return strings.Compare(a.Method, b.Method) })
 }
