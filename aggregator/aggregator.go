@@ -404,8 +404,7 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 		if errors.Is(err, bus.ErrNoResponders) {
 			return nil, noResponders(c.Method)
 		}
-		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
-			map[string]any{"reason": schema.ReasonBadReply, "method": c.Method})
+		return nil, badReply(c.Method, err)
 	}
 	if e := env.Err(); e != nil {
 		return nil, e
@@ -643,8 +642,7 @@ func (a *Aggregator) readReply(c *schema.Call, m *nats.Msg, attempts int) ([]byt
 			}
 			return nil, noResponders(c.Method)
 		}
-		return nil, schema.NewError(schema.CodeInternal, "internal error: bad reply from worker: "+err.Error(),
-			map[string]any{"reason": schema.ReasonBadReply, "method": c.Method})
+		return nil, badReply(c.Method, err)
 	}
 	if e := env.Err(); e != nil {
 		return nil, e
@@ -762,4 +760,14 @@ func (a *Aggregator) retrySafe(method string) bool {
 		}
 	}
 	return a.retrySafeFunc != nil && a.retrySafeFunc(method)
+}
+
+// badReply is the answer for a reply the aggregator cannot read: the
+// worker broke the protocol. Its text names the method and what was wrong,
+// never a subject of the bus.
+func badReply(method string, err error) *schema.Error {
+	return schema.NewError(schema.CodeInternal,
+		"internal error: the worker serving "+method+" sent a reply that does not follow the bus protocol ("+
+			strings.TrimPrefix(err.Error(), "bus: reply: ")+"); its author should check it against schema/PROTOCOL.md or toolbus conform",
+		map[string]any{"reason": schema.ReasonBadReply, "method": method})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -433,5 +434,29 @@ func TestTimeoutIsNotAnnouncedAsCancel(t *testing.T) {
 	}
 	if m, err := cancels.NextMsg(200 * time.Millisecond); err == nil {
 		t.Fatalf("a timed-out call sent cancel %q; the worker has the deadline already", m.Data)
+	}
+}
+
+// TestBadReplyHidesTheBus: a worker that answers bytes that are no reply
+// envelope gets its call answered -32603 bad_reply, whose text names the
+// method and the fault but no subject of the bus.
+func TestBadReplyHidesTheBus(t *testing.T) {
+	ac, wc := setup(t)
+	sub, err := wc.QueueSubscribe("toolbus.call.broken", "toolbus-workers", func(m *nats.Msg) { m.Respond([]byte("not msgpack")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	if err := wc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*aggregator.Aggregator{newAgg(t, ac), newAgg(t, ac, aggregator.WithHeartbeat(0, 1))} {
+		r := schema.Collect(context.Background(), a, []schema.Call{call(`1`, "broken", "")})[0]
+		if r.Error == nil || r.Error.Code != schema.CodeInternal || r.Error.Reason() != schema.ReasonBadReply {
+			t.Fatalf("broken worker = %s %v, want -32603 bad_reply", r.Result, r.Error)
+		}
+		if strings.Contains(r.Error.Message, "_INBOX") || !strings.Contains(r.Error.Message, "broken") {
+			t.Errorf("message %q, want the method named and no inbox subject", r.Error.Message)
+		}
 	}
 }

@@ -92,7 +92,9 @@ func ReadReply(msg *nats.Msg) (*schema.ReplyEnvelope, error) {
 		if errors.Is(err, schema.ErrEmptyReply) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("bus: reply on %s: %w", msg.Subject, err)
+		// The subject is an inbox of toolbus's: it means nothing to an
+		// agent, who may see this error's text.
+		return nil, fmt.Errorf("bus: reply: %w", err)
 	}
 	return r, nil
 }

@@ -78,3 +78,43 @@ func TestCancelMessageReachesTheHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelStopsEveryAttempt: a call published again (a retry-safe call
+// whose first worker was slow) may reach the same worker twice under one
+// call id; the cancel message stops both attempts.
+func TestCancelStopsEveryAttempt(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	started := make(chan struct{}, 2)
+	seen := make(chan error, 2)
+	if err := c.rt.HandleFunc("hang", func(ctx context.Context, _ *worker.Request) (any, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		seen <- ctx.Err()
+		return nil, ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	replied := make(chan *schema.ReplyEnvelope, 2)
+	for range 2 {
+		msg := callMsg(t, "hang", "", time.Now().Add(time.Minute))
+		msg.Header.Set(schema.HeaderCallID, "call-twice")
+		go func() {
+			r, _ := c.send(msg)
+			replied <- r
+		}()
+	}
+	<-started
+	<-started
+	if err := c.caller.Publish("toolbus.cancel", []byte("call-twice")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-seen; !errors.Is(err, context.Canceled) {
+			t.Fatalf("an attempt's context ended with %v, want canceled", err)
+		}
+		if r := <-replied; r == nil || !errors.Is(r.Err(), schema.ErrCanceled) {
+			t.Fatalf("reply = %+v, want canceled", r)
+		}
+	}
+}

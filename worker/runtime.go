@@ -72,9 +72,11 @@ type Runtime struct {
 	idle     chan struct{}
 	idleOnce sync.Once
 
-	// calls maps the bus call id of every call being served to its
-	// cancel function, for cancel messages; cancelSub receives them.
-	calls     sync.Map
+	// calls maps the bus call id of every call being served to the
+	// cancel functions of its attempts (a call published again may reach
+	// this runtime twice), for cancel messages; cancelSub receives them.
+	callsMu   sync.Mutex
+	calls     map[string]map[*context.CancelCauseFunc]struct{}
 	cancelSub *nats.Subscription
 	// probes learns whether anyone still listens for the answers of the
 	// calls that asked for heartbeats.

@@ -286,8 +286,10 @@ var errCanceledByClient = errors.New("worker: the client canceled the call")
 // runtime holds it, sees its context canceled.
 func (rt *Runtime) subscribeCancels() error {
 	sub, err := rt.nc.Subscribe(rt.cfg.subjects.Cancel(), func(msg *nats.Msg) {
-		if cancel, ok := rt.calls.Load(string(msg.Data)); ok {
-			cancel.(context.CancelCauseFunc)(errCanceledByClient)
+		rt.callsMu.Lock()
+		defer rt.callsMu.Unlock()
+		for cancel := range rt.calls[string(msg.Data)] {
+			(*cancel)(errCanceledByClient)
 		}
 	})
 	if err != nil {
@@ -298,14 +300,31 @@ func (rt *Runtime) subscribeCancels() error {
 }
 
 // track registers the cancel function of a call that carries a bus call id
-// and returns what untracks it.
+// and returns what untracks it. Every attempt of the call this runtime
+// holds is registered: a cancel message stops them all.
 func (rt *Runtime) track(msg *nats.Msg, cancel context.CancelCauseFunc) func() {
 	id := msg.Header.Get(schema.HeaderCallID)
 	if id == "" {
 		return func() {}
 	}
-	rt.calls.Store(id, cancel)
-	return func() { rt.calls.Delete(id) }
+	key := &cancel
+	rt.callsMu.Lock()
+	defer rt.callsMu.Unlock()
+	if rt.calls == nil {
+		rt.calls = map[string]map[*context.CancelCauseFunc]struct{}{}
+	}
+	if rt.calls[id] == nil {
+		rt.calls[id] = map[*context.CancelCauseFunc]struct{}{}
+	}
+	rt.calls[id][key] = struct{}{}
+	return func() {
+		rt.callsMu.Lock()
+		defer rt.callsMu.Unlock()
+		delete(rt.calls[id], key)
+		if len(rt.calls[id]) == 0 {
+			delete(rt.calls, id)
+		}
+	}
 }
 
 // stopCancels ends the cancel subscription once no call can be canceled.
