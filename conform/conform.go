@@ -245,6 +245,10 @@ func writeSummary(w io.Writer, rep *Report) {
 	if rep.Failed() {
 		verdict = "the worker does not conform"
 	}
-	fmt.Fprintf(w, "%d rules: %d passed, %d failed, %d skipped: %s\n",
-		len(rep.Results), rep.Count(Pass), rep.Count(Fail), rep.Count(Skip), verdict)
+	rules := "rules"
+	if len(rep.Results) == 1 {
+		rules = "rule"
+	}
+	fmt.Fprintf(w, "%d %s: %d passed, %d failed, %d skipped: %s\n",
+		len(rep.Results), rules, rep.Count(Pass), rep.Count(Fail), rep.Count(Skip), verdict)
 }

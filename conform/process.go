@@ -55,9 +55,9 @@ func (p *process) exited() (bool, string) {
 
 func (p *process) exitText() string {
 	if p.err == nil {
-		return "exited with status 0"
+		return "ended (exit status 0)"
 	}
-	return p.err.Error()
+	return "ended (" + p.err.Error() + ")"
 }
 
 // signal sends sig to the process group.

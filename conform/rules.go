@@ -514,7 +514,7 @@ func (s *session) refused(r rule, what string, payload []byte) (*Result, string)
 	}
 	reply, err := decode(h.msg)
 	if err == nil && reply.Error != nil {
-		return nil, fmt.Sprintf("%s: %s", what, describeReply(reply))
+		return nil, describeReply(reply)
 	}
 	res := r.fail(sent, want, describe(h.msg))
 	return &res, ""
@@ -535,17 +535,29 @@ func checkVersion(_ context.Context, s *session, r rule) Result {
 	}
 }
 
+// answeredNote says how the payloads were refused: notes holds the
+// error each was answered with, "" for none.
 func answeredNote(notes ...string) string {
-	var b []string
+	silent, answered := 0, map[string]int{}
+	var first []string
 	for _, n := range notes {
-		if n != "" {
-			b = append(b, n)
+		if n == "" {
+			silent++
+			continue
 		}
+		if answered[n] == 0 {
+			first = append(first, n)
+		}
+		answered[n]++
 	}
-	if len(b) == 0 {
-		return "refused without an answer"
+	var parts []string
+	if silent > 0 {
+		parts = append(parts, fmt.Sprintf("%d without an answer", silent))
 	}
-	return "refused with " + strings.Join(b, "; ")
+	for _, n := range first {
+		parts = append(parts, fmt.Sprintf("%d with %s", answered[n], n))
+	}
+	return "refused " + strings.Join(parts, ", ")
 }
 
 func checkUnreadable(_ context.Context, s *session, r rule) Result {

@@ -85,7 +85,10 @@ func newSession(ctx context.Context, cfg Config) (*session, error) {
 		sub.Unsubscribe()
 		return nil, fmt.Errorf("conform: NATS does not answer: %w (check --nats and the credentials)", err)
 	}
-	env := []string{"TOOLBUS_NATS_URL=" + s.nc.ConnectedUrl(), "TOOLBUS_PREFIX=" + s.prefix}
+	env := []string{"TOOLBUS_PREFIX=" + s.prefix}
+	if u := s.nc.ConnectedUrl(); u != "" {
+		env = append(env, "TOOLBUS_NATS_URL="+u)
+	}
 	s.proc, err = startProcess(cfg.Command, append(env, cfg.Env...), cfg.WorkerOutput)
 	if err != nil {
 		sub.Unsubscribe()

@@ -110,7 +110,7 @@ func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []strin
 // env passes the kit's credentials on to the worker in the variables
 // `toolbus worker` reads, so that a worker may take them from there.
 func (f *conformFlags) env() []string {
-	var env []string
+	env := []string{envName("nats") + "=" + f.natsURL}
 	for _, v := range []struct{ flag, value string }{
 		{"nats-token", f.auth.token}, {"nats-user", f.auth.user}, {"nats-password", f.auth.password},
 		{"nats-creds", f.auth.creds}, {"nats-nkey", f.auth.nkey},
