@@ -261,20 +261,20 @@ func checkEnvelope(_ context.Context, s *session, r rule) Result {
 			return r.fail(x.call.String(), echoWant, p)
 		}
 	}
-	if p := oneAnswer(xs); p != nil {
+	if p := oneAnswer(r, xs); p != nil {
 		return *p
 	}
 	return r.pass("")
 }
 
-// oneAnswer listens a moment longer on every exchange, and fails rule 1
-// when one got a second reply.
-func oneAnswer(xs []*exchange) *Result {
+// oneAnswer listens a moment longer on every exchange, and fails r when
+// one got a second reply (rule 1).
+func oneAnswer(r rule, xs []*exchange) *Result {
 	time.Sleep(quiet)
 	for _, x := range xs {
 		x.listen(0)
 		if len(x.replies) > 1 {
-			res := rule{key: "envelope", ref: "rule 1", title: "exactly one answer per call"}.fail(x.call.String(), "exactly one reply",
+			res := r.fail(x.call.String(), "exactly one reply (rule 1)",
 				fmt.Sprintf("%d replies: %s, then %s", len(x.replies), describe(x.replies[0].msg), describe(x.replies[1].msg)))
 			return &res
 		}
@@ -416,7 +416,7 @@ func checkBatch(_ context.Context, s *session, r rule) Result {
 			fmt.Sprintf("the last quick answer came %v after the call, after conform.sleep's (%v): one slow call stalls the others",
 				last.Sub(sx.sentAt).Round(time.Millisecond), sx.since(h)))
 	}
-	if p := oneAnswer(append(xs, sx)); p != nil {
+	if p := oneAnswer(r, append(xs, sx)); p != nil {
 		return *p
 	}
 	for _, x := range append(xs, sx) {
@@ -719,10 +719,12 @@ func checkLiveness(_ context.Context, s *session, r rule) Result {
 	if !ok {
 		return r.fail(c.String(), `result {"slept_ms":300}`, "nothing within "+answerWait.String())
 	}
+	if rep, err := decode(h.msg); err != nil || rep.Error != nil {
+		return r.fail(c.String(), `result {"slept_ms":300}`, describe(h.msg))
+	}
 	if len(y.progress) > 0 {
 		return r.fail(c.String()+" without Toolbus-Heartbeat", "no progress message at all", describe(y.progress[0].msg))
 	}
-	_ = h
 	note := fmt.Sprintf("%d progress messages, the longest silence %v", len(x.progress), longest.Round(time.Millisecond))
 	if live.probes {
 		note += "; they carry a reply subject (rule 9)"
@@ -1134,7 +1136,6 @@ func (s *session) ruleDrain(ctx context.Context) Result {
 	} else {
 		time.Sleep(quiet)
 	}
-	_, _, _ = s.announcements()
 	s.adMu.Lock()
 	heardBefore := len(s.ads)
 	s.adMu.Unlock()
