@@ -3,6 +3,7 @@ package conform_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -92,6 +93,36 @@ func TestBrokenWorkersFail(t *testing.T) {
 			}
 			if res.Sent == "" || res.Want == "" || res.Got == "" {
 				t.Errorf("failure %+v: want what was sent, expected and got", res)
+			}
+		})
+	}
+}
+
+func TestRunRefusesABadConfiguration(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	for _, tc := range []struct {
+		name string
+		cfg  conform.Config
+		want error
+	}{
+		{"no connection", conform.Config{Command: []string{"true"}}, conform.ErrConfig},
+		{"no command", conform.Config{Conn: nc}, conform.ErrConfig},
+		{"a wildcard prefix", conform.Config{Conn: nc, Command: []string{"true"}, Prefix: "a.*"}, conform.ErrConfig},
+		{"an unknown rule", conform.Config{Conn: nc, Command: []string{"true"}, Only: []string{"nope"}}, conform.ErrConfig},
+		{"a command that does not exist", conform.Config{Conn: nc, Command: []string{"/nonexistent/worker"}}, conform.ErrStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := conform.Run(context.Background(), tc.cfg); !errors.Is(err, tc.want) {
+				t.Errorf("Run = %v, want %v", err, tc.want)
 			}
 		})
 	}
