@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/conformtools"
 	"github.com/toolbus/toolbus/worker/demo"
 	"github.com/toolbus/toolbus/worker/mcpbridge"
 )
@@ -163,7 +164,7 @@ func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	} else {
 		c.jobs = true
 	}
-	f.StringSliceVar(&c.tools, "tools", []string{"demo"}, "toolsets to serve (available: demo)")
+	f.StringSliceVar(&c.tools, "tools", []string{"demo"}, "toolsets to serve (available: demo, conform)")
 	f.IntVar(&c.concurrency, "concurrency", worker.DefaultConcurrency, "calls of one method a worker runs at once")
 	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
 	f.DurationVar(&c.jobLease, "job-lease", jobs.DefaultLease, "how long a job stays leased to this worker without a sign of life")
@@ -198,7 +199,7 @@ func (c *workerConfig) validate() error {
 	}
 	for _, name := range c.tools {
 		if _, ok := toolsets[name]; !ok {
-			return fmt.Errorf("worker: unknown toolset %q (available: demo)", name)
+			return fmt.Errorf("worker: unknown toolset %q (available: demo, conform)", name)
 		}
 	}
 	if _, err := egress.New(egress.WithAllow(c.fetchAllow...)); err != nil {
@@ -213,6 +214,8 @@ var toolsets = map[string]func(*worker.Runtime, workerConfig) error{
 	"demo": func(rt *worker.Runtime, c workerConfig) error {
 		return demo.Register(rt, demo.WithFetchAllow(c.fetchAllow...))
 	},
+	// conform is the toolset `toolbus conform` drives a worker with.
+	"conform": func(rt *worker.Runtime, _ workerConfig) error { return conformtools.Register(rt) },
 }
 
 // embeddedModule runs an embedded NATS server and connects to it in-process.

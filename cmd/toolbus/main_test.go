@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
 	"regexp"
 	"sync"
 	"testing"
@@ -15,9 +16,19 @@ import (
 
 // TestMain fails the package when a test leaves a goroutine running: every
 // command must stop its NATS server, connections and HTTP server.
+//
+// With [runMainEnv] set, the test binary is the toolbus command instead,
+// so that a test can start it as a process of its own.
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
+
+// runMainEnv makes the test binary run main with its arguments.
+const runMainEnv = "TOOLBUS_TEST_RUN_MAIN"
 
 // execute runs the toolbus command line args with ctx and returns what the
 // command printed. Logs go to standard error at level error only, and the

@@ -1,0 +1,129 @@
+package conform_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/conform"
+)
+
+// runKit runs the kit against the foreign worker with faults, started as a
+// process of the test binary, on a NATS server of its own; only limits the
+// rules. It returns the report and what the kit printed.
+func runKit(t *testing.T, only []string, faults ...fault) (*conform.Report, string) {
+	t.Helper()
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect(bus.WithName("conform-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	list := []string{"none"}
+	for _, f := range faults {
+		list = append(list, string(f))
+	}
+	var out, workerOut bytes.Buffer
+	rep, err := conform.Run(context.Background(), conform.Config{
+		Conn:         nc,
+		Command:      []string{os.Args[0]},
+		Env:          []string{"TOOLBUS_NATS_URL=" + e.ClientURL(), "TOOLBUS_NATS_TOKEN=" + e.Token(), foreignEnv + "=" + strings.Join(list, ",")},
+		Out:          &out,
+		WorkerOutput: &workerOut,
+		Only:         only,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kit:\n%s\nworker:\n%s", out.String(), workerOut.String())
+		}
+	})
+	return rep, out.String()
+}
+
+func TestForeignWorkerConforms(t *testing.T) {
+	rep, _ := runKit(t, nil)
+	if rep.Failed() {
+		t.Fatalf("the foreign worker fails %d rules", rep.Count(conform.Fail))
+	}
+	// It leaves rule 9 out; everything else it speaks, reports included.
+	for _, key := range conform.RuleKeys() {
+		res, ok := rep.Result(key)
+		want := conform.Pass
+		if key == "orphan" {
+			want = conform.Skip
+		}
+		if !ok || res.Status != want {
+			t.Errorf("rule %s: %v (ran: %v), want %v", key, res.Status, ok, want)
+		}
+	}
+}
+
+func TestBrokenWorkersFail(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault fault
+		rule  string
+	}{
+		{"drops the id", dropID, "envelope"},
+		{"ignores cancel", ignoreCancel, "cancel"},
+		{"never acks", neverAck, "liveness"},
+		{"answers a crash with success", crashSucceeds, "crash"},
+		{"runs late calls", runLate, "late"},
+		{"leaves without saying so", noLeaving, "drain"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, out := runKit(t, []string{tc.rule}, tc.fault)
+			res, ok := rep.Result(tc.rule)
+			if !ok || res.Status != conform.Fail {
+				t.Fatalf("rule %s: %v (ran: %v), want FAIL", tc.rule, res.Status, ok)
+			}
+			if !strings.Contains(out, "FAIL  "+tc.rule) || !strings.Contains(out, "does not conform") {
+				t.Errorf("the kit printed\n%s\nwant a FAIL line naming %s and a summary that says so", out, tc.rule)
+			}
+			if res.Sent == "" || res.Want == "" || res.Got == "" {
+				t.Errorf("failure %+v: want what was sent, expected and got", res)
+			}
+		})
+	}
+}
+
+func TestRunRefusesABadConfiguration(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	for _, tc := range []struct {
+		name string
+		cfg  conform.Config
+		want error
+	}{
+		{"no connection", conform.Config{Command: []string{"true"}}, conform.ErrConfig},
+		{"no command", conform.Config{Conn: nc}, conform.ErrConfig},
+		{"a wildcard prefix", conform.Config{Conn: nc, Command: []string{"true"}, Prefix: "a.*"}, conform.ErrConfig},
+		{"an unknown rule", conform.Config{Conn: nc, Command: []string{"true"}, Only: []string{"nope"}}, conform.ErrConfig},
+		{"a command that does not exist", conform.Config{Conn: nc, Command: []string{"/nonexistent/worker"}}, conform.ErrStart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := conform.Run(context.Background(), tc.cfg); !errors.Is(err, tc.want) {
+				t.Errorf("Run = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
