@@ -315,7 +315,7 @@ func (b *Bridge) connect(ctx context.Context) (*agent, error) {
 		a2aclient.WithDefaultsDisabled(),
 		a2aclient.WithJSONRPCTransport(b.http),
 		a2aclient.WithConfig(a2aclient.Config{Polling: true}),
-		a2aclient.WithInterceptors(headers(b.cfg.credentials)))
+		a2aclient.WithInterceptors(Headers(b.cfg.credentials)))
 	if err != nil {
 		return nil, fmt.Errorf("a2abridge: the agent at %s offers no JSON-RPC endpoint, the only binding the bridge speaks: %w", b.url, err)
 	}
@@ -330,20 +330,22 @@ func (b *Bridge) connect(ctx context.Context) (*agent, error) {
 	return &agent{card: card, client: c}, nil
 }
 
-// headers is a client interceptor that adds the bridge's credentials to
-// every request.
-type headers http.Header
+// Headers is an [a2aclient.CallInterceptor] that adds its headers (such
+// as credentials) to every request of the client.
+type Headers http.Header
 
-func (h headers) Before(ctx context.Context, req *a2aclient.Request) (context.Context, error) {
+// Before adds the headers to the request.
+func (h Headers) Before(ctx context.Context, req *a2aclient.Request) (context.Context, error) {
 	for name, vs := range h {
 		req.Meta[name] = vs
 	}
 	return ctx, nil
 }
 
-func (headers) After(context.Context, *a2aclient.Response) error { return nil }
+// After does nothing.
+func (Headers) After(context.Context, *a2aclient.Response) error { return nil }
 
-var _ a2aclient.CallInterceptor = headers(nil)
+var _ a2aclient.CallInterceptor = Headers(nil)
 
 // supervise reads the card again every refresh interval, and after a call
 // found the agent gone, until Close.
