@@ -304,7 +304,7 @@ func (b *Bridge) connect(ctx context.Context) (*agent, error) {
 	}
 	card, err := agentcard.NewResolver(b.http).Resolve(ctx, base, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("a2abridge: read the agent card of %s: %w", b.url, err)
+		return nil, fmt.Errorf("a2abridge: cannot read the agent card under %s; check that the agent runs and that the URL is its base URL or its card's URL: %w", b.url, err)
 	}
 	if card.PreferredTransport == "" {
 		// A2A's default binding.

@@ -422,3 +422,28 @@ func submit(t *testing.T, c *toolbustest.Cluster, params string, sub *schema.Job
 		t.Fatalf("rpc.jobs.submit %s = %s, %v", params, r.Result, r.Error)
 	}
 }
+
+func TestBridgeReadsTheCardAtItsOwnURL(t *testing.T) {
+	agent := a2abridgetest.Start(t)
+	rt := newRuntime(t)
+	newBridge(t, rt, agent.URL+"/.well-known/agent-card.json")
+	if got, err := invoke(rt, "echo", `{"text":"card url"}`, 10*time.Second, nil); err != nil || string(got) != `"card url"` {
+		t.Fatalf("echo = %s, %v; want card url", got, err)
+	}
+}
+
+func TestStartFailsWithoutAnAgent(t *testing.T) {
+	agent := a2abridgetest.Start(t)
+	agent.Stop()
+	rt := newRuntime(t)
+	b, err := a2abridge.New(rt, agent.URL, a2abridge.WithLogger(quiet), a2abridge.WithHTTPClient(httpClient(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Start(ctx); err == nil || !strings.Contains(err.Error(), "cannot read the agent card") {
+		t.Fatalf("Start with no agent = %v, want an error about reading its card", err)
+	}
+	b.Close()
+}
