@@ -497,3 +497,34 @@ func quoteByte(c byte) string {
 func IsReserved(method string) bool {
 	return strings.HasPrefix(method, ReservedPrefix)
 }
+
+// FitMethodName returns the method that serves a tool named name in
+// another protocol (an MCP tool, an A2A skill) under prefix (none when
+// empty): every byte outside the method grammar becomes '_', and empty
+// tokens (leading, trailing or doubled dots) are dropped. It reports false
+// when nothing usable is left, when the name would be one of the
+// ingress's rpc.* names, or when it is too long.
+func FitMethodName(prefix, name string) (string, bool) {
+	var tokens []string
+	if prefix != "" {
+		tokens = append(tokens, prefix)
+	}
+	for _, t := range strings.Split(name, ".") {
+		if t == "" {
+			continue
+		}
+		tokens = append(tokens, strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9',
+				r == '_', r == '-', r == '/', r == ':':
+				return r
+			}
+			return '_'
+		}, t))
+	}
+	method := strings.Join(tokens, ".")
+	if ValidateMethod(method) != nil || IsReserved(method) {
+		return "", false
+	}
+	return method, true
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/a2abridge"
 	"github.com/toolbus/toolbus/worker/conformtools"
 	"github.com/toolbus/toolbus/worker/demo"
 	"github.com/toolbus/toolbus/worker/mcpbridge"
@@ -142,6 +143,7 @@ type workerConfig struct {
 	mcpCommand      string
 	mcpURL          string
 	mcpPrefix       string
+	a2a             a2aBridgeConfig
 	// fetchAllow admits internal addresses to the demo toolset's
 	// fetch_page.
 	fetchAllow []string
@@ -173,6 +175,7 @@ func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f.StringVar(&c.mcpCommand, "mcp-command", "", `serve the tools of the MCP server this command starts, over stdio ("CMD ARGS", split at spaces)`)
 	f.StringVar(&c.mcpURL, "mcp-url", "", "serve the tools of the MCP server at this Streamable HTTP URL")
 	f.StringVar(&c.mcpPrefix, "mcp-prefix", "", "put this prefix and a dot before the bridged MCP tools' method names")
+	c.a2a.flags(cmd)
 	f.StringSliceVar(&c.fetchAllow, "fetch-allow", nil, "internal addresses the demo tool fetch_page may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 127.0.0.1:9000)")
 }
 
@@ -194,8 +197,11 @@ func (c *workerConfig) validate() error {
 	if c.mcpPrefix != "" && c.mcpCommand == "" && c.mcpURL == "" {
 		return errors.New("worker: --mcp-prefix needs --mcp-command or --mcp-url")
 	}
-	if len(c.tools) == 0 && c.mcpCommand == "" && c.mcpURL == "" {
-		return errors.New("worker: no toolsets given (--tools)")
+	if err := c.a2a.validate(); err != nil {
+		return err
+	}
+	if len(c.tools) == 0 && c.mcpCommand == "" && c.mcpURL == "" && c.a2a.url == "" {
+		return errors.New("worker: no toolsets given (--tools, --mcp-command, --mcp-url or --a2a-url)")
 	}
 	for _, name := range c.tools {
 		if _, ok := toolsets[name]; !ok {
@@ -395,15 +401,15 @@ func workerModule(cfg workerConfig) fx.Option {
 		// application stops before the worker has started (a start that
 		// was canceled or failed in a later hook).
 		lc.Append(fx.StopHook(func() { bus.Drain(nc) }))
-		w, bridge, err := newWorker(nc, cfg, log, metrics, tp, counters, st)
+		w, bridges, err := newWorker(nc, cfg, log, metrics, tp, counters, st)
 		if err != nil {
 			nc.Close()
 			return err
 		}
-		if bridge != nil {
-			// The bridge registers the server's tools before the runtime
+		for _, b := range bridges {
+			// A bridge registers its server's tools before the runtime
 			// subscribes, and stops after it has drained.
-			lc.Append(fx.Hook{OnStart: bridge.Start, OnStop: func(context.Context) error { return bridge.Close() }})
+			lc.Append(fx.Hook{OnStart: b.Start, OnStop: func(context.Context) error { return b.Close() }})
 		}
 		// Registered before the worker's own hook, the probes stop after
 		// it: /readyz says why while the worker drains.
@@ -426,10 +432,22 @@ func workerModule(cfg workerConfig) fx.Option {
 	})
 }
 
-// newWorker makes the worker of cfg on nc, and the bridge to its MCP
-// server if it has one.
+// bridge serves the tools of a server of another protocol on a runtime:
+// an MCP server ([mcpbridge.Bridge]) or an A2A agent ([a2abridge.Bridge]).
+type bridge interface {
+	Start(ctx context.Context) error
+	Close() error
+}
+
+var (
+	_ bridge = (*mcpbridge.Bridge)(nil)
+	_ bridge = (*a2abridge.Bridge)(nil)
+)
+
+// newWorker makes the worker of cfg on nc, and the bridges to the MCP
+// server and the A2A agent it serves the tools of, if any.
 func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider,
-	counters *jobs.Counters, st *bus.Startup) (*node.Worker, *mcpbridge.Bridge, error) {
+	counters *jobs.Counters, st *bus.Startup) (*node.Worker, []bridge, error) {
 	wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
 		worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
 	if !cfg.announce {
@@ -444,9 +462,20 @@ func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prome
 			return nil, nil, fmt.Errorf("worker: toolset %s: %w", name, err)
 		}
 	}
-	bridge, err := newBridge(rt, cfg, log)
+	var bridges []bridge
+	mb, err := newBridge(rt, cfg, log)
 	if err != nil {
 		return nil, nil, err
+	}
+	if mb != nil {
+		bridges = append(bridges, mb)
+	}
+	ab, err := cfg.a2a.bridge(rt, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ab != nil {
+		bridges = append(bridges, ab)
 	}
 	opts := []node.WorkerOption{node.WithPrefix(cfg.prefix), node.WithLogger(log), node.WithVersion(buildVersion())}
 	if cfg.jobs {
@@ -469,7 +498,7 @@ func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prome
 			return nil, nil, fmt.Errorf("worker: jobs metrics: %w", err)
 		}
 	}
-	return w, bridge, nil
+	return w, bridges, nil
 }
 
 // newApp builds an fx application from modules, logging through the

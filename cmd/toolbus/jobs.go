@@ -288,44 +288,62 @@ result, or the error; the exit status is 1 when the job failed or was canceled.`
 // on out, then prints its outcome. It returns errReported when the job
 // failed or was canceled.
 func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, interval time.Duration) error {
-	tty := isTerminal(out)
-	drawn, last := false, ""
-	// endLine ends a line redrawn in place, so that what follows starts
-	// on a line of its own.
-	endLine := func() {
-		if tty && drawn {
-			fmt.Fprintln(out)
-			drawn = false
-		}
-	}
+	d := newProgressDisplay(out)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		var rec schema.JobRecord
 		if err := c.Call(ctx, schema.MethodJobsGet, idParams{ID: id}, &rec); err != nil {
-			endLine()
+			d.end()
 			return fmt.Errorf("job %s: %w", id, err)
 		}
-		line := progressLine(&rec)
-		switch {
-		case tty:
-			// \x1b[K clears what a longer line drawn before left behind.
-			fmt.Fprintf(out, "\r%s\x1b[K", line)
-			drawn = true
-		case line != last:
-			fmt.Fprintln(out, line)
-		}
-		last = line
+		d.show(progressLine(&rec))
 		if rec.State.Final() {
-			endLine()
+			d.end()
 			return printOutcome(out, &rec)
 		}
 		select {
 		case <-ctx.Done():
-			endLine()
+			d.end()
 			return fmt.Errorf("job %s: %w", id, ctx.Err())
 		case <-tick.C:
 		}
+	}
+}
+
+// progressDisplay shows the progress of something that runs on out: on a
+// terminal one line redrawn in place; otherwise a line each time it
+// changes. jobs watch and a2a send draw with it.
+type progressDisplay struct {
+	out   io.Writer
+	tty   bool
+	drawn bool
+	last  string
+}
+
+func newProgressDisplay(out io.Writer) *progressDisplay {
+	return &progressDisplay{out: out, tty: isTerminal(out)}
+}
+
+// show draws line, from [statusLine].
+func (d *progressDisplay) show(line string) {
+	switch {
+	case d.tty:
+		// \x1b[K clears what a longer line drawn before left behind.
+		fmt.Fprintf(d.out, "\r%s\x1b[K", line)
+		d.drawn = true
+	case line != d.last:
+		fmt.Fprintln(d.out, line)
+	}
+	d.last = line
+}
+
+// end ends a line redrawn in place, so that what follows starts on a line
+// of its own.
+func (d *progressDisplay) end() {
+	if d.tty && d.drawn {
+		fmt.Fprintln(d.out)
+		d.drawn = false
 	}
 }
 
@@ -347,10 +365,16 @@ func progressLine(rec *schema.JobRecord) string {
 	if rec.State == schema.JobSucceeded {
 		percent = 100
 	}
+	return statusLine(string(rec.State), percent, msg)
+}
+
+// statusLine is one line of a [progressDisplay]: a state, a bar, the
+// percent and a message.
+func statusLine(state string, percent float64, msg string) string {
 	percent = min(max(percent, 0), 100)
 	filled := int(percent / 100 * barWidth)
 	bar := strings.Repeat("#", filled) + strings.Repeat("-", barWidth-filled)
-	line := fmt.Sprintf("%-9s [%s] %3.0f%%", rec.State, bar, percent)
+	line := fmt.Sprintf("%-9s [%s] %3.0f%%", state, bar, percent)
 	if msg != "" {
 		line += "  " + truncateRunes(singleLine(msg), maxMessageRunes)
 	}

@@ -59,7 +59,7 @@ Every flag can also be set by an environment variable, named in its help.`,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
-	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
+	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newA2ACmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
 	root.AddCommand(newStatusCmd(), newConformCmd())
 	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd())
 	annotateEnv(root)

@@ -361,33 +361,9 @@ func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
 }
 
 // MethodName returns the toolbus method serving the MCP tool named tool
-// under prefix (none when empty): every byte outside the method grammar
-// becomes '_', and empty tokens (leading, trailing or doubled dots) are
-// dropped. It reports false when nothing usable is left, when the name
-// would be one of the ingress's rpc.* names, or when it is too long.
+// under prefix, as [schema.FitMethodName] fits it to the method grammar.
 func MethodName(prefix, tool string) (string, bool) {
-	var tokens []string
-	if prefix != "" {
-		tokens = append(tokens, prefix)
-	}
-	for _, t := range strings.Split(tool, ".") {
-		if t == "" {
-			continue
-		}
-		tokens = append(tokens, strings.Map(func(r rune) rune {
-			switch {
-			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9',
-				r == '_', r == '-', r == '/', r == ':':
-				return r
-			}
-			return '_'
-		}, t))
-	}
-	name := strings.Join(tokens, ".")
-	if schema.ValidateMethod(name) != nil || schema.IsReserved(name) {
-		return "", false
-	}
-	return name, true
+	return schema.FitMethodName(prefix, tool)
 }
 
 // handler forwards calls of a method to the MCP tool named tool.

@@ -272,27 +272,3 @@ func TestBridgeRestartsAStdioServer(t *testing.T) {
 		t.Fatalf("local.greet = %s, %v", got, err)
 	}
 }
-
-func TestMethodName(t *testing.T) {
-	tests := []struct {
-		name, prefix, tool, want string
-		ok                       bool
-	}{
-		{"plain", "", "read_file", "read_file", true},
-		{"prefixed", "fs", "read_file", "fs.read_file", true},
-		{"dots kept", "", "a.b", "a.b", true},
-		{"empty tokens dropped", "", ".a..b.", "a.b", true},
-		{"bad bytes replaced", "", "héllo wörld", "h_llo_w_rld", true},
-		{"reserved", "", "rpc.discover", "", false},
-		{"reserved under prefix is fine", "x", "rpc.discover", "x.rpc.discover", true},
-		{"nothing left", "", "...", "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := mcpbridge.MethodName(tt.prefix, tt.tool)
-			if got != tt.want || ok != tt.ok {
-				t.Errorf("MethodName(%q, %q) = %q, %v; want %q, %v", tt.prefix, tt.tool, got, ok, tt.want, tt.ok)
-			}
-		})
-	}
-}

@@ -1,0 +1,633 @@
+package a2abridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
+	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
+
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/worker"
+)
+
+// Defaults of [New].
+const (
+	DefaultMinBackoff  = 100 * time.Millisecond
+	DefaultMaxBackoff  = 10 * time.Second
+	DefaultCardRefresh = 5 * time.Minute
+	// DefaultAPIKeyHeader is the header [WithAPIKey] sets when given no
+	// name.
+	DefaultAPIKeyHeader = "X-API-Key"
+)
+
+// cardTimeout bounds reading the agent's card.
+const cardTimeout = 30 * time.Second
+
+// SkillMetadataKey is the key of the message metadata that names the skill
+// a call of the bridge asks for; A2A itself has no field for it.
+const SkillMetadataKey = "skill"
+
+// ParamsSchema is the JSON Schema of the params of every bridged skill: a
+// text, a JSON object, or both, sent to the agent as a text part and a
+// data part of one message.
+var ParamsSchema = json.RawMessage(`{"type":"object","properties":{` +
+	`"text":{"type":"string","description":"sent to the agent as a text part"},` +
+	`"data":{"type":"object","description":"sent to the agent as a data part"}},` +
+	`"anyOf":[{"required":["text"]},{"required":["data"]}],"additionalProperties":false}`)
+
+type config struct {
+	prefix      string
+	logger      *slog.Logger
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	refresh     time.Duration
+	poll        time.Duration
+	client      *http.Client
+	credentials http.Header
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// WithPrefix puts prefix and a dot before every method name ("travel"
+// serves the skill book_flight as travel.book_flight). The prefix must
+// follow the method grammar and not start with "rpc". Default none.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if err := schema.ValidateMethod(prefix); err != nil {
+			return fmt.Errorf("a2abridge: prefix %q: %w", prefix, err)
+		}
+		if schema.IsReserved(prefix+".x") || prefix == "rpc" {
+			return fmt.Errorf("a2abridge: prefix %q is reserved for the ingress", prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("a2abridge: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithBackoff sets the bounds of the wait between attempts to read the
+// card of an agent that went away, which doubles from minWait up to
+// maxWait (defaults [DefaultMinBackoff] and [DefaultMaxBackoff]).
+func WithBackoff(minWait, maxWait time.Duration) Option {
+	return func(c *config) error {
+		if minWait <= 0 || maxWait < minWait {
+			return fmt.Errorf("a2abridge: backoff bounds must be positive and ordered, got %v and %v", minWait, maxWait)
+		}
+		c.minBackoff, c.maxBackoff = minWait, maxWait
+		return nil
+	}
+}
+
+// WithCardRefresh sets how often the agent's card is read again, to serve
+// skills it added and withdraw those it dropped (default
+// [DefaultCardRefresh]).
+func WithCardRefresh(every time.Duration) Option {
+	return func(c *config) error {
+		if every <= 0 {
+			return fmt.Errorf("a2abridge: card refresh interval must be positive, got %v", every)
+		}
+		c.refresh = every
+		return nil
+	}
+}
+
+// WithPollInterval sets how often the task of an agent that cannot stream
+// is read (default [DefaultPollInterval]).
+func WithPollInterval(every time.Duration) Option {
+	return func(c *config) error {
+		if every <= 0 {
+			return fmt.Errorf("a2abridge: poll interval must be positive, got %v", every)
+		}
+		c.poll = every
+		return nil
+	}
+}
+
+// WithHTTPClient sets the HTTP client the bridge reaches the agent with
+// (default: one of its own, with no overall timeout: each call is bounded
+// by its deadline).
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) error {
+		if hc == nil {
+			return errors.New("a2abridge: nil HTTP client")
+		}
+		c.client = hc
+		return nil
+	}
+}
+
+// WithBearerToken sends "Authorization: Bearer token" with every request
+// to the agent, and reads the agent's extended card when it has one.
+func WithBearerToken(token string) Option {
+	return func(c *config) error {
+		if strings.TrimSpace(token) == "" {
+			return errors.New("a2abridge: the bearer token is empty")
+		}
+		c.credentials.Set("Authorization", "Bearer "+token)
+		return nil
+	}
+}
+
+// WithAPIKey sends key in the header name (default [DefaultAPIKeyHeader]
+// when empty) with every request to the agent, and reads the agent's
+// extended card when it has one.
+func WithAPIKey(name, key string) Option {
+	return func(c *config) error {
+		if name == "" {
+			name = DefaultAPIKeyHeader
+		}
+		if strings.TrimSpace(key) == "" {
+			return errors.New("a2abridge: the API key is empty")
+		}
+		c.credentials.Set(name, key)
+		return nil
+	}
+}
+
+// Bridge serves the skills of one remote A2A agent on a runtime. Make one
+// with [New], then [Bridge.Start] before the runtime's Start;
+// [Bridge.Close] when done. Its methods are safe for concurrent use.
+type Bridge struct {
+	rt   *worker.Runtime
+	url  string
+	cfg  config
+	log  *slog.Logger
+	http *http.Client
+
+	mu      sync.Mutex
+	agent   *agent            // nil while the agent is unreachable
+	skills  map[string]string // method → skill id, of every skill registered
+	offered map[string]bool   // skill ids the agent offers now
+	started bool
+
+	// lost is signaled by a call that found the agent gone.
+	lost chan struct{}
+	// ctx spans the bridge's life, for reading the card in the
+	// background; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// agent is one reading of the remote agent's card and the client made
+// from it.
+type agent struct {
+	card   *a2a.AgentCard
+	client *a2aclient.Client
+}
+
+// New returns a bridge that will serve the skills of the A2A agent at
+// agentURL on rt. agentURL is the agent's base URL, under which its card
+// is read at /.well-known/agent-card.json, or the URL of the card itself
+// when it ends in ".json".
+func New(rt *worker.Runtime, agentURL string, opts ...Option) (*Bridge, error) {
+	if rt == nil {
+		return nil, errors.New("a2abridge: nil runtime")
+	}
+	u, err := url.Parse(agentURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
+	}
+	cfg := config{logger: slog.Default(), minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+		refresh: DefaultCardRefresh, poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	hc := *cfg.client
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = statusTransport{base}
+	// The bridge's context spans its life, not any request.
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Bridge{
+		rt:      rt,
+		url:     agentURL,
+		cfg:     cfg,
+		log:     cfg.logger.With("component", "a2abridge", "agent", agentURL),
+		http:    &hc,
+		skills:  map[string]string{},
+		offered: map[string]bool{},
+		lost:    make(chan struct{}, 1),
+		ctx:     ctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Start reads the agent's card, registers its skills on the runtime, and
+// keeps them in step with the agent until [Bridge.Close]. It fails when
+// the first reading fails, or ctx ends first.
+func (b *Bridge) Start(ctx context.Context) error {
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return errors.New("a2abridge: already started")
+	}
+	b.started = true
+	b.mu.Unlock()
+	a, err := b.connect(ctx)
+	if err == nil {
+		err = b.sync(a)
+	}
+	if err != nil {
+		close(b.done)
+		return err
+	}
+	b.mu.Lock()
+	b.agent = a
+	b.mu.Unlock()
+	go b.supervise()
+	return nil
+}
+
+// Methods returns the toolbus methods registered for the agent's skills.
+func (b *Bridge) Methods() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms := make([]string, 0, len(b.skills))
+	for m := range b.skills {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// Close stops following the agent. Calls afterwards are answered -32003.
+// It does not shut the runtime down.
+func (b *Bridge) Close() error {
+	b.cancel()
+	b.mu.Lock()
+	b.agent = nil
+	b.mu.Unlock()
+	<-b.done
+	return nil
+}
+
+// connect reads the agent's card (the extended card when the bridge has
+// credentials and the agent offers one) and makes a client from it.
+func (b *Bridge) connect(ctx context.Context) (*agent, error) {
+	ctx, cancel := context.WithTimeout(ctx, cardTimeout)
+	defer cancel()
+	base, opts := b.url, []agentcard.ResolveOption(nil)
+	if strings.HasSuffix(b.url, ".json") {
+		u, _ := url.Parse(b.url) // parsed in New
+		base = u.Scheme + "://" + u.Host
+		opts = append(opts, agentcard.WithPath(u.EscapedPath()))
+	}
+	for name := range b.cfg.credentials {
+		opts = append(opts, agentcard.WithRequestHeader(name, b.cfg.credentials.Get(name)))
+	}
+	card, err := agentcard.NewResolver(b.http).Resolve(ctx, base, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("a2abridge: cannot read the agent card under %s; check that the agent runs and that the URL is its base URL or its card's URL: %w", b.url, err)
+	}
+	if card.PreferredTransport == "" {
+		// A2A's default binding.
+		card.PreferredTransport = a2a.TransportProtocolJSONRPC
+	}
+	// The bridge speaks the JSON-RPC binding only.
+	c, err := a2aclient.NewFromCard(ctx, card,
+		a2aclient.WithDefaultsDisabled(),
+		a2aclient.WithJSONRPCTransport(b.http),
+		a2aclient.WithConfig(a2aclient.Config{Polling: true}),
+		a2aclient.WithInterceptors(Headers(b.cfg.credentials)))
+	if err != nil {
+		return nil, fmt.Errorf("a2abridge: the agent at %s offers no JSON-RPC endpoint, the only binding the bridge speaks: %w", b.url, err)
+	}
+	if card.SupportsAuthenticatedExtendedCard && len(b.cfg.credentials) > 0 {
+		ext, err := c.GetAgentCard(ctx)
+		if err != nil {
+			b.log.Warn("cannot read the agent's extended card; serving the skills of its public card", "err", err)
+		} else {
+			card = ext
+		}
+	}
+	return &agent{card: card, client: c}, nil
+}
+
+// Headers is an [a2aclient.CallInterceptor] that adds its headers (such
+// as credentials) to every request of the client.
+type Headers http.Header
+
+// Before adds the headers to the request.
+func (h Headers) Before(ctx context.Context, req *a2aclient.Request) (context.Context, error) {
+	for name, vs := range h {
+		req.Meta[name] = vs
+	}
+	return ctx, nil
+}
+
+// After does nothing.
+func (Headers) After(context.Context, *a2aclient.Response) error { return nil }
+
+var _ a2aclient.CallInterceptor = Headers(nil)
+
+// supervise reads the card again every refresh interval, and after a call
+// found the agent gone, until Close.
+func (b *Bridge) supervise() {
+	defer close(b.done)
+	tick := time.NewTicker(b.cfg.refresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-tick.C:
+			a, err := b.connect(b.ctx)
+			if err == nil {
+				err = b.sync(a)
+			}
+			if err == nil {
+				b.setAgent(a)
+				continue
+			}
+			if b.ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("cannot read the agent's card again; its skills are unavailable until it answers", "err", err)
+		case <-b.lost:
+			b.log.Warn("the A2A agent went away; reading its card again")
+		}
+		b.setAgent(nil)
+		if !b.reconnect() {
+			return
+		}
+	}
+}
+
+// setAgent sets the agent calls go to, unless the bridge is closed.
+func (b *Bridge) setAgent(a *agent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx.Err() == nil {
+		b.agent = a
+	}
+}
+
+// reconnect reads the card again, waiting longer after each failure,
+// until it succeeds (true) or the bridge is closed (false).
+func (b *Bridge) reconnect() bool {
+	wait := b.cfg.minBackoff
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-b.ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		a, err := b.connect(b.ctx)
+		if err == nil {
+			err = b.sync(a)
+		}
+		if err == nil {
+			b.setAgent(a)
+			b.log.Info("the A2A agent answers again")
+			return true
+		}
+		if b.ctx.Err() != nil {
+			return false
+		}
+		b.log.Warn("cannot reach the A2A agent", "err", err, "retry_in", wait)
+		wait = min(2*wait, b.cfg.maxBackoff)
+	}
+}
+
+// sync registers the skills of a's card not registered yet. A runtime
+// cannot forget a method, so a skill the agent no longer offers stays
+// registered and is answered -32601.
+func (b *Bridge) sync(a *agent) error {
+	offered := map[string]bool{}
+	for _, skill := range a.card.Skills {
+		offered[skill.ID] = true
+		method, ok := schema.FitMethodName(b.cfg.prefix, skill.ID)
+		if !ok {
+			b.log.Warn("skill id cannot be a method name; skipped", "skill", skill.ID)
+			continue
+		}
+		b.mu.Lock()
+		prev, registered := b.skills[method]
+		b.mu.Unlock()
+		if registered {
+			if prev != skill.ID {
+				b.log.Warn("two skills map to one method; the second is skipped", "method", method, "skill", skill.ID, "other", prev)
+			}
+			continue
+		}
+		d := schema.Descriptor{Description: describe(skill), Version: a.card.Version, Params: ParamsSchema}
+		if err := b.rt.Handle(method, b.handler(skill.ID), worker.Describe(d)); err != nil {
+			b.log.Warn("cannot register skill", "skill", skill.ID, "method", method, "err", err)
+			continue
+		}
+		b.mu.Lock()
+		b.skills[method] = skill.ID
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	b.offered = offered
+	b.mu.Unlock()
+	return nil
+}
+
+// describe is the description of a skill's method: its description, or
+// its name when it has none, and its examples.
+func describe(s a2a.AgentSkill) string {
+	d := s.Description
+	if d == "" {
+		d = s.Name
+	}
+	if len(s.Examples) > 0 {
+		d += "\n\nExamples: " + strings.Join(s.Examples, "; ")
+	}
+	return d
+}
+
+// callParams is the params of a bridged skill; see [ParamsSchema].
+type callParams struct {
+	Text *string        `json:"text"`
+	Data map[string]any `json:"data"`
+}
+
+// message is the message a call with params p sends for skill.
+func message(skill string, p json.RawMessage) (*a2a.Message, error) {
+	trimmed := bytes.TrimSpace(p)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, worker.InvalidParams("", `an A2A skill takes an object with "text", "data" or both`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	// Numbers reach the agent spelled as the caller wrote them.
+	dec.UseNumber()
+	var cp callParams
+	if err := dec.Decode(&cp); err != nil {
+		return nil, worker.InvalidParams("", `an A2A skill takes an object with "text" (a string), "data" (an object) or both: `+err.Error())
+	}
+	var parts []a2a.Part
+	if cp.Text != nil {
+		parts = append(parts, a2a.TextPart{Text: *cp.Text})
+	}
+	if cp.Data != nil {
+		parts = append(parts, a2a.DataPart{Data: cp.Data})
+	}
+	if len(parts) == 0 {
+		return nil, worker.InvalidParams("", `an A2A skill needs "text", "data" or both in its params`)
+	}
+	msg := a2a.NewMessage(a2a.MessageRoleUser, parts...)
+	msg.Metadata = map[string]any{SkillMetadataKey: skill}
+	return msg, nil
+}
+
+// handler sends calls of a method to the agent's skill.
+func (b *Bridge) handler(skill string) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
+		b.mu.Lock()
+		a, offered := b.agent, b.offered[skill]
+		b.mu.Unlock()
+		if a == nil {
+			return nil, b.unavailable(req.Method, "is not reachable now; the bridge is reading its card again")
+		}
+		if !offered {
+			return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: the A2A agent no longer offers the skill "+skill,
+				map[string]any{"reason": schema.ReasonToolWithdrawn, "method": req.Method})
+		}
+		msg, err := message(skill, req.Params)
+		if err != nil {
+			return nil, err
+		}
+		out, err := Follow(ctx, a.client, msg, FollowOptions{
+			Streaming:    a.card.Capabilities.Streaming,
+			PollInterval: b.cfg.poll,
+			OnUpdate: func(u Update) {
+				worker.Progress(ctx, 0, progressMessage(u))
+			},
+		})
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			return nil, b.failure(a, req.Method, err)
+		}
+		if out.Task != nil && out.Task.Status.State != a2a.TaskStateCompleted {
+			return nil, taskError(out.Task)
+		}
+		return Result(out)
+	})
+}
+
+// progressMessage is the progress a status change reports: the state and
+// the status's text.
+func progressMessage(u Update) string {
+	if u.Message == "" {
+		return string(u.State)
+	}
+	return string(u.State) + ": " + u.Message
+}
+
+// unavailable is the -32003 answer of a call while the agent cannot be
+// reached.
+func (b *Bridge) unavailable(method, why string) error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: the A2A agent behind "+method+" "+why,
+		map[string]any{"retryable": true, "retry_after_ms": b.cfg.minBackoff.Milliseconds(), "method": method})
+}
+
+// failure is the answer of a call whose exchange with the agent failed.
+// When the agent could not be reached, the bridge reads its card again
+// before sending it more calls.
+func (b *Bridge) failure(a *agent, method string, err error) error {
+	var se *StatusError
+	if errors.As(err, &se) && se.Code < 500 {
+		return schema.NewError(schema.CodeUnavailable, fmt.Sprintf(
+			"unavailable: the A2A agent behind %s refused the request with HTTP %d; check the bridge's URL and credentials (--a2a-url, --a2a-token, --a2a-api-key)",
+			method, se.Code), map[string]any{"retryable": false, "method": method, "http_status": se.Code})
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) || errors.As(err, &se) {
+		b.mu.Lock()
+		if b.agent == a {
+			b.agent = nil
+		}
+		b.mu.Unlock()
+		select {
+		case b.lost <- struct{}{}:
+		default:
+		}
+		b.log.Warn("cannot reach the A2A agent", "method", method, "err", err)
+		return b.unavailable(method, "went away ("+err.Error()+"); the bridge is reading its card again")
+	}
+	return schema.NewError(schema.CodeToolError, "tool error: the A2A agent behind "+method+" answered with an error: "+err.Error(),
+		map[string]any{"method": method})
+}
+
+// taskError is the answer of a call whose task ended without completing.
+func taskError(t *a2a.Task) error {
+	msg := Text(t.Status.Message)
+	data := map[string]any{"task_id": t.ID, "context_id": t.ContextID, "state": t.Status.State}
+	if msg != "" {
+		data["message"] = msg
+	}
+	var what string
+	switch t.Status.State {
+	case a2a.TaskStateFailed:
+		what = "the A2A agent's task failed"
+	case a2a.TaskStateRejected:
+		what = "the A2A agent rejected the task"
+	case a2a.TaskStateCanceled:
+		what = "the A2A agent canceled the task"
+	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+		what = "the A2A agent's task stopped for input that a tool call cannot give (" + string(t.Status.State) + ")"
+	default:
+		what = "the A2A agent's task ended in state " + string(t.Status.State)
+	}
+	if msg != "" {
+		what += ": " + msg
+	}
+	return schema.NewError(schema.CodeToolError, "tool error: "+what, data)
+}
+
+// StatusError is the error of a request the agent's HTTP server answered
+// with a status other than 2xx.
+type StatusError struct {
+	Code   int
+	Status string
+}
+
+func (e *StatusError) Error() string { return "the agent answered HTTP " + e.Status }
+
+// statusTransport turns an HTTP answer other than 2xx into a
+// [*StatusError], so that a failure of the agent's server can be told from
+// an error the agent answers.
+type statusTransport struct{ base http.RoundTripper }
+
+func (t statusTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.StatusCode/100 == 2 {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, &StatusError{Code: resp.StatusCode, Status: resp.Status}
+}
