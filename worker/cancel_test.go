@@ -118,3 +118,39 @@ func TestCancelStopsEveryAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelBeforeItsCall: the cancel of a call comes on another
+// subscription than the call, so it may be handled first; the call, when it
+// comes, is canceled at once.
+func TestCancelBeforeItsCall(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	seen := make(chan error, 1)
+	if err := c.rt.HandleFunc("hang", func(ctx context.Context, _ *worker.Request) (any, error) {
+		<-ctx.Done()
+		seen <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	if err := c.caller.Publish("toolbus.cancel", []byte("call-early")); err != nil {
+		t.Fatal(err)
+	}
+	// The cancel is handled before the call is sent: a request on the same
+	// connection is answered after the server delivered what came before.
+	if err := c.caller.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msg := callMsg(t, "hang", "", time.Now().Add(time.Minute))
+	msg.Header.Set(schema.HeaderCallID, "call-early")
+	r, err := c.send(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-seen; err == nil {
+		t.Fatal("the handler's context ended without a cause")
+	}
+	if !errors.Is(r.Err(), schema.ErrCanceled) {
+		t.Fatalf("reply = %+v, want canceled", r)
+	}
+}

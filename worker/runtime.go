@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -78,6 +79,11 @@ type Runtime struct {
 	callsMu   sync.Mutex
 	calls     map[string]map[*context.CancelCauseFunc]struct{}
 	cancelSub *nats.Subscription
+	// early holds, for a while, the call ids whose cancel message came
+	// before the call: the two arrive on different subscriptions, whose
+	// handlers run concurrently, so a cancel sent right after its call may
+	// be handled first.
+	early map[string]time.Time
 	// probes learns whether anyone still listens for the answers of the
 	// calls that asked for heartbeats.
 	probes *probes

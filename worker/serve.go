@@ -286,10 +286,15 @@ var errCanceledByClient = errors.New("worker: the client canceled the call")
 // runtime holds it, sees its context canceled.
 func (rt *Runtime) subscribeCancels() error {
 	sub, err := rt.nc.Subscribe(rt.cfg.subjects.Cancel(), func(msg *nats.Msg) {
+		id := string(msg.Data)
 		rt.callsMu.Lock()
 		defer rt.callsMu.Unlock()
-		for cancel := range rt.calls[string(msg.Data)] {
+		held := rt.calls[id]
+		for cancel := range held {
 			(*cancel)(errCanceledByClient)
+		}
+		if len(held) == 0 {
+			rt.rememberEarly(id, time.Now())
 		}
 	})
 	if err != nil {
@@ -317,6 +322,10 @@ func (rt *Runtime) track(msg *nats.Msg, cancel context.CancelCauseFunc) func() {
 		rt.calls[id] = map[*context.CancelCauseFunc]struct{}{}
 	}
 	rt.calls[id][key] = struct{}{}
+	if _, ok := rt.early[id]; ok {
+		delete(rt.early, id)
+		cancel(errCanceledByClient)
+	}
 	return func() {
 		rt.callsMu.Lock()
 		defer rt.callsMu.Unlock()
@@ -325,6 +334,33 @@ func (rt *Runtime) track(msg *nats.Msg, cancel context.CancelCauseFunc) func() {
 			delete(rt.calls, id)
 		}
 	}
+}
+
+// Bounds of the cancels kept for calls not seen yet: every worker hears
+// every cancel of the cluster, so most name calls other workers hold.
+const (
+	earlyCancelFor = 10 * time.Second
+	maxEarlyCancel = 4096
+)
+
+// rememberEarly keeps the cancel of call id, not held here, for
+// earlyCancelFor, in case its call arrives after it. rt.callsMu must be
+// held.
+func (rt *Runtime) rememberEarly(id string, now time.Time) {
+	if rt.early == nil {
+		rt.early = map[string]time.Time{}
+	}
+	if len(rt.early) >= maxEarlyCancel {
+		for k, at := range rt.early {
+			if now.Sub(at) > earlyCancelFor {
+				delete(rt.early, k)
+			}
+		}
+		if len(rt.early) >= maxEarlyCancel {
+			return
+		}
+	}
+	rt.early[id] = now
 }
 
 // stopCancels ends the cancel subscription once no call can be canceled.
