@@ -73,6 +73,10 @@ type Request struct {
 	// endpoint is the URL of the JSON-RPC binding as the client reached
 	// it, for the extended card.
 	endpoint string
+	// parts holds the raw data of each data part of the message of a
+	// message/send or message/stream (nil for other parts): the SDK reads
+	// numbers as float64, and a job's params keep every digit.
+	parts []json.RawMessage
 }
 
 // Option configures [New].
@@ -286,6 +290,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ID     any    `json:"id"`
 	}
 	_ = json.Unmarshal(body, &head) // the SDK answers a body it cannot read
+	if head.Method == "message/send" || head.Method == "message/stream" {
+		hdr.parts = rawParts(body)
+	}
 	r = r.Clone(context.WithValue(r.Context(), requestKey{}, hdr))
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	w.Header().Set("Content-Type", "application/json")
@@ -337,6 +344,44 @@ func writeError(w http.ResponseWriter, id any, err error) {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
 		"error": map[string]any{"code": code, "message": msg, "data": map[string]any{"error": err.Error()}}})
 	w.Write(append(b, '\n'))
+}
+
+// rawParts returns the raw data of the data parts of the message in a
+// message/send or message/stream body.
+func rawParts(body []byte) []json.RawMessage {
+	var m struct {
+		Params struct {
+			Message struct {
+				Parts []struct {
+					Kind string          `json:"kind"`
+					Data json.RawMessage `json:"data"`
+				} `json:"parts"`
+			} `json:"message"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	out := make([]json.RawMessage, len(m.Params.Message.Parts))
+	for i, p := range m.Params.Message.Parts {
+		if p.Kind == "data" {
+			out[i] = p.Data
+		}
+	}
+	return out
+}
+
+// rawData returns the members of data part i as the client sent them, or
+// false when they are not known.
+func (r Request) rawData(i int) (map[string]json.RawMessage, bool) {
+	if i >= len(r.parts) || r.parts[i] == nil {
+		return nil, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(r.parts[i], &m) != nil {
+		return nil, false
+	}
+	return m, true
 }
 
 // request returns the [Request] of the A2A call whose context is ctx.

@@ -48,13 +48,14 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 	}
 	var texts []string
 	var data *a2a.DataPart
+	dataAt := -1
 	for i, part := range m.Parts {
 		switch part := part.(type) {
 		case a2a.TextPart:
 			texts = append(texts, part.Text)
 		case a2a.DataPart:
 			if data == nil {
-				data = &part
+				data, dataAt = &part, i
 			}
 		default:
 			return pick{}, fmt.Errorf("part %d is a %T, which toolbus tools do not take; send text or data parts: %w", i, part, a2a.ErrUnsupportedContentType)
@@ -72,7 +73,10 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 		p.method = method
 		if params, ok := data.Data["params"]; ok && params != nil {
 			b, err := json.Marshal(params)
-			if err != nil || (b[0] != '{' && b[0] != '[') {
+			if raw, ok := r.rawData(dataAt); ok && raw["params"] != nil {
+				b = bytes.TrimSpace(raw["params"])
+			}
+			if err != nil || len(b) == 0 || (b[0] != '{' && b[0] != '[') {
 				return pick{}, fmt.Errorf(`the data part's "params" must be an object or an array: %w`, a2a.ErrInvalidParams)
 			}
 			p.params = b
@@ -81,6 +85,9 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 		b, err := json.Marshal(data.Data)
 		if err != nil {
 			return pick{}, fmt.Errorf("the data part cannot be read as params: %w", a2a.ErrInvalidParams)
+		}
+		if dataAt < len(r.parts) && r.parts[dataAt] != nil {
+			b = r.parts[dataAt]
 		}
 		p.params = b
 	case hasSkill:
