@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
@@ -35,7 +36,7 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] || (s.cfg.metrics != nil && r.URL.Path == "/metrics") || (!s.cfg.noDashboard && dashboard.Open(r.URL.Path)) {
+		if openPaths[r.URL.Path] || (s.a2a != nil && r.URL.Path == a2a.CardPath) || (s.cfg.metrics != nil && r.URL.Path == "/metrics") || (!s.cfg.noDashboard && dashboard.Open(r.URL.Path)) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -78,6 +79,7 @@ func WithAuth(a auth.Config) Option {
 			return err
 		}
 		c.auth = au
+		c.authKeys, c.authJWT = len(a.Keys) > 0, a.JWT != nil
 		return nil
 	}
 }

@@ -76,6 +76,13 @@
 //     bounds deadlines by the advertised timeouts and answers -32003 for a
 //     known method no worker serves now.
 //
+//   - With [WithA2A]: the A2A front door at POST /a2a and its public agent
+//     card at /.well-known/agent-card.json (package
+//     [github.com/toolbus/toolbus/ingress/a2a]), behind the same seam as
+//     MCP's: its tasks are jobs, submitted, read, canceled and followed
+//     with rpc.jobs.* calls admitted and run for the request's caller
+//     like the calls of any other transport.
+//
 // With [WithJSONRPC1], requests without a "jsonrpc" member are read as
 // JSON-RPC 1.0 on every JSON-RPC transport and answered in 1.0 form.
 //
@@ -94,7 +101,8 @@
 // bodies and their redaction in [github.com/toolbus/toolbus/ingress/msglog]. What
 // a caller is shown is its own ([auth.Config] says what an operator sees):
 // discovery lists the methods it may call, the dashboard its own errors and
-// jobs, and an MCP session answers only the caller that made it. The
+// jobs, an MCP session answers only the caller that made it, and an A2A
+// task is its caller's alone. The
 // [schema.HeaderIdempotencyKey] header names the calls of its request
 // ([schema.Call.IdempotencyKey]).
 //

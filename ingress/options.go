@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/msglog"
@@ -74,7 +75,9 @@ type config struct {
 	jsonrpc1       bool
 	extensions     map[string]Extension
 	registry       *discovery.Registry // set by WithRegistry
-	noValidate     bool                // WithValidation(false)
+	a2aOn          bool                // WithA2A
+	a2a            []a2a.Option
+	noValidate     bool // WithValidation(false)
 
 	maxHeaderBytes  int
 	maxConnsPerAddr int
@@ -82,6 +85,8 @@ type config struct {
 	callerMaxBytes  int64
 
 	auth        *auth.Authenticator
+	authKeys    bool // API keys are configured, for the A2A card
+	authJWT     bool // bearer JWTs are configured, for the A2A card
 	rate        *quota.RateLimit
 	callerRates map[string]quota.RateLimit
 

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/mcp"
@@ -51,6 +52,11 @@ type Server struct {
 	router *router
 	// mcp is the MCP front door; nil without [WithRegistry].
 	mcp *mcp.Server
+	// a2a is the A2A front door; nil without [WithA2A].
+	a2a *a2a.Server
+	// base is the dispatcher at the end of the chain, which names the
+	// deadline of a call when it is a timeouter.
+	base schema.Dispatcher
 	// dash answers the dashboard, served at /ui/ unless it is off.
 	dash *dashboard.Dashboard
 
@@ -131,7 +137,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	s.d = s.chain(d)
+	s.d, s.base = s.chain(d), d
 	if err := s.setupMetrics(); err != nil {
 		return nil, fmt.Errorf("ingress: metrics: %w", err)
 	}
@@ -143,6 +149,16 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		}
 		s.mcp = m
 		s.mux.Handle(mcp.Path, m)
+	}
+	if cfg.a2aOn {
+		a, err := s.newA2A()
+		if err != nil {
+			s.mcp.Close()
+			return nil, fmt.Errorf("ingress: %w", err)
+		}
+		s.a2a = a
+		s.mux.Handle("POST "+a2a.Path, a)
+		s.mux.Handle(a2a.CardPath, a)
 	}
 	s.setupDashboard()
 	s.handler = traced(s.authMiddleware(s.idempotency(s.mux)))
@@ -174,7 +190,8 @@ func (s *Server) chain(d schema.Dispatcher) schema.Dispatcher {
 // Handler returns the routes of the ingress: POST /rpc (JSON or
 // server-sent events), GET /rpc (WebSocket), POST /v1/tools/{method}/invoke,
 // GET /healthz and GET /readyz, and with [WithRegistry] GET /openrpc.json
-// and the MCP front door at /mcp. Use it to mount the ingress in a server of one's own; [Serve]
+// and the MCP front door at /mcp, and with [WithA2A] POST /a2a and GET
+// /.well-known/agent-card.json. Use it to mount the ingress in a server of one's own; [Serve]
 // uses it too.
 func (s *Server) Handler() http.Handler { return s.handler }
 
@@ -206,6 +223,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wsDone := make(chan error, 1)
 	go func() { wsDone <- s.drainWebSockets(ctx) }()
 	s.mcp.Close()
+	s.a2a.Close()
 	err := s.srv.Shutdown(ctx)
 	wsErr := <-wsDone
 	if err != nil {

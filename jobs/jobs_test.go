@@ -67,6 +67,29 @@ func TestSubmitPollResult(t *testing.T) {
 	}
 }
 
+// TestContextIDKept checks that a submit's context_id is on the job's
+// record as another service reads it.
+func TestContextIDKept(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js)
+	res, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","params":{},"context_id":"conversation-7"}`)
+	if rpcErr != nil {
+		t.Fatalf("submit with context_id: %v", rpcErr)
+	}
+	var sub schema.JobSubmitResult
+	if err := json.Unmarshal(res, &sub); err != nil {
+		t.Fatal(err)
+	}
+	r, rpcErr := get(t, newService(t, js), sub.ID)
+	if rpcErr != nil {
+		t.Fatalf("get: %v", rpcErr)
+	}
+	if r.ContextID != "conversation-7" {
+		t.Errorf("context_id = %q, want %q", r.ContextID, "conversation-7")
+	}
+}
+
 func TestHundredSubmits(t *testing.T) {
 	e := startServer(t, "")
 	nc, js := connect(t, e)
@@ -573,6 +596,7 @@ func TestBadInput(t *testing.T) {
 		{name: "empty idempotency key", method: schema.MethodJobsSubmit, params: `{"method":"echo","idempotency_key":""}`, want: schema.ErrInvalidParams, field: "idempotency_key"},
 		{name: "notify_url without a secret", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"https://example.com/hook"}`, want: schema.ErrInvalidParams, field: "notify_url"},
 		{name: "notify_url not http", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"file:///etc/passwd"}`, want: schema.ErrInvalidParams, field: "notify_url"},
+		{name: "context id too long", method: schema.MethodJobsSubmit, params: `{"method":"echo","context_id":"` + strings.Repeat("c", jobs.MaxContextIDBytes+1) + `"}`, want: schema.ErrLimitExceeded, limit: "max_context_id_bytes"},
 		{name: "get without id", method: schema.MethodJobsGet, params: `{}`, want: schema.ErrInvalidParams, field: "id"},
 		{name: "get malformed id", method: schema.MethodJobsGet, params: `{"id":"nope"}`, want: schema.ErrInvalidParams, field: "id"},
 		{name: "get unknown id", method: schema.MethodJobsGet, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},

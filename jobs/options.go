@@ -47,6 +47,7 @@ const (
 const (
 	MaxIdempotencyKeyBytes = 256
 	MaxNotifyURLBytes      = 2048
+	MaxContextIDBytes      = 256
 )
 
 type config struct {

@@ -133,6 +133,7 @@ type submitParams struct {
 	Params         json.RawMessage `json:"params"`
 	IdempotencyKey *string         `json:"idempotency_key"`
 	NotifyURL      *string         `json:"notify_url"`
+	ContextID      *string         `json:"context_id"`
 }
 
 func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubmitResult, *schema.Error) {
@@ -180,6 +181,12 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubm
 			return nil, e
 		}
 		rec.NotifyURL = *p.NotifyURL
+	}
+	if p.ContextID != nil {
+		if len(*p.ContextID) > MaxContextIDBytes {
+			return nil, schema.LimitError("max_context_id_bytes", MaxContextIDBytes, int64(len(*p.ContextID)))
+		}
+		rec.ContextID = *p.ContextID
 	}
 	if p.IdempotencyKey != nil {
 		key := *p.IdempotencyKey

@@ -18,6 +18,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -26,6 +28,7 @@ import (
 const (
 	partJobs        = "jobs"
 	partIdempotency = "idempotency store"
+	partA2APush     = "A2A push notification configs"
 )
 
 // Gateway is an ingress process on one NATS connection: the aggregator
@@ -47,6 +50,7 @@ type Gateway struct {
 	cfg  gatewayConfig
 	jobs *lazyJobs                    // nil without [WithJobs]
 	idem *aggregator.IdempotencyStore // nil without [WithIdempotency]
+	push *a2a.PushStore               // nil without [WithA2A]
 
 	mu       sync.Mutex
 	started  bool                              // Start was called, or Shutdown
@@ -67,6 +71,28 @@ type gatewayConfig struct {
 	idemBytes int64
 	replicas  int
 	metrics   *prometheus.Registry
+	a2a       bool
+	a2aAllow  []string
+	a2aOpts   []a2a.Option
+}
+
+// WithA2A serves the A2A front door at POST /a2a and its agent card
+// ([ingress.WithA2A]), named after the cluster's prefix, with opts after
+// the gateway's own. It needs [WithJobs]: an A2A task is a job. Push
+// notifications are on: their configs live in the JetStream bucket
+// <prefix>_a2a_push (opened in the background, like the jobs service's
+// stream), and reach loopback, private and link-local receivers only
+// when allow admits them (entries as for job callbacks). Default: no A2A.
+func WithA2A(allow []string, opts ...a2a.Option) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		if _, err := egress.New(egress.WithAllow(allow...)); err != nil {
+			return fmt.Errorf("node: A2A push allowlist: %w", err)
+		}
+		c.a2a = true
+		c.a2aAllow = append(c.a2aAllow, allow...)
+		c.a2aOpts = append(c.a2aOpts, opts...)
+		return nil
+	})
 }
 
 // WithAggregatorOptions passes opts to [aggregator.New], after the
@@ -201,6 +227,17 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	if cfg.metrics != nil {
 		ingOpts = append(ingOpts, ingress.WithMetrics(cfg.metrics))
 	}
+	if cfg.a2a {
+		if !cfg.jobs {
+			return nil, errors.New("node: the A2A front door runs tasks as jobs; turn jobs on with it")
+		}
+		guard, err := egress.New(egress.WithAllow(cfg.a2aAllow...))
+		if err != nil {
+			return nil, err
+		}
+		g.push = &a2a.PushStore{}
+		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.prefix), a2a.WithPush(g.push, guard)}, cfg.a2aOpts...)...))
+	}
 	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
 		return nil, err
 	}
@@ -263,6 +300,10 @@ func (g *Gateway) Start(l net.Listener) error {
 		}
 		g.stops = append(g.stops, func(context.Context) error { g.Registry.Close(); return nil })
 	}
+	if g.push != nil {
+		stop := g.st.SetUp(partA2APush, g.nc, g.cfg.replicas, g.openPush)
+		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+	}
 	if g.jobs != nil {
 		stop := g.st.SetUp(partJobs, g.nc, g.cfg.replicas, g.openJobs)
 		g.stops = append(g.stops, func(ctx context.Context) error {
@@ -322,6 +363,20 @@ func (g *Gateway) openIdempotency(ctx context.Context) error {
 		return err
 	}
 	g.idem.Open(kv)
+	return nil
+}
+
+// openPush is the setup of the A2A push notification configs.
+func (g *Gateway) openPush(ctx context.Context) error {
+	js, err := jetstream.New(g.nc)
+	if err != nil {
+		return err
+	}
+	kv, err := a2a.PushBucket(ctx, js, g.cfg.prefix, g.cfg.replicas, 0, 0)
+	if err != nil {
+		return err
+	}
+	g.push.Open(kv)
 	return nil
 }
 

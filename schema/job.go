@@ -105,9 +105,13 @@ type JobRecord struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	NotifyURL      string          `json:"notify_url,omitempty"`
 	Callback       *JobCallback    `json:"callback,omitempty"`
-	CreatedAt      time.Time       `json:"created_at"`
-	StartedAt      *time.Time      `json:"started_at,omitempty"`
-	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
+	// ContextID groups the job with others of one conversation, as the
+	// submitter named it (the A2A front door keeps an A2A contextId here);
+	// toolbus only stores it.
+	ContextID  string     `json:"context_id,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// TTLSeconds is how long the record is kept once the job has finished.
 	TTLSeconds int64 `json:"ttl_seconds"`
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -76,6 +77,9 @@ type options struct {
 	idem       bool
 	idemTTL    time.Duration
 	discovery  bool
+	a2a        bool
+	a2aAllow   []string
+	a2aOpts    []a2a.Option
 }
 
 // Option configures [Start].
@@ -134,6 +138,17 @@ const DiscoveryInterval = 200 * time.Millisecond
 // validates params, serves rpc.discover, GET /openrpc.json and the MCP
 // front door at /mcp ([ingress.WithDiscovery]).
 func WithDiscovery() Option { return func(o *options) { o.discovery = true } }
+
+// WithA2A serves the A2A front door on every ingress ([node.WithA2A]),
+// with push notifications to the receivers allow admits (such as
+// "127.0.0.1" for a receiver of the test). It needs [WithJobs].
+func WithA2A(allow []string, opts ...a2a.Option) Option {
+	return func(o *options) {
+		o.a2a = true
+		o.a2aAllow = append(o.a2aAllow, allow...)
+		o.a2aOpts = append(o.a2aOpts, opts...)
+	}
+}
 
 // WithLogger sets the logger of every part (default: one that discards).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -226,6 +241,9 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	if o.discovery {
 		opts = append(opts, node.WithRegistry())
+	}
+	if o.a2a {
+		opts = append(opts, node.WithA2A(o.a2aAllow, o.a2aOpts...))
 	}
 	g, err := node.NewGateway(nc, st, opts...)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
@@ -65,6 +66,9 @@ type ingressConfig struct {
 	callbackAllow    []string
 	discovery        bool
 	validate         bool
+	a2a              bool
+	a2aTextMethod    string
+	a2aPublicSkills  []string
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
 	// obs is what the ingress shows of itself.
@@ -107,6 +111,9 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
 	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
+	f.BoolVar(&c.a2a, "a2a", true, "serve the A2A front door at POST /a2a and its agent card at /.well-known/agent-card.json, tasks as jobs (needs --jobs); push notifications reach internal receivers only through --callback-allow")
+	f.StringVar(&c.a2aTextMethod, "a2a-text-method", "", `the method an A2A message of text alone goes to, with params {"text": "..."} (default: such a message is refused)`)
+	f.StringSliceVar(&c.a2aPublicSkills, "a2a-public-skills", nil, "method patterns whose skills the public A2A agent card lists while authentication is on (e.g. echo,math.*); without auth it lists every skill")
 	c.obs.flags(cmd)
 }
 
@@ -382,6 +389,13 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 			jobOpts = append(jobOpts, jobs.WithCallbackSecret([]byte(c.callbackSecret)), jobs.WithCallbackAllow(c.callbackAllow...))
 		}
 		opts = append(opts, node.WithJobs(jobOpts...))
+		if c.a2a {
+			a2aOpts := []a2a.Option{a2a.WithPublicSkills(c.a2aPublicSkills...)}
+			if c.a2aTextMethod != "" {
+				a2aOpts = append(a2aOpts, a2a.WithTextMethod(c.a2aTextMethod))
+			}
+			opts = append(opts, node.WithA2A(c.callbackAllow, a2aOpts...))
+		}
 	}
 	return append(opts, node.WithAggregatorOptions(aggOpts...), node.WithIngressOptions(ingOpts...)), nil
 }

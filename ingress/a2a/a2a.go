@@ -1,0 +1,424 @@
+package a2a
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2asrv"
+
+	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Path is where the ingress mounts the JSON-RPC binding; CardPath is where
+// A2A clients find the public agent card.
+const (
+	Path     = "/a2a"
+	CardPath = a2asrv.WellKnownAgentCardPath
+)
+
+// Defaults of [New].
+const (
+	// DefaultMaxBodyBytes bounds one request's body.
+	DefaultMaxBodyBytes int64 = 4 << 20
+	// DefaultWait bounds a blocking message/send when the ingress names
+	// no deadline for the call.
+	DefaultWait = 30 * time.Second
+)
+
+// Ingress is what the front door needs of the ingress that mounts it.
+type Ingress interface {
+	// Request reads what the HTTP request r asks for the calls it
+	// carries: who sent it (the caller the ingress's authentication put
+	// in r's context) and the call headers (Toolbus-Timeout,
+	// Idempotency-Key). A malformed header is answered with the error.
+	Request(r *http.Request) (Request, *schema.Error)
+}
+
+// Request is what the ingress read from one HTTP request, and the ways to
+// act under it. A Request stays usable after its HTTP request is over, so
+// that a push notification follower can go on reading the task.
+type Request struct {
+	// Caller names the authenticated caller; empty when the ingress runs
+	// without authentication.
+	Caller string
+	// MayCall reports whether the caller may call every method that name,
+	// a method or a pattern, matches.
+	MayCall func(name string) bool
+	// Call runs one call for the caller through the ingress's plan and
+	// dispatcher chain, like a call of any other transport, and returns
+	// its answer.
+	Call func(ctx context.Context, req schema.Request) schema.Response
+	// Subscribe admits rpc.jobs.subscribe of job id for the caller, as
+	// the ingress admits any call, and answers it: the job's record, and
+	// stream, which calls notify with every later record until the job
+	// is over or ctx ends.
+	Subscribe func(ctx context.Context, id string) (json.RawMessage, func(ctx context.Context, notify func(method string, params json.RawMessage)), *schema.Error)
+	// Timeout returns the deadline the ingress gives a call of method
+	// under this request; zero when it names none.
+	Timeout func(method string) time.Duration
+
+	// endpoint is the URL of the JSON-RPC binding as the client reached
+	// it, for the extended card.
+	endpoint string
+	// parts holds the raw data of each data part of the message of a
+	// message/send or message/stream (nil for other parts): the SDK reads
+	// numbers as float64, and a job's params keep every digit.
+	parts []json.RawMessage
+}
+
+// Option configures [New].
+type Option func(*Server) error
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Server) error {
+		if l == nil {
+			return errors.New("a2a: nil logger")
+		}
+		s.log = l
+		return nil
+	}
+}
+
+// WithMaxBodyBytes bounds the body of one request (default
+// [DefaultMaxBodyBytes]); a longer one is answered as a parse error.
+func WithMaxBodyBytes(n int64) Option {
+	return func(s *Server) error {
+		if n <= 0 {
+			return fmt.Errorf("a2a: max body bytes must be positive, got %d", n)
+		}
+		s.maxBody = n
+		return nil
+	}
+}
+
+// Schemes says how the ingress authenticates its callers, for the
+// security schemes of the agent card.
+type Schemes struct {
+	// APIKeyHeader names the header that carries an API key, which is
+	// also accepted as a bearer token; empty when there are no API keys.
+	APIKeyHeader string
+	// JWT: bearer JSON Web Tokens.
+	JWT bool
+}
+
+// WithAuthentication says that the ingress authenticates its callers as
+// schemes says (default: it does not, and every request is the one
+// anonymous caller's). The public card then names those security
+// schemes and lists only the skills of [WithPublicSkills]; the
+// authenticated extended card lists the skills its caller may call.
+func WithAuthentication(schemes Schemes) Option {
+	return func(s *Server) error {
+		if schemes.APIKeyHeader == "" && !schemes.JWT {
+			return errors.New("a2a: authentication needs API keys or JWT")
+		}
+		s.auth = &schemes
+		return nil
+	}
+}
+
+// WithPublicSkills lists, by method patterns (such as "echo" or
+// "math.*"), the skills the public agent card shows while authentication
+// is on (default none). Without authentication the public card lists
+// every skill.
+func WithPublicSkills(patterns ...string) Option {
+	return func(s *Server) error {
+		for _, p := range patterns {
+			if err := schema.ValidatePattern(p); err != nil {
+				return fmt.Errorf("a2a: public skill pattern %q: %w", p, err)
+			}
+		}
+		s.public = append(s.public, patterns...)
+		return nil
+	}
+}
+
+// WithTextMethod names the method a message of text alone goes to, with
+// params {"text": "..."} (default none: such a message is refused with an
+// error that says how to pick a skill).
+func WithTextMethod(method string) Option {
+	return func(s *Server) error {
+		if err := schema.ValidateMethod(method); err != nil || schema.IsReserved(method) {
+			return fmt.Errorf("a2a: text method %q is not a method a worker can serve", method)
+		}
+		s.textMethod = method
+		return nil
+	}
+}
+
+// WithName sets the name of the agent card (default "toolbus"), such as
+// the cluster's.
+func WithName(name string) Option {
+	return func(s *Server) error {
+		if name == "" {
+			return errors.New("a2a: empty agent name")
+		}
+		s.name = name
+		return nil
+	}
+}
+
+// WithPush turns push notifications on: their configs are kept in p (a
+// JetStream bucket, see [PushStore]), and the task is POSTed to each
+// config's URL on every state change through guard, which refuses
+// loopback, private and link-local receivers that the operator did not
+// allow. Default: push notifications are not supported.
+func WithPush(p *PushStore, guard *egress.Guard) Option {
+	return func(s *Server) error {
+		if p == nil || guard == nil {
+			return errors.New("a2a: push notifications need a store and an egress guard")
+		}
+		s.push = p
+		s.guard = guard
+		return nil
+	}
+}
+
+// Server is the A2A front door. Make it with [New]; stop it with
+// [Server.Close]. It is safe for concurrent use.
+type Server struct {
+	ing Ingress
+	reg *discovery.Registry // nil: skills are not listed nor checked
+
+	log        *slog.Logger
+	maxBody    int64
+	auth       *Schemes
+	public     []string
+	textMethod string
+	name       string
+	push       *PushStore
+	guard      *egress.Guard
+	client     *http.Client
+
+	rpc http.Handler
+	ids atomic.Uint64
+
+	// quit ends streams and push followers at Close; wg counts the
+	// followers, which start only while closed is false.
+	quit      chan struct{}
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+var (
+	_ a2asrv.RequestHandler = (*Server)(nil)
+	_ http.Handler          = (*Server)(nil)
+)
+
+// New returns the front door of ing over the tools of reg (nil: the card
+// lists no skills and a message's skill is not checked before its job is
+// submitted).
+func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
+	if ing == nil {
+		return nil, errors.New("a2a: nil ingress")
+	}
+	s := &Server{ing: ing, reg: reg, log: slog.Default(), maxBody: DefaultMaxBodyBytes, name: "toolbus", quit: make(chan struct{})}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	s.log = s.log.With("transport", "a2a")
+	s.rpc = a2asrv.NewJSONRPCHandler(s)
+	if s.guard != nil {
+		s.client = s.guard.Client()
+		s.client.Timeout = pushTimeout
+		s.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	return s, nil
+}
+
+// Close ends the streams in progress (their clients can resubscribe on
+// another replica) and stops following tasks for push notifications. A
+// nil Server, and one closed already, is left as it is.
+func (s *Server) Close() {
+	if s == nil {
+		return
+	}
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		close(s.quit)
+		s.wg.Wait()
+		if s.client != nil {
+			s.client.CloseIdleConnections()
+		}
+	})
+}
+
+// requestKey is the context key of the [Request] of an A2A call. The
+// SDK's request handler receives only a context and the params, so what
+// the ingress read from the HTTP request travels to it this way.
+type requestKey struct{}
+
+// ServeHTTP answers the agent card at [CardPath] and A2A's JSON-RPC
+// binding at any other path it is mounted on.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == CardPath {
+		s.serveCard(w, r)
+		return
+	}
+	hdr, herr := s.ing.Request(r)
+	hdr.endpoint = endpoint(r)
+	if herr != nil {
+		writeError(w, nil, fmt.Errorf("%s: %w", herr.Message, a2a.ErrInvalidRequest))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		writeError(w, nil, fmt.Errorf("the request body is over %d bytes or could not be read; send a smaller message: %w", s.maxBody, a2a.ErrParseError))
+		return
+	}
+	var head struct {
+		Method string `json:"method"`
+		ID     any    `json:"id"`
+	}
+	_ = json.Unmarshal(body, &head) // the SDK answers a body it cannot read
+	if head.Method == "message/send" || head.Method == "message/stream" {
+		hdr.parts = rawParts(body)
+	}
+	r = r.Clone(context.WithValue(r.Context(), requestKey{}, hdr))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	w.Header().Set("Content-Type", "application/json")
+	rec := &written{ResponseWriter: w}
+	s.rpc.ServeHTTP(rec, r)
+	if !rec.wrote && head.Method == methodPushDelete {
+		// The SDK writes nothing for a call whose result is empty;
+		// JSON-RPC wants an answer, and A2A's is a null result.
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": head.ID, "result": nil})
+		w.Write(append(b, '\n'))
+	}
+}
+
+const methodPushDelete = "tasks/pushNotificationConfig/delete"
+
+// written records whether anything was written, and passes flushes on, as
+// event streams need them.
+type written struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *written) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *written) WriteHeader(code int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *written) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *written) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeError answers a request the SDK never sees.
+func writeError(w http.ResponseWriter, id any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	code, msg := -32600, a2a.ErrInvalidRequest.Error()
+	if errors.Is(err, a2a.ErrParseError) {
+		code, msg = -32700, a2a.ErrParseError.Error()
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
+		"error": map[string]any{"code": code, "message": msg, "data": map[string]any{"error": err.Error()}}})
+	w.Write(append(b, '\n'))
+}
+
+// rawParts returns the raw data of the data parts of the message in a
+// message/send or message/stream body.
+func rawParts(body []byte) []json.RawMessage {
+	var m struct {
+		Params struct {
+			Message struct {
+				Parts []struct {
+					Kind string          `json:"kind"`
+					Data json.RawMessage `json:"data"`
+				} `json:"parts"`
+			} `json:"message"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	out := make([]json.RawMessage, len(m.Params.Message.Parts))
+	for i, p := range m.Params.Message.Parts {
+		if p.Kind == "data" {
+			out[i] = p.Data
+		}
+	}
+	return out
+}
+
+// rawData returns the members of data part i as the client sent them, or
+// false when they are not known.
+func (r Request) rawData(i int) (map[string]json.RawMessage, bool) {
+	if i >= len(r.parts) || r.parts[i] == nil {
+		return nil, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(r.parts[i], &m) != nil {
+		return nil, false
+	}
+	return m, true
+}
+
+// request returns the [Request] of the A2A call whose context is ctx.
+func request(ctx context.Context) (Request, error) {
+	r, ok := ctx.Value(requestKey{}).(Request)
+	if !ok || r.Call == nil || r.Subscribe == nil {
+		return Request{}, fmt.Errorf("the call reached the handler without its request: %w", a2a.ErrInternalError)
+	}
+	return r, nil
+}
+
+// mayCall reports whether r's caller may call name.
+func (r Request) mayCall(name string) bool { return r.MayCall != nil && r.MayCall(name) }
+
+// timeout returns how long a call of method may wait under r.
+func (r Request) timeout(method string) time.Duration {
+	if r.Timeout != nil {
+		if d := r.Timeout(method); d > 0 {
+			return d
+		}
+	}
+	return DefaultWait
+}
+
+// call runs one rpc.jobs.* call under r and decodes its result into v.
+func (s *Server) call(ctx context.Context, r Request, method string, params any, v any) *schema.Error {
+	p, err := json.Marshal(params)
+	if err != nil {
+		return schema.NewError(schema.CodeInternal, "internal error: encode params: "+err.Error(), nil)
+	}
+	id := json.RawMessage(strconv.Quote("a2a-" + strconv.FormatUint(s.ids.Add(1), 10)))
+	resp := r.Call(ctx, schema.Request{ID: id, Method: method, Params: p})
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if err := json.Unmarshal(resp.Result, v); err != nil {
+		return schema.NewError(schema.CodeInternal, "internal error: "+method+" answered what toolbus cannot read", nil)
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+// Package a2a is the Agent2Agent (A2A) front door of the ingress: the
+// JSON-RPC binding of A2A at POST /a2a and the agent card at
+// /.well-known/agent-card.json, on the official Go SDK
+// (github.com/a2aproject/a2a-go).
+//
+// An A2A task is a toolbus job seen through A2A. [Server] implements the
+// SDK's request handler (a2asrv.RequestHandler) on the rpc.jobs.* methods,
+// which it calls for the caller of each request through the ingress
+// ([Ingress]), the same seam as the MCP front door's: authentication,
+// per-method authorization, quotas and rate limits are those of every
+// transport, and since the job is the only state, a task is read,
+// streamed and canceled from any ingress replica.
+//
+// How the parts meet:
+//
+//   - message.go picks the tool of a message (a data part with method and
+//     params, the skill in the message's metadata, or the operator's
+//     method for plain text) and submits the job;
+//   - task.go turns job records into A2A tasks and events: queued →
+//     submitted, running → working, succeeded → completed with the result
+//     as an artifact's data part, failed → failed with the error, canceled
+//     → canceled; progress becomes status-update events;
+//   - follow.go follows a job's record until it is final, for a blocking
+//     message/send, message/stream and tasks/resubscribe;
+//   - push.go keeps push notification configs in a JetStream bucket and
+//     POSTs the task to each on every state change, through the outbound
+//     guard of internal/egress;
+//   - card.go builds the public and the authenticated extended agent card
+//     from the live registry of tools;
+//   - errors.go maps toolbus's JSON-RPC errors to A2A's own codes.
+package a2a

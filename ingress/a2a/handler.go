@@ -1,0 +1,120 @@
+package a2a
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// OnSendMessage implements message/send: it submits the job the message
+// asks for and answers with its task at once when the client asked for a
+// non-blocking send, and otherwise when the task is final or the call's
+// deadline passes, whichever comes first.
+func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
+	r, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.submit(ctx, r, p)
+	if err != nil {
+		return nil, err
+	}
+	if p.Config != nil && p.Config.Blocking != nil && !*p.Config.Blocking {
+		return task(rec), nil
+	}
+	wait, cancel := context.WithTimeout(ctx, r.timeout(rec.Method))
+	defer cancel()
+	last := rec
+	err = s.follow(wait, r, rec.ID, func(cur *schema.JobRecord) error {
+		last = cur
+		return nil
+	})
+	if err != nil && wait.Err() == nil {
+		return nil, err
+	}
+	// At the deadline the task is answered as it is; the client polls it.
+	return task(last), nil
+}
+
+// OnSendMessageStream implements message/stream: it submits the job the
+// message asks for and streams its task, then a status update for each
+// change of state or progress, and for a completed task the artifact of
+// its result, until the task is final.
+func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendParams) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		r, err := request(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		rec, err := s.submit(ctx, r, p)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		s.stream(ctx, r, rec.ID, yield)
+	}
+}
+
+// OnResubscribeToTask implements tasks/resubscribe: the task as it is now,
+// then its events as for message/stream. Any replica answers it.
+func (s *Server) OnResubscribeToTask(ctx context.Context, id *a2a.TaskIDParams) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		r, err := request(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		s.stream(ctx, r, string(id.ID), yield)
+	}
+}
+
+// OnGetTask implements tasks/get with rpc.jobs.get.
+func (s *Server) OnGetTask(ctx context.Context, q *a2a.TaskQueryParams) (*a2a.Task, error) {
+	return s.jobTask(ctx, schema.MethodJobsGet, q.ID)
+}
+
+// OnCancelTask implements tasks/cancel with rpc.jobs.cancel; a task that
+// has completed or failed cannot be canceled.
+func (s *Server) OnCancelTask(ctx context.Context, id *a2a.TaskIDParams) (*a2a.Task, error) {
+	return s.jobTask(ctx, schema.MethodJobsCancel, id.ID)
+}
+
+// jobTask calls method (rpc.jobs.get or cancel) for task id and returns
+// the task of the record it answers.
+func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2a.Task, error) {
+	r, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, fmt.Errorf("give the task's id: %w", a2a.ErrInvalidParams)
+	}
+	var rec schema.JobRecord
+	if e := s.call(ctx, r, method, map[string]string{"id": string(id)}, &rec); e != nil {
+		if e.Code == schema.CodeInvalidParams && reason(e) != schema.ReasonJobFinished {
+			// A malformed id names no job of this caller.
+			return nil, fmt.Errorf("task %s not found: %w", id, a2a.ErrTaskNotFound)
+		}
+		return nil, a2aError(e)
+	}
+	return task(&rec), nil
+}
+
+// OnGetExtendedAgentCard implements agent/getAuthenticatedExtendedCard:
+// the card with the skills the caller may call.
+func (s *Server) OnGetExtendedAgentCard(ctx context.Context) (*a2a.AgentCard, error) {
+	r, err := request(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.agentCard(r.endpoint, r.mayCall), nil
+}
+
+// now is the time a record made by the front door itself is stamped with.
+func now() time.Time { return time.Now().UTC() }

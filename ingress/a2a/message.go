@@ -1,0 +1,167 @@
+package a2a
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/a2aproject/a2a-go/a2a"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// SkillKey is the key of a message's metadata that names the skill (the
+// toolbus method) the message is for.
+const SkillKey = "skill"
+
+// pick is what a message asks for: the method of the job and its params.
+type pick struct {
+	method string
+	params json.RawMessage
+}
+
+// howToPick ends every refusal of a message that names no usable skill.
+const howToPick = `; name a skill with a data part {"method": "<skill>", "params": {...}} or with the message metadata {"skill": "<skill>"} and its params in a data part; the agent card lists the skills`
+
+// pick reads the tool a message selects: a data part carrying "method"
+// (and "params"), or else the skill named in the message's metadata with
+// the first data part as its params, or else, for text alone, the
+// operator's text method with {"text": ...}. A message that selects
+// nothing usable is refused with an A2A error that says how to select.
+func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
+	if m == nil || len(m.Parts) == 0 {
+		return pick{}, fmt.Errorf("the message has no parts"+howToPick+": %w", a2a.ErrInvalidParams)
+	}
+	if m.TaskID != "" {
+		return pick{}, fmt.Errorf("a toolbus task runs one tool call and takes no further messages; send a message without taskId to start a new task: %w", a2a.ErrUnsupportedOperation)
+	}
+	skill, hasSkill := m.Metadata[SkillKey]
+	var p pick
+	if hasSkill {
+		name, ok := skill.(string)
+		if !ok || name == "" {
+			return pick{}, fmt.Errorf("the metadata %q must be a skill name (a string)"+howToPick+": %w", SkillKey, a2a.ErrInvalidParams)
+		}
+		p.method = name
+	}
+	var texts []string
+	var data *a2a.DataPart
+	dataAt := -1
+	for i, part := range m.Parts {
+		switch part := part.(type) {
+		case a2a.TextPart:
+			texts = append(texts, part.Text)
+		case a2a.DataPart:
+			if data == nil {
+				data, dataAt = &part, i
+			}
+		default:
+			return pick{}, fmt.Errorf("part %d is a %T, which toolbus tools do not take; send text or data parts: %w", i, part, a2a.ErrUnsupportedContentType)
+		}
+	}
+	switch {
+	case data != nil && data.Data["method"] != nil:
+		method, ok := data.Data["method"].(string)
+		if !ok || method == "" {
+			return pick{}, fmt.Errorf(`the data part's "method" must be a skill name (a string)`+howToPick+": %w", a2a.ErrInvalidParams)
+		}
+		if hasSkill && method != p.method {
+			return pick{}, fmt.Errorf("the data part names the skill %q and the metadata %q; name one: %w", method, p.method, a2a.ErrInvalidParams)
+		}
+		p.method = method
+		if params, ok := data.Data["params"]; ok && params != nil {
+			b, err := json.Marshal(params)
+			if raw, ok := r.rawData(dataAt); ok && raw["params"] != nil {
+				b = bytes.TrimSpace(raw["params"])
+			}
+			if err != nil || len(b) == 0 || (b[0] != '{' && b[0] != '[') {
+				return pick{}, fmt.Errorf(`the data part's "params" must be an object or an array: %w`, a2a.ErrInvalidParams)
+			}
+			p.params = b
+		}
+	case hasSkill && data != nil:
+		b, err := json.Marshal(data.Data)
+		if err != nil {
+			return pick{}, fmt.Errorf("the data part cannot be read as params: %w", a2a.ErrInvalidParams)
+		}
+		if dataAt < len(r.parts) && r.parts[dataAt] != nil {
+			b = r.parts[dataAt]
+		}
+		p.params = b
+	case hasSkill:
+		p.params = textParams(texts)
+	case s.textMethod != "" && data == nil:
+		p.method, p.params = s.textMethod, textParams(texts)
+	case data != nil:
+		return pick{}, fmt.Errorf(`the data part has no "method"`+howToPick+": %w", a2a.ErrInvalidParams)
+	default:
+		return pick{}, fmt.Errorf("this agent takes no text alone"+howToPick+": %w", a2a.ErrUnsupportedContentType)
+	}
+	if err := schema.ValidateMethod(p.method); err != nil || schema.IsReserved(p.method) || !s.known(r, p.method) {
+		return pick{}, unknownSkill(p.method)
+	}
+	return p, nil
+}
+
+func textParams(texts []string) json.RawMessage {
+	b, _ := json.Marshal(map[string]string{"text": strings.Join(texts, "\n")})
+	return b
+}
+
+// known reports whether r's caller may use the skill method: it may call
+// it, and, with a registry, a live worker announces it. A caller cannot
+// tell a skill it may not call from one that does not exist.
+func (s *Server) known(r Request, method string) bool {
+	if !r.mayCall(method) {
+		return false
+	}
+	if s.reg == nil {
+		return true
+	}
+	_, ok := s.reg.Lookup(method)
+	return ok
+}
+
+func unknownSkill(method string) error {
+	return fmt.Errorf("no skill %q for this caller"+howToPick+": %w", method, a2a.ErrInvalidParams)
+}
+
+// submit submits the job a message asks for, in the message's context (a
+// new one when it names none).
+func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
+	picked, err := s.pick(r, p.Message)
+	if err != nil {
+		return nil, err
+	}
+	contextID := p.Message.ContextID
+	if contextID == "" {
+		contextID = a2a.NewContextID()
+	}
+	var push *a2a.PushConfig
+	if p.Config != nil && p.Config.PushConfig != nil {
+		push = p.Config.PushConfig
+		if err := s.checkPush(ctx, push); err != nil {
+			return nil, err
+		}
+	}
+	params := map[string]any{"method": picked.method, "context_id": contextID}
+	if picked.params != nil {
+		params["params"] = picked.params
+	}
+	var sub schema.JobSubmitResult
+	if e := s.call(ctx, r, schema.MethodJobsSubmit, params, &sub); e != nil {
+		if e.Code == schema.CodeForbidden && !bytes.Contains(e.Data, []byte(schema.MethodJobsPrefix)) {
+			return nil, unknownSkill(picked.method)
+		}
+		return nil, a2aError(e)
+	}
+	rec := &schema.JobRecord{ID: sub.ID, Method: picked.method, State: sub.State, ContextID: contextID, Caller: r.Caller, CreatedAt: now()}
+	if push != nil {
+		if _, err := s.setPush(ctx, r, rec.ID, push); err != nil {
+			return nil, err
+		}
+	}
+	return rec, nil
+}
