@@ -507,7 +507,7 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 // so the first reply of any of them answers the call, and a cancel
 // message reaches all of them.
 func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.Duration, msg *nats.Msg, callID string) ([]byte, *schema.Error) {
-	subject, p, closeInbox := a.inbox.open()
+	subject, p, closeInbox := a.inbox.open(c.Progress != nil)
 	defer closeInbox()
 	msg.Reply = subject
 	msg.Header.Set(schema.HeaderHeartbeat, strconv.FormatInt(a.heartbeat.Milliseconds(), 10))
@@ -583,6 +583,8 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				continue
 			}
 			live.Reset(silence)
+		case r := <-p.report:
+			c.Progress(r.Percent, r.Message)
 		case <-retry.C:
 			if e := again(); e != nil {
 				return nil, e
@@ -691,6 +693,9 @@ type pending struct {
 	// progress holds the latest progress value not yet read; an older one
 	// not read is replaced, since only the newest matters.
 	progress chan string
+	// report holds the latest progress report not yet read, replaced in
+	// the same way; nil when the call does not want reports.
+	report chan schema.JobProgress
 }
 
 func newInbox(nc *nats.Conn) (*inbox, error) {
@@ -708,11 +713,14 @@ func newInbox(nc *nats.Conn) (*inbox, error) {
 	return in, nil
 }
 
-// open returns a fresh reply subject and what its messages arrive on;
-// close forgets it.
-func (in *inbox) open() (subject string, p *pending, close func()) {
+// open returns a fresh reply subject and what its messages arrive on,
+// progress reports too when reports is set; close forgets it.
+func (in *inbox) open(reports bool) (subject string, p *pending, close func()) {
 	token := nuid.Next()
 	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1)}
+	if reports {
+		p.report = make(chan schema.JobProgress, 1)
+	}
 	in.mu.Lock()
 	in.waiting[token] = p
 	in.mu.Unlock()
@@ -732,6 +740,13 @@ func (in *inbox) deliver(msg *nats.Msg) {
 		return // a late answer, or one of a call already answered
 	}
 	if v := msg.Header.Get(schema.HeaderProgress); v != "" {
+		if v == schema.ProgressReport && p.report != nil {
+			// A report the aggregator cannot read is still a sign of
+			// life; only its content is dropped.
+			if r, err := schema.UnmarshalProgress(msg.Data); err == nil {
+				offer(p.report, r)
+			}
+		}
 		select {
 		case p.progress <- v:
 		default:
@@ -751,6 +766,20 @@ func (in *inbox) deliver(msg *nats.Msg) {
 	select {
 	case p.reply <- msg:
 	default:
+	}
+}
+
+// offer puts v in ch, a channel of one that only the caller sends on,
+// replacing a value not yet read.
+func offer[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- v
 	}
 }
 
