@@ -783,6 +783,11 @@ func offer[T any](ch chan T, v T) {
 	}
 }
 
+// RetrySafe reports whether calls of method may run more than once: it
+// matches a pattern of [WithRetrySafe], or the test of
+// [WithRetrySafeFunc] says so.
+func (a *Aggregator) RetrySafe(method string) bool { return a.retrySafe(method) }
+
 // retrySafe reports whether calls of method may run more than once.
 func (a *Aggregator) retrySafe(method string) bool {
 	for _, p := range a.retrySafePatterns {
