@@ -267,6 +267,8 @@ type Runner struct {
 	running   map[string]context.CancelCauseFunc
 	cancelSub *nats.Subscription
 	readySubs []*nats.Subscription
+	queues    []*fairQueue
+	names     names
 
 	stop  chan struct{}
 	loops sync.WaitGroup // fetch loops
@@ -403,6 +405,10 @@ func (r *Runner) Start(ctx context.Context) error {
 	patterns, err := r.setUp(ctx, n)
 	if err != nil {
 		return err
+	}
+	r.names = n
+	for _, p := range patterns {
+		r.queues = append(r.queues, p.queue)
 	}
 	// One subscription per served pattern, so that a worker whose
 	// credential covers only its own methods may hear their rings.
@@ -664,6 +670,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		// interrupted run in handle: again when retry-safe, else failed.
 		r.log.Info("job interrupted", "id", id, "method", rec.Method, "err", interrupted.Err.Message)
 		_ = msg.Nak()
+		r.wakeAfter(msg.Subject(), 0)
 		return
 	}
 	rpcErr := invokeError(err)
@@ -717,12 +724,39 @@ func (r *Runner) requeue(ctx context.Context, msg jetstream.Msg, id string, seq 
 		_, err := r.js.PublishMsg(ctx, again, jetstream.WithMsgID(id+"."+strconv.FormatUint(seq, 10)))
 		if err == nil {
 			_ = msg.Ack()
+			r.wakeAfter(msg.Subject(), r.waitBackoff(delivered))
 			return
 		}
 		r.log.Warn("queue a waiting job afresh", "id", id, "err", err)
 	}
-	_ = msg.NakWithDelay(r.waitBackoff(delivered))
+	d := r.waitBackoff(delivered)
+	_ = msg.NakWithDelay(d)
+	r.wakeAfter(msg.Subject(), d)
 }
+
+// wakeAfter asks, after d, for the next job of the caller whose queue
+// subject is subject: a job given back to the queue is then taken as soon
+// as it is due, rather than at the next listing of the stream.
+func (r *Runner) wakeAfter(subject string, d time.Duration) {
+	rest, queued := strings.CutPrefix(subject, r.names.prefix+".jobs.queue.")
+	tok, method, ok := strings.Cut(rest, ".")
+	if !queued || !ok {
+		return // a legacy subject: its loop fetches on its own
+	}
+	wake := func() {
+		for _, q := range r.queues {
+			if q.serves(method) {
+				q.wake(tok)
+			}
+		}
+	}
+	// The server takes an acknowledgement on its own time: a little
+	// later, the message is surely back.
+	time.AfterFunc(d+d/2+wakeSlack, wake)
+}
+
+// wakeSlack is how long after a message is due back a runner asks for it.
+const wakeSlack = 10 * time.Millisecond
 
 // waitBackoff is how long a job that did not run waits after its
 // delivered'th delivery.
