@@ -75,7 +75,7 @@ func (b *BusInvoker) Invoke(ctx context.Context, call schema.Call, progress func
 func classify(e *schema.Error) error {
 	reason := e.Reason()
 	switch {
-	case reason == schema.ReasonWorkerLost:
+	case reason == schema.ReasonWorkerLost && e.Code == schema.CodeUnavailable:
 		return &InterruptedError{Err: e}
 	case reason == schema.ReasonNoResponders && e.Code == schema.CodeMethodNotFound,
 		reason == schema.ReasonNoWorkers && e.Code == schema.CodeUnavailable:

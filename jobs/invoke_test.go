@@ -47,7 +47,7 @@ func TestBusInvokerOutcomes(t *testing.T) {
 	}{
 		{name: "result", resp: schema.Response{Result: json.RawMessage(`{"ok":1}`)}, result: `{"ok":1}`},
 		{name: "tool error fails", resp: schema.Response{Error: toolErr}, code: 2001},
-		{name: "tool error with a reason of ours fails", resp: schema.Response{Error: reasoned(2001, schema.ReasonWorkerLost+"x")}, code: 2001},
+		{name: "tool error with a reason of ours fails", resp: schema.Response{Error: reasoned(2001, schema.ReasonWorkerLost)}, code: 2001},
 		{name: "no responders waits", resp: schema.Response{Error: reasoned(schema.CodeMethodNotFound, schema.ReasonNoResponders)}, wait: schema.ReasonNoWorkers},
 		{name: "no workers waits", resp: schema.Response{Error: reasoned(schema.CodeUnavailable, schema.ReasonNoWorkers)}, wait: schema.ReasonNoWorkers},
 		{name: "busy waits", resp: schema.Response{Error: reasoned(schema.CodeOverloaded, schema.ReasonWorkersBusy)}, wait: schema.ReasonWorkersBusy},
