@@ -85,6 +85,7 @@ type config struct {
 	breaker        *Breaker
 	hedge          time.Duration
 	busyWait       time.Duration
+	replyPrefix    string
 }
 
 // Option configures [New].
@@ -163,6 +164,22 @@ func WithMaxInFlight(n int) Option {
 	}
 }
 
+// WithReplyPrefix makes the reply subjects of the calls
+// "<prefix>.<id>.<token>" in place of the connection's inbox ("_INBOX..."),
+// so that NATS permissions can let workers answer them for longer than
+// the calls of an ingress usually last, as the job runner's calls need
+// ([bus.Subjects.JobReplies]). Default: the connection's inbox. It needs
+// liveness ([WithHeartbeat]), which the calls' shared inbox comes with.
+func WithReplyPrefix(prefix string) Option {
+	return func(c *config) error {
+		if err := schema.ValidateMethod(prefix); err != nil {
+			return fmt.Errorf("aggregator: reply prefix: %w", err)
+		}
+		c.replyPrefix = prefix
+		return nil
+	}
+}
+
 // WithLogger sets the logger of the per-call log lines (default
 // slog.Default()).
 func WithLogger(l *slog.Logger) Option {
@@ -206,7 +223,11 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	}
 	var in *inbox
 	if cfg.heartbeat > 0 {
-		if in, err = newInbox(nc); err != nil {
+		prefix := nc.NewInbox()
+		if cfg.replyPrefix != "" {
+			prefix = cfg.replyPrefix + "." + nuid.Next()
+		}
+		if in, err = newInbox(nc, prefix); err != nil {
 			return nil, err
 		}
 	}
@@ -698,8 +719,8 @@ type pending struct {
 	report chan schema.JobProgress
 }
 
-func newInbox(nc *nats.Conn) (*inbox, error) {
-	in := &inbox{prefix: nc.NewInbox() + ".", waiting: map[string]*pending{}}
+func newInbox(nc *nats.Conn, prefix string) (*inbox, error) {
+	in := &inbox{prefix: prefix + ".", waiting: map[string]*pending{}}
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)

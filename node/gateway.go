@@ -387,7 +387,8 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 
 // newJobRunner returns the job runner of a gateway: it sends each job as
 // a call over the bus, through an aggregator of its own whose deadlines
-// reach the jobs' longest run time, with the gateway's aggregator options
+// reach the jobs' longest run time and whose reply subjects are under
+// [bus.Subjects.JobReplies], with the gateway's aggregator options
 // (liveness, retry-safe tools) otherwise.
 func newJobRunner(nc *nats.Conn, cfg gatewayConfig, reg *discovery.Registry) (*jobs.Runner, error) {
 	js, err := jetstream.New(nc)
@@ -406,8 +407,13 @@ func newJobRunner(nc *nats.Conn, cfg gatewayConfig, reg *discovery.Registry) (*j
 	if reg != nil {
 		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(reg.RetrySafe))
 	}
+	subjects, err := bus.NewSubjects(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
 	aggOpts = append(append(aggOpts, cfg.aggOpts...),
-		aggregator.WithDefaultTimeout(runner.MaxRunTime()), aggregator.WithMaxTimeout(runner.MaxRunTime()))
+		aggregator.WithDefaultTimeout(runner.MaxRunTime()), aggregator.WithMaxTimeout(runner.MaxRunTime()),
+		aggregator.WithReplyPrefix(subjects.JobReplies()))
 	if d.agg, err = aggregator.New(nc, aggOpts...); err != nil {
 		return nil, fmt.Errorf("node: the job runner's aggregator: %w", err)
 	}
