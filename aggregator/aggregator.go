@@ -85,6 +85,7 @@ type config struct {
 	breaker        *Breaker
 	hedge          time.Duration
 	busyWait       time.Duration
+	replyPrefix    string
 }
 
 // Option configures [New].
@@ -163,6 +164,22 @@ func WithMaxInFlight(n int) Option {
 	}
 }
 
+// WithReplyPrefix makes the reply subjects of the calls
+// "<prefix>.<id>.<token>" in place of the connection's inbox ("_INBOX..."),
+// so that NATS permissions can let workers answer them for longer than
+// the calls of an ingress usually last, as the job runner's calls need
+// ([bus.Subjects.JobReplies]). Default: the connection's inbox. It needs
+// liveness ([WithHeartbeat]), which the calls' shared inbox comes with.
+func WithReplyPrefix(prefix string) Option {
+	return func(c *config) error {
+		if err := schema.ValidateMethod(prefix); err != nil {
+			return fmt.Errorf("aggregator: reply prefix: %w", err)
+		}
+		c.replyPrefix = prefix
+		return nil
+	}
+}
+
 // WithLogger sets the logger of the per-call log lines (default
 // slog.Default()).
 func WithLogger(l *slog.Logger) Option {
@@ -206,7 +223,11 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	}
 	var in *inbox
 	if cfg.heartbeat > 0 {
-		if in, err = newInbox(nc); err != nil {
+		prefix := nc.NewInbox()
+		if cfg.replyPrefix != "" {
+			prefix = cfg.replyPrefix + "." + nuid.Next()
+		}
+		if in, err = newInbox(nc, prefix); err != nil {
 			return nil, err
 		}
 	}
@@ -506,7 +527,7 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 // so the first reply of any of them answers the call, and a cancel
 // message reaches all of them.
 func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.Duration, msg *nats.Msg, callID string) ([]byte, *schema.Error) {
-	subject, p, closeInbox := a.inbox.open()
+	subject, p, closeInbox := a.inbox.open(c.Progress != nil)
 	defer closeInbox()
 	msg.Reply = subject
 	msg.Header.Set(schema.HeaderHeartbeat, strconv.FormatInt(a.heartbeat.Milliseconds(), 10))
@@ -582,6 +603,8 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				continue
 			}
 			live.Reset(silence)
+		case r := <-p.report:
+			c.Progress(r.Percent, r.Message)
 		case <-retry.C:
 			if e := again(); e != nil {
 				return nil, e
@@ -689,10 +712,13 @@ type pending struct {
 	// progress holds the latest progress value not yet read; an older one
 	// not read is replaced, since only the newest matters.
 	progress chan string
+	// report holds the latest progress report not yet read, replaced in
+	// the same way; nil when the call does not want reports.
+	report chan schema.JobProgress
 }
 
-func newInbox(nc *nats.Conn) (*inbox, error) {
-	in := &inbox{prefix: nc.NewInbox() + ".", waiting: map[string]*pending{}}
+func newInbox(nc *nats.Conn, prefix string) (*inbox, error) {
+	in := &inbox{prefix: prefix + ".", waiting: map[string]*pending{}}
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
@@ -706,11 +732,14 @@ func newInbox(nc *nats.Conn) (*inbox, error) {
 	return in, nil
 }
 
-// open returns a fresh reply subject and what its messages arrive on;
-// close forgets it.
-func (in *inbox) open() (subject string, p *pending, close func()) {
+// open returns a fresh reply subject and what its messages arrive on,
+// progress reports too when reports is set; close forgets it.
+func (in *inbox) open(reports bool) (subject string, p *pending, close func()) {
 	token := nuid.Next()
 	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1)}
+	if reports {
+		p.report = make(chan schema.JobProgress, 1)
+	}
 	in.mu.Lock()
 	in.waiting[token] = p
 	in.mu.Unlock()
@@ -730,6 +759,13 @@ func (in *inbox) deliver(msg *nats.Msg) {
 		return // a late answer, or one of a call already answered
 	}
 	if v := msg.Header.Get(schema.HeaderProgress); v != "" {
+		if v == schema.ProgressReport && p.report != nil {
+			// A report the aggregator cannot read is still a sign of
+			// life; only its content is dropped.
+			if r, err := schema.UnmarshalProgress(msg.Data); err == nil {
+				offer(p.report, r)
+			}
+		}
 		select {
 		case p.progress <- v:
 		default:
@@ -751,6 +787,25 @@ func (in *inbox) deliver(msg *nats.Msg) {
 	default:
 	}
 }
+
+// offer puts v in ch, a channel of one that only the caller sends on,
+// replacing a value not yet read.
+func offer[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- v
+	}
+}
+
+// RetrySafe reports whether calls of method may run more than once: it
+// matches a pattern of [WithRetrySafe], or the test of
+// [WithRetrySafeFunc] says so.
+func (a *Aggregator) RetrySafe(method string) bool { return a.retrySafe(method) }
 
 // retrySafe reports whether calls of method may run more than once.
 func (a *Aggregator) retrySafe(method string) bool {

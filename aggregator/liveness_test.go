@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -256,5 +257,64 @@ func TestMethodMaxInFlight(t *testing.T) {
 	}
 	if rs[1].Error != nil {
 		t.Errorf("other = %v, want a result: the cap is per method", rs[1].Error)
+	}
+}
+
+func report(m *nats.Msg, body string) {
+	m.RespondMsg(&nats.Msg{Header: nats.Header{schema.HeaderProgress: []string{schema.ProgressReport}}, Data: []byte(body)})
+}
+
+// TestProgressReports checks that the reports a worker sends reach the
+// call's Progress in order, that unreadable ones are dropped without
+// failing the call, and that reports alone keep a call alive.
+func TestProgressReports(t *testing.T) {
+	ac, wc := setup(t)
+	seen := make(chan schema.JobProgress, 100)
+	rawServe(t, wc, "report", func(m *nats.Msg, _ int) {
+		go func() {
+			progress(m, schema.ProgressAck)
+			report(m, `{"percent":"ten"}`)
+			report(m, `not json`)
+			report(m, `{"percent":10,"message":"started"}`)
+			if got := <-seen; got != (schema.JobProgress{Percent: 10, Message: "started"}) {
+				t.Errorf("first report = %+v, want {10 started}", got)
+			}
+			// Reports alone, with no beat, outlive the silence that
+			// marks a worker lost (3 x 20ms) several times over.
+			for i := range 20 {
+				time.Sleep(10 * time.Millisecond)
+				report(m, fmt.Sprintf(`{"percent":%d}`, 11+i))
+			}
+			report(m, `{"percent":99,"message":"almost"}`)
+			for got := range seen {
+				if got.Percent == 99 {
+					break
+				}
+			}
+			bus.Reply(m, schema.ReplyResult([]byte(`"done"`)))
+		}()
+	})
+	a := newAgg(t, ac, aggregator.WithHeartbeat(20*time.Millisecond, 3))
+	c := call(`1`, "report", "")
+	c.Timeout = time.Minute
+	c.Progress = func(percent float64, message string) { seen <- schema.JobProgress{Percent: percent, Message: message} }
+	r := schema.Collect(context.Background(), a, []schema.Call{c})[0]
+	if r.Error != nil || string(r.Result) != `"done"` {
+		t.Fatalf("Dispatch(report) = %s, %v, want \"done\"", r.Result, r.Error)
+	}
+}
+
+// TestProgressReportsIgnored checks that a call without Progress is
+// answered as usual when its worker sends reports.
+func TestProgressReportsIgnored(t *testing.T) {
+	ac, wc := setup(t)
+	rawServe(t, wc, "report", func(m *nats.Msg, _ int) {
+		progress(m, schema.ProgressAck)
+		report(m, `{"percent":50}`)
+		bus.Reply(m, schema.ReplyResult([]byte(`1`)))
+	})
+	a := newAgg(t, ac, aggregator.WithHeartbeat(20*time.Millisecond, 3))
+	if r := schema.Collect(context.Background(), a, []schema.Call{call(`1`, "report", "")})[0]; r.Error != nil || string(r.Result) != `1` {
+		t.Fatalf("Dispatch(report) = %s, %v, want 1", r.Result, r.Error)
 	}
 }

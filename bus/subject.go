@@ -72,6 +72,12 @@ func (s Subjects) Method(subject string) (string, bool) {
 // cancels the handler's context of that call, if it holds it.
 func (s Subjects) Cancel() string { return s.prefix + ".cancel" }
 
+// JobReplies is the subject prefix under which the job runner of an
+// ingress receives the answers and progress messages of the calls that
+// run jobs, "<prefix>.jobs.reply": a worker publishes there without the
+// time limit on answering a call that its NATS permissions set.
+func (s Subjects) JobReplies() string { return s.prefix + ".jobs.reply" }
+
 // QueueGroup returns the queue group every worker of a method joins, so that
 // each call reaches one worker.
 func (s Subjects) QueueGroup() string { return s.prefix + "-workers" }

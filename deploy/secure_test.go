@@ -150,9 +150,8 @@ type securedCluster struct {
 	subjects                bus.Subjects
 }
 
-// startSecured starts the node, then a worker, then an ingress: the worker
-// cannot create the job stream and waits for the ingress, which creates
-// it.
+// startSecured starts the node, then a worker, then an ingress, which
+// creates the job stream and runs the jobs as calls to the worker.
 func startSecured(t *testing.T) *securedCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,8 +164,8 @@ func startSecured(t *testing.T) *securedCluster {
 		t.Fatal(err)
 	}
 
-	// A worker serves the demo tools, announces them, and runs them as
-	// jobs.
+	// A worker serves the demo tools and announces them; it runs jobs as
+	// calls, with no JetStream of its own.
 	rt, err := worker.New(c.worker)
 	if err != nil {
 		t.Fatal(err)
@@ -174,24 +173,13 @@ func startSecured(t *testing.T) *securedCluster {
 	if err := demo.Register(rt); err != nil {
 		t.Fatal(err)
 	}
-	workerJS, err := jetstream.New(c.worker)
-	if err != nil {
-		t.Fatal(err)
+	if err := rt.Start(); err != nil {
+		t.Fatalf("worker Start: %v", err)
 	}
-	runner, err := jobs.NewRunner(workerJS, rt)
-	if err != nil {
-		t.Fatalf("worker jobs.NewRunner: %v", err)
-	}
-	early, cancelEarly := context.WithTimeout(ctx, time.Second)
-	err = runner.Start(early)
-	cancelEarly()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the worker's job runner started before any ingress created the job stream = %v, want its creation refused, never answered", err)
-	}
-	waitForViolation(t, c.workerErrs, "worker creating the job stream")
+	t.Cleanup(func() { rt.Shutdown(context.Background()) })
 
 	// The ingress sets up the job stream and bucket and the idempotency
-	// bucket, as it does at start.
+	// bucket, as it does at start, and runs the jobs.
 	ingressJS, err := jetstream.New(c.ingress)
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +191,7 @@ func startSecured(t *testing.T) *securedCluster {
 		t.Fatalf("ingress jobs service Start: %v", err)
 	}
 	t.Cleanup(func() { c.jobs.Shutdown(context.Background()) })
+	startRunner(t, ctx, c.ingress)
 	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress idempotency bucket: %v", err)
@@ -212,17 +201,35 @@ func startSecured(t *testing.T) *securedCluster {
 	if c.agg, err = aggregator.New(c.ingress, aggregator.WithHeartbeat(20*time.Millisecond, 10), aggregator.WithIdempotency(idem)); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
 
-	// Now the worker's runner finds the stream.
+// startRunner runs the jobs on the ingress's connection nc as `toolbus
+// ingress` does: each as a call to a worker, answered under the job
+// replies' subjects.
+func startRunner(t *testing.T, ctx context.Context, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := aggregator.New(nc, aggregator.WithHeartbeat(20*time.Millisecond, 10), aggregator.WithReplyPrefix(subjects.JobReplies()),
+		aggregator.WithMaxTimeout(jobs.DefaultMaxRunTime), aggregator.WithDefaultTimeout(jobs.DefaultMaxRunTime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := jobs.NewRunner(js, jobs.NewBusInvoker(agg, agg.RetrySafe))
+	if err != nil {
+		t.Fatalf("ingress jobs.NewRunner: %v", err)
+	}
 	if err := runner.Start(ctx); err != nil {
-		t.Fatalf("worker job runner Start once the ingress created the stream: %v", err)
+		t.Fatalf("ingress job runner Start: %v", err)
 	}
 	t.Cleanup(func() { runner.Shutdown(context.Background()) })
-	if err := rt.Start(); err != nil {
-		t.Fatalf("worker Start: %v", err)
-	}
-	t.Cleanup(func() { rt.Shutdown(context.Background()) })
-	return c
 }
 
 // call dispatches one call through the ingress's aggregator.
@@ -318,31 +325,6 @@ func TestSecurePermissions(t *testing.T) {
 	if err := json.Unmarshal(c.job(t, ctx, schema.MethodJobsList, `{}`), &list); err != nil || len(list.Jobs) != 2 {
 		t.Errorf("rpc.jobs.list = %+v, %v; want both jobs", list, err)
 	}
-	// The worker queues completion callbacks on the job stream.
-	workerJS, err := jetstream.New(c.worker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := workerJS.Publish(ctx, "toolbus.jobs.notify", []byte(`{"id":"`+sub.ID+`"}`), jetstream.WithExpectStream("TOOLBUS_JOBS")); err != nil {
-		t.Errorf("the worker queueing a callback: %v", err)
-	}
-	// A runner that does not find a record at once reads it through a
-	// watch of its key, as the stream's leader has it.
-	records, err := workerJS.KeyValue(ctx, "toolbus_jobs")
-	if err != nil {
-		t.Fatalf("the worker opening the job bucket: %v", err)
-	}
-	w, err := records.Watch(ctx, "job."+sub.ID)
-	if err != nil {
-		t.Fatalf("the worker watching a job record: %v", err)
-	}
-	if e := <-w.Updates(); e == nil || e.Key() != "job."+sub.ID {
-		t.Errorf("the worker's watch of job.%s gave %v, want the record", sub.ID, e)
-	}
-	if err := w.Stop(); err != nil {
-		t.Errorf("the worker ending its watch: %v", err)
-	}
-
 	// Both serve their status, and `toolbus status` with the ingress's
 	// credentials finds them and reads the account's JetStream.
 	for _, p := range []struct {
@@ -410,6 +392,13 @@ func TestSecureRefusals(t *testing.T) {
 		{"worker", worker, c.workerErrs, "take the callbacks with a consumer", pub("$JS.API.CONSUMER.CREATE.TOOLBUS_JOBS.stolen.toolbus.jobs.notify")},
 		{"worker", worker, c.workerErrs, "queue a job", pub("toolbus.jobs.run.echo")},
 		{"worker", worker, c.workerErrs, "cancel a job", pub("toolbus.jobs.cancel.x")},
+		{"worker", worker, c.workerErrs, "write a job record", pub("$KV.toolbus_jobs.job.x")},
+		{"worker", worker, c.workerErrs, "read a job record", pub("$JS.API.DIRECT.GET.KV_toolbus_jobs.$KV.toolbus_jobs.job.x")},
+		{"worker", worker, c.workerErrs, "open the job stream", pub("$JS.API.STREAM.INFO.TOOLBUS_JOBS")},
+		{"worker", worker, c.workerErrs, "take a queued job", pub("$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_JOBS.x")},
+		{"worker", worker, c.workerErrs, "queue a callback", pub("toolbus.jobs.notify")},
+		{"worker", worker, c.workerErrs, "hear the rings of queued jobs", sub("toolbus.jobs.ready.>", "")},
+		{"worker", worker, c.workerErrs, "read the answers of jobs", sub("toolbus.jobs.reply.>", "")},
 		{"worker", worker, c.workerErrs, "answer an ingress's status requests", sub("$SRV.INFO.toolbus-ingress", "")},
 		{"ingress", ingress, c.ingressErrs, "take calls in the workers' queue group", sub("toolbus.call.>", c.subjects.QueueGroup())},
 		{"ingress", ingress, c.ingressErrs, "read the workers' replies", sub(bus.WorkerInboxPrefix+".>", "")},
@@ -563,6 +552,7 @@ func TestSecureFamilyCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startRunner(t, ctx, ingressNC)
 
 	// A worker of the family, as `toolbus worker --nats-user worker-math
 	// --nats-inbox-prefix _INBOX_worker_math` runs it.
@@ -581,18 +571,6 @@ func TestSecureFamilyCredential(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	mathJS, err := jetstream.New(mathNC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner, err := jobs.NewRunner(mathJS, rt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.Start(ctx); err != nil {
-		t.Fatalf("the family's job runner: %v", err)
-	}
-	t.Cleanup(func() { runner.Shutdown(context.Background()) })
 	if err := rt.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -632,9 +610,7 @@ func TestSecureFamilyCredential(t *testing.T) {
 			return err
 		}},
 		{"read the other workers' replies", func() error { _, err := mathNC.Subscribe(bus.WorkerInboxPrefix+".>", func(*nats.Msg) {}); return err }},
-		{"run echo's jobs", func() error {
-			return mathNC.Publish("$JS.API.CONSUMER.CREATE.TOOLBUS_JOBS.run_echo.toolbus.jobs.run.echo", []byte(`{}`))
-		}},
+		{"write a job record", func() error { return mathNC.Publish("$KV.toolbus_jobs.job.x", []byte(`{}`)) }},
 	} {
 		if err := a.do(); err != nil {
 			t.Fatal(err)

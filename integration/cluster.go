@@ -38,12 +38,12 @@ const (
 	Workers   = 3
 )
 
-// JobLease is the workers' job lease: short, so that a job of a killed
-// worker is noticed within seconds.
+// JobLease is the ingresses' job lease: short, so that a job of a killed
+// ingress is taken over within seconds.
 const JobLease = 5 * time.Second
 
-// JobConcurrency is the jobs one worker runs at once: low, so that every
-// worker holds jobs while a queue of them waits.
+// JobConcurrency is the jobs one ingress's runner sends to workers at
+// once: low, so that a queue of them waits while the workers hold some.
 const JobConcurrency = 4
 
 // DrainTimeout is how long a worker drains on SIGTERM.
@@ -140,8 +140,9 @@ func Start(t *testing.T) *Cluster {
 
 	ingressReq := func(i int) testcontainers.ContainerRequest {
 		return testcontainers.ContainerRequest{
-			Image:          ToolbusImage,
-			Cmd:            []string{"ingress", "--job-replicas", "3", "--auth=off"},
+			Image: ToolbusImage,
+			Cmd: []string{"ingress", "--job-replicas", "3", "--auth=off",
+				"--job-lease", JobLease.String(), "--job-concurrency", fmt.Sprint(JobConcurrency)},
 			Env:            clientEnv("ingress"),
 			ExposedPorts:   []string{"8080/tcp"},
 			Networks:       []string{nw.Name},
@@ -165,7 +166,6 @@ func Start(t *testing.T) *Cluster {
 		return testcontainers.ContainerRequest{
 			Image: ToolbusImage,
 			Cmd: []string{"worker", "--tools", "demo", "--log-level", "debug",
-				"--job-lease", JobLease.String(), "--job-concurrency", fmt.Sprint(JobConcurrency),
 				"--drain-timeout", DrainTimeout.String()},
 			Env:            clientEnv("worker"),
 			ExposedPorts:   []string{"9464/tcp"}, // /metrics, /healthz, /readyz
@@ -552,8 +552,8 @@ func logLines(ctr testcontainers.Container) ([]string, error) {
 // job id) the codes of its runs, 0 for success.
 type Served map[string][]int
 
-// served reads the "call" (sync) or "invoke" (job) lines of a worker's
-// log.
+// served reads the msg lines of a worker's log ("call": a job reaches a
+// worker as a call whose JSON-RPC id is the job's id).
 func (c *Cluster) served(ctr testcontainers.Container, msg string) Served {
 	out := make(Served)
 	for _, line := range c.Lines(ctr) {
@@ -595,7 +595,7 @@ func (c *Cluster) CallsLogged(want []string) []Served {
 // JobRunsLogged is [Cluster.JobRuns] once every id of want appears in some
 // worker's log, or after 30 seconds (see [Cluster.CallsLogged]).
 func (c *Cluster) JobRunsLogged(want []string) []Served {
-	return c.servedAll("invoke", want)
+	return c.servedAll("call", want)
 }
 
 func (c *Cluster) servedAll(msg string, want []string) []Served {
@@ -630,7 +630,7 @@ func (c *Cluster) servedAll(msg string, want []string) []Served {
 func (c *Cluster) JobRuns() []Served {
 	out := make([]Served, len(c.Worker))
 	for i, w := range c.Worker {
-		out[i] = c.served(w, "invoke")
+		out[i] = c.served(w, "call")
 	}
 	return out
 }

@@ -18,11 +18,16 @@
 // limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,
 // rpc.jobs.cancel and rpc.jobs.list through [Service.ServeRPC]; once
 // started it also delivers completion callbacks. A [Runner] (one per
-// worker) serves the tools of an [Invoker], such as a worker.Runtime: for
-// each served pattern it takes jobs one caller after the other, each
-// caller's through a durable consumer of its own with explicit acks (see
-// fair.go), marks the record running, runs the tool while renewing its
-// lease with in-progress acks, writes the outcome and acks.
+// ingress) runs the jobs with an [Invoker], a [BusInvoker] that sends each
+// job to a worker as an ordinary call over the bus, so that workers need no
+// JetStream: for each served pattern (">" for a BusInvoker) it takes jobs
+// one caller after the other, each caller's through a durable consumer of
+// its own with explicit acks (see fair.go), marks the record running, runs
+// the call while renewing its lease with in-progress acks, writes the
+// outcome and acks. A call that did not run (no worker, every worker busy,
+// the bus down) gives the job back to the queue without counting an
+// attempt, its record saying why it waits; a call whose worker was lost is
+// an interrupted run (below).
 //
 // # Quotas and fairness
 //
@@ -45,7 +50,8 @@
 //
 // A runner that dies mid-job stops renewing its lease; JetStream redelivers
 // the job after the lease (the consumer's AckWait) to another runner, which
-// finds the record still running: a tool marked safe to retry runs again
+// finds the record still running (a worker lost mid-call is handled the
+// same way, at once): a tool marked safe to retry runs again
 // (attempts 2), any other fails with data.reason "interrupted_not_retryable"
 // rather than running twice, and a job interrupted on each of its
 // max_attempts fails with "attempts_exhausted". A tool's own error fails

@@ -24,7 +24,20 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var _ jobs.Invoker = (*worker.Runtime)(nil)
+// local runs jobs in the process with a worker runtime's Invoke, so that
+// the runner's own rules are tested without a bus in between; a runner in
+// an ingress uses a jobs.BusInvoker (see invoke_test.go and toolbustest).
+type local struct{ *worker.Runtime }
+
+var _ jobs.Invoker = local{}
+
+func (l local) Invoke(ctx context.Context, call schema.Call, progress func(float64, string)) (json.RawMessage, error) {
+	res, rpcErr := l.Runtime.Invoke(ctx, call, progress)
+	if rpcErr != nil {
+		return nil, rpcErr
+	}
+	return res, nil
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -74,9 +87,9 @@ func newService(t *testing.T, js jetstream.JetStream, opts ...jobs.Option) *jobs
 	return s
 }
 
-// newRuntime returns a worker runtime on nc holding tools; it is never
-// started on the bus, as only the runner calls it.
-func newRuntime(t *testing.T, nc *nats.Conn, register func(rt *worker.Runtime) error) *worker.Runtime {
+// newRuntime returns a worker runtime on nc holding tools, as an invoker;
+// it is never started on the bus, as only the runner calls it.
+func newRuntime(t *testing.T, nc *nats.Conn, register func(rt *worker.Runtime) error) local {
 	t.Helper()
 	rt, err := worker.New(nc, worker.WithLogger(quiet))
 	if err != nil {
@@ -85,7 +98,7 @@ func newRuntime(t *testing.T, nc *nats.Conn, register func(rt *worker.Runtime) e
 	if err := register(rt); err != nil {
 		t.Fatalf("register tools: %v", err)
 	}
-	return rt
+	return local{rt}
 }
 
 // startRunner starts a runner of inv on js and shuts it down when the test

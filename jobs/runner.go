@@ -20,21 +20,59 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Invoker runs tools for a [Runner]; *worker.Runtime is one. It is declared
-// here, with schema and standard types only, so that jobs and worker need
-// not import each other.
+// Invoker runs tools for a [Runner]: a [BusInvoker] sends each job to a
+// worker as a call over the bus. It is declared here, with schema and
+// standard types only, so that jobs need not import what runs the tools.
 type Invoker interface {
 	// Invoke runs the tool of call.Method once with call.Params; ctx ends
 	// when the job is canceled, its runner stops, or it runs too long.
 	// progress receives what the tool reports. It returns a result of
-	// valid JSON or an error, never both.
-	Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error)
+	// valid JSON, or an error: a *schema.Error fails the job with it; a
+	// *[WaitError] says that nothing ran, and the job waits in the queue;
+	// a *[InterruptedError] says that the run was cut off and may have
+	// done part of its work, and the job runs again only when its method
+	// is retry-safe. Any other error fails the job as an internal error.
+	Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, error)
 	// Methods returns the method names and patterns ("math.*") served.
 	Methods() []string
 	// RetrySafe reports whether method is safe to run again after an
 	// interrupted run.
 	RetrySafe(method string) bool
 }
+
+// WaitError is the error of an [Invoker] when nothing of the job ran: no
+// worker serves the method now, every worker was busy, the bus was down.
+// The job stays queued, the run does not count as an attempt, and the
+// job's record says why it waits ([schema.JobRecord] Waiting) until it
+// runs.
+type WaitError struct {
+	// Reason is the record's Waiting value, such as
+	// [schema.ReasonNoWorkers].
+	Reason string
+	// Err is the answer that said so.
+	Err *schema.Error
+}
+
+func (e *WaitError) Error() string {
+	return "jobs: the job did not run (" + e.Reason + "): " + e.Err.Error()
+}
+
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// InterruptedError is the error of an [Invoker] when the run was cut off
+// after it started, such as by the loss of its worker: it may have done
+// part of its work. The job runs again when its method is retry-safe and
+// attempts remain, and otherwise fails as interrupted.
+type InterruptedError struct {
+	// Err is the answer that said so.
+	Err *schema.Error
+}
+
+func (e *InterruptedError) Error() string {
+	return "jobs: the run was interrupted: " + e.Err.Error()
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Err }
 
 // Defaults of a [Runner].
 const (
@@ -44,6 +82,11 @@ const (
 	DefaultProgressInterval = time.Second
 	DefaultMaxRunTime       = time.Hour
 	DefaultFetchWait        = 5 * time.Second
+	// DefaultWaitBackoff and DefaultMaxWaitBackoff bound how long a job
+	// that did not run for want of a worker waits before it is offered
+	// again: the first wait, doubled at each delivery up to the second.
+	DefaultWaitBackoff    = 250 * time.Millisecond
+	DefaultMaxWaitBackoff = 5 * time.Second
 )
 
 type runnerConfig struct {
@@ -56,6 +99,8 @@ type runnerConfig struct {
 	progressInterval time.Duration
 	maxRunTime       time.Duration
 	fetchWait        time.Duration
+	waitBackoff      time.Duration
+	maxWaitBackoff   time.Duration
 	counters         *Counters
 }
 
@@ -175,6 +220,20 @@ func WithFetchWait(d time.Duration) RunnerOption {
 	}
 }
 
+// WithWaitBackoff sets how long a job that did not run for want of a
+// worker ([WaitError]) waits before it is offered again: first, doubled at
+// each delivery up to most (defaults [DefaultWaitBackoff] and
+// [DefaultMaxWaitBackoff]).
+func WithWaitBackoff(first, most time.Duration) RunnerOption {
+	return func(c *runnerConfig) error {
+		if first < time.Millisecond || most < first {
+			return fmt.Errorf("jobs: wait backoff must be at least 1ms and at most its maximum, got %v and %v", first, most)
+		}
+		c.waitBackoff, c.maxWaitBackoff = first, most
+		return nil
+	}
+}
+
 // Causes of a run's context ending other than the tool's own deadline.
 var (
 	errJobCanceled = errors.New("jobs: the job was canceled")
@@ -208,6 +267,8 @@ type Runner struct {
 	running   map[string]context.CancelCauseFunc
 	cancelSub *nats.Subscription
 	readySubs []*nats.Subscription
+	queues    []*fairQueue
+	names     names
 
 	stop  chan struct{}
 	loops sync.WaitGroup // fetch loops
@@ -230,6 +291,8 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 		progressInterval: DefaultProgressInterval,
 		maxRunTime:       DefaultMaxRunTime,
 		fetchWait:        DefaultFetchWait,
+		waitBackoff:      DefaultWaitBackoff,
+		maxWaitBackoff:   DefaultMaxWaitBackoff,
 	}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
@@ -247,6 +310,10 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 		stop:    make(chan struct{}),
 	}, nil
 }
+
+// MaxRunTime returns the longest a run of a job may take
+// ([WithMaxRunTime]).
+func (r *Runner) MaxRunTime() time.Duration { return r.cfg.maxRunTime }
 
 // served is what a runner takes the jobs of one served pattern from.
 type served struct {
@@ -338,6 +405,10 @@ func (r *Runner) Start(ctx context.Context) error {
 	patterns, err := r.setUp(ctx, n)
 	if err != nil {
 		return err
+	}
+	r.names = n
+	for _, p := range patterns {
+		r.queues = append(r.queues, p.queue)
 	}
 	// One subscription per served pattern, so that a worker whose
 	// credential covers only its own methods may hear their rings.
@@ -539,7 +610,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 			return errSkip
 		}
 		now := time.Now().UTC()
-		j.State, j.RunSeq, j.StartedAt = schema.JobRunning, seq, &now
+		j.State, j.RunSeq, j.StartedAt, j.Waiting = schema.JobRunning, seq, &now, ""
 		j.Attempts++
 		return nil
 	})
@@ -577,10 +648,12 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		Caller:      rec.Caller,
 		TraceParent: rec.TraceParent,
 	}
-	result, rpcErr := r.inv.Invoke(tctx, call, sup.report)
+	result, err := r.inv.Invoke(tctx, call, sup.report)
 	close(sup.done)
 	<-supDone
 
+	var wait *WaitError
+	var interrupted *InterruptedError
 	switch cause := context.Cause(jctx); {
 	case errors.Is(cause, errShutdown), errors.Is(cause, errLeaseLost):
 		// Another runner gets the job; it decides from the record whether
@@ -588,6 +661,20 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		r.log.Info("job interrupted", "id", id, "cause", cause)
 		_ = msg.Nak()
 		return
+	case tctx.Err() != nil:
+	case errors.As(err, &wait):
+		r.requeue(ctx, msg, id, seq, attempt, wait)
+		return
+	case errors.As(err, &interrupted):
+		// Delivered again at once, the job meets the rule of an
+		// interrupted run in handle: again when retry-safe, else failed.
+		r.log.Info("job interrupted", "id", id, "method", rec.Method, "err", interrupted.Err.Message)
+		_ = msg.Nak()
+		r.wakeAfter(msg.Subject(), 0)
+		return
+	}
+	rpcErr := invokeError(err)
+	switch cause := context.Cause(jctx); {
 	case errors.Is(cause, errJobCanceled):
 		rpcErr, result = canceledError(), nil
 	case tctx.Err() != nil && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
@@ -595,6 +682,90 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 			map[string]any{"reason": schema.ReasonMaxRunTime, "retryable": false})
 	}
 	r.finish(ctx, msg, id, seq, attempt, result, rpcErr, sup.last())
+}
+
+// invokeError is the error a job fails with for what an [Invoker]
+// returned.
+func invokeError(err error) *schema.Error {
+	var rpcErr *schema.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &rpcErr):
+		return rpcErr
+	}
+	return schema.NewError(schema.CodeInternal, "internal error: "+err.Error(), nil)
+}
+
+// requeue gives a job that did not run back to the queue: its record
+// becomes queued again, without the attempt, and says why it waits; its
+// message comes back after a wait that grows with its deliveries. Near
+// the consumer's bound of deliveries the job is queued afresh, so that
+// waiting for a worker never uses them up.
+func (r *Runner) requeue(ctx context.Context, msg jetstream.Msg, id string, seq uint64, attempt int, wait *WaitError) {
+	_, err := r.st.update(ctx, id, func(j *stored) error {
+		if j.State != schema.JobRunning || j.RunSeq != seq || j.Attempts != attempt {
+			return errSkip
+		}
+		j.State, j.StartedAt, j.Waiting = schema.JobQueued, nil, wait.Reason
+		j.Attempts--
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		r.log.Warn("record that a job waits", "id", id, "err", err)
+	}
+	delivered := uint64(1)
+	if meta, err := msg.Metadata(); err == nil {
+		delivered = meta.NumDelivered
+	}
+	r.log.Debug("job waits", "id", id, "reason", wait.Reason, "deliveries", delivered)
+	if int(delivered) >= r.cfg.maxDeliver-1 {
+		again := &nats.Msg{Subject: msg.Subject(), Data: msg.Data()}
+		_, err := r.js.PublishMsg(ctx, again, jetstream.WithMsgID(id+"."+strconv.FormatUint(seq, 10)))
+		if err == nil {
+			_ = msg.Ack()
+			r.wakeAfter(msg.Subject(), r.waitBackoff(delivered))
+			return
+		}
+		r.log.Warn("queue a waiting job afresh", "id", id, "err", err)
+	}
+	d := r.waitBackoff(delivered)
+	_ = msg.NakWithDelay(d)
+	r.wakeAfter(msg.Subject(), d)
+}
+
+// wakeAfter asks, after d, for the next job of the caller whose queue
+// subject is subject: a job given back to the queue is then taken as soon
+// as it is due, rather than at the next listing of the stream.
+func (r *Runner) wakeAfter(subject string, d time.Duration) {
+	rest, queued := strings.CutPrefix(subject, r.names.prefix+".jobs.queue.")
+	tok, method, ok := strings.Cut(rest, ".")
+	if !queued || !ok {
+		return // a legacy subject: its loop fetches on its own
+	}
+	wake := func() {
+		for _, q := range r.queues {
+			if q.serves(method) {
+				q.wake(tok)
+			}
+		}
+	}
+	// The server takes an acknowledgement on its own time: a little
+	// later, the message is surely back.
+	time.AfterFunc(d+d/2+wakeSlack, wake)
+}
+
+// wakeSlack is how long after a message is due back a runner asks for it.
+const wakeSlack = 10 * time.Millisecond
+
+// waitBackoff is how long a job that did not run waits after its
+// delivered'th delivery.
+func (r *Runner) waitBackoff(delivered uint64) time.Duration {
+	d := r.cfg.waitBackoff
+	for i := uint64(1); i < delivered && d < r.cfg.maxWaitBackoff; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.maxWaitBackoff)
 }
 
 // finishWrites bounds the attempts at writing a job's outcome.

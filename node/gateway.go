@@ -27,6 +27,7 @@ import (
 // Parts of a gateway's [bus.Startup].
 const (
 	partJobs        = "jobs"
+	partRunner      = "job runner"
 	partIdempotency = "idempotency store"
 	partA2APush     = "A2A push notification configs"
 )
@@ -44,6 +45,10 @@ type Gateway struct {
 	// Registry is the registry of announced tools; nil without
 	// [WithRegistry].
 	Registry *discovery.Registry
+	// Runner runs the queued jobs, each as a call over the bus through an
+	// aggregator of its own whose deadlines reach the jobs' longest run
+	// time; nil without [WithJobs].
+	Runner *jobs.Runner
 
 	nc   *nats.Conn
 	st   *bus.Startup
@@ -61,19 +66,20 @@ type Gateway struct {
 
 type gatewayConfig struct {
 	common
-	aggOpts   []aggregator.Option
-	ingOpts   []ingress.Option
-	registry  bool
-	jobs      bool
-	jobsOpts  []jobs.Option
-	idem      bool
-	idemTTL   time.Duration
-	idemBytes int64
-	replicas  int
-	metrics   *prometheus.Registry
-	a2a       bool
-	a2aAllow  []string
-	a2aOpts   []a2a.Option
+	aggOpts    []aggregator.Option
+	ingOpts    []ingress.Option
+	registry   bool
+	jobs       bool
+	jobsOpts   []jobs.Option
+	runnerOpts []jobs.RunnerOption
+	idem       bool
+	idemTTL    time.Duration
+	idemBytes  int64
+	replicas   int
+	metrics    *prometheus.Registry
+	a2a        bool
+	a2aAllow   []string
+	a2aOpts    []a2a.Option
 }
 
 // WithA2A serves the A2A front door at POST /a2a and its agent card
@@ -127,13 +133,26 @@ func WithRegistry() GatewayOption {
 }
 
 // WithJobs serves the rpc.jobs.* methods with a jobs service made with
-// opts, after the gateway's own (prefix, logger, replicas). Its stream and
-// bucket are opened in the background; until they are, the methods are
-// refused -32003 with reason jobs_not_ready. Default: no jobs.
+// opts, after the gateway's own (prefix, logger, replicas), and runs the
+// queued jobs with a job runner ([WithJobRunner]) that sends each to a
+// worker as a call over the bus. The stream and bucket are opened in the
+// background; until they are, the methods are refused -32003 with reason
+// jobs_not_ready. Default: no jobs.
 func WithJobs(opts ...jobs.Option) GatewayOption {
 	return gatewayOption(func(c *gatewayConfig) error {
 		c.jobs = true
 		c.jobsOpts = append(c.jobsOpts, opts...)
+		return nil
+	})
+}
+
+// WithJobRunner passes opts to the job runner that a gateway with
+// [WithJobs] runs ([jobs.NewRunner]), after the gateway's own (prefix,
+// logger, replicas): its lease, its concurrency (the jobs in flight on
+// this ingress), its longest run time.
+func WithJobRunner(opts ...jobs.RunnerOption) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.runnerOpts = append(c.runnerOpts, opts...)
 		return nil
 	})
 }
@@ -186,7 +205,11 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	if nc == nil || st == nil {
 		return nil, errors.New("node: gateway needs a NATS connection and a startup")
 	}
-	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas}
+	// The service and the runner count into the same counters unless an
+	// option says otherwise.
+	counters := jobs.NewCounters()
+	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas,
+		jobsOpts: []jobs.Option{jobs.WithCounters(counters)}, runnerOpts: []jobs.RunnerOption{jobs.WithRunnerCounters(counters)}}
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
 			return nil, err
@@ -212,6 +235,11 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		return nil, err
 	}
 	g.Aggregator = agg
+	if cfg.jobs {
+		if g.Runner, err = newJobRunner(nc, cfg, g.Registry); err != nil {
+			return nil, err
+		}
+	}
 
 	ingOpts := []ingress.Option{
 		ingress.WithLogger(cfg.log),
@@ -313,6 +341,11 @@ func (g *Gateway) Start(l net.Listener) error {
 			}
 			return nil
 		})
+		stopRunner := g.st.SetUp(partRunner, g.nc, g.cfg.replicas, g.Runner.Start)
+		g.stops = append(g.stops, func(ctx context.Context) error {
+			stopRunner()
+			return g.Runner.Shutdown(ctx)
+		})
 	}
 	svc, err := serveStatus(g.nc, g.cfg.prefix, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
 	if err != nil {
@@ -337,8 +370,10 @@ func (g *Gateway) Start(l net.Listener) error {
 }
 
 // Shutdown stops the gateway: the HTTP server stops accepting and answers
-// what is in flight, then the status service, the jobs service, the
-// registry and the background setups stop, in that order. ctx bounds the
+// what is in flight, then the status service, the job runner (which waits
+// for the jobs it runs until ctx ends, and then gives them back to the
+// queue), the jobs service, the registry and the background setups stop,
+// in that order. ctx bounds the
 // waiting. It does not close the NATS connection: drain it afterwards
 // ([bus.Drain]). Calling Shutdown again returns the first call's error.
 func (g *Gateway) Shutdown(ctx context.Context) error {
@@ -403,6 +438,49 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 	}
 	g.jobs.svc.Store(svc)
 	return nil
+}
+
+// newJobRunner returns the job runner of a gateway: it sends each job as
+// a call over the bus, through an aggregator of its own whose deadlines
+// reach the jobs' longest run time and whose reply subjects are under
+// [bus.Subjects.JobReplies], with the gateway's aggregator options
+// (liveness, retry-safe tools) otherwise.
+func newJobRunner(nc *nats.Conn, cfg gatewayConfig, reg *discovery.Registry) (*jobs.Runner, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	d := &lateDispatcher{}
+	inv := jobs.NewBusInvoker(d, func(method string) bool { return d.agg.RetrySafe(method) })
+	ropts := append([]jobs.RunnerOption{jobs.WithRunnerPrefix(cfg.prefix), jobs.WithRunnerLogger(cfg.log),
+		jobs.WithRunnerReplicas(cfg.replicas)}, cfg.runnerOpts...)
+	runner, err := jobs.NewRunner(js, inv, ropts...)
+	if err != nil {
+		return nil, err
+	}
+	aggOpts := []aggregator.Option{aggregator.WithPrefix(cfg.prefix), aggregator.WithLogger(cfg.log)}
+	if reg != nil {
+		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(reg.RetrySafe))
+	}
+	subjects, err := bus.NewSubjects(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
+	aggOpts = append(append(aggOpts, cfg.aggOpts...),
+		aggregator.WithDefaultTimeout(runner.MaxRunTime()), aggregator.WithMaxTimeout(runner.MaxRunTime()),
+		aggregator.WithReplyPrefix(subjects.JobReplies()))
+	if d.agg, err = aggregator.New(nc, aggOpts...); err != nil {
+		return nil, fmt.Errorf("node: the job runner's aggregator: %w", err)
+	}
+	return runner, nil
+}
+
+// lateDispatcher is the aggregator of a job runner, set once the runner
+// has said how long its jobs may run.
+type lateDispatcher struct{ agg *aggregator.Aggregator }
+
+func (d *lateDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit func(int, schema.Response)) {
+	d.agg.Dispatch(ctx, calls, emit)
 }
 
 // ingressStatus is the status answer of an ingress.

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -108,7 +109,7 @@ func TestGatewayAndWorker(t *testing.T) {
 	}
 	wst := bus.NewStartup(discard)
 	t.Cleanup(wst.Stop)
-	w, err := node.NewWorker(wnc, rt, wst, node.WithLogger(discard), node.WithJobRunner())
+	w, err := node.NewWorker(wnc, rt, wst, node.WithLogger(discard))
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)
 	}
@@ -149,6 +150,20 @@ func TestGatewayAndWorker(t *testing.T) {
 	}
 	if r := post(t, base+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.list","params":{}}`); r.Error != nil {
 		t.Errorf("rpc.jobs.list = %+v, want a result", r.Error)
+	}
+	// The gateway's runner sends the job to the worker as a call.
+	r := post(t, base+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.submit","params":{"method":"echo","params":{"b":2}}}`)
+	var sub schema.JobSubmitResult
+	if r.Error != nil || json.Unmarshal(r.Result, &sub) != nil {
+		t.Fatalf("rpc.jobs.submit = %s %+v, want a job", r.Result, r.Error)
+	}
+	var job schema.JobRecord
+	toolbustest.Eventually(t, func() bool {
+		r := post(t, base+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.get","params":{"id":"`+sub.ID+`"}}`)
+		return r.Error == nil && json.Unmarshal(r.Result, &job) == nil && job.State.Final()
+	}, "the echo job ends")
+	if job.State != schema.JobSucceeded || string(job.Result) != `{"b":2}` {
+		t.Errorf("echo job = %s %s %+v, want succeeded with {\"b\":2}", job.State, job.Result, job.Error)
 	}
 
 	// Each answers as the micro service that `toolbus status` finds.

@@ -6,27 +6,21 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/worker"
 )
 
-// partRunner is the part of a worker's [bus.Startup] that sets up its job
-// runner.
-const partRunner = "job runner"
-
 // Worker is a worker process on one NATS connection: a runtime serving
-// its tools, its status service and, as configured, a job runner. Make it
-// with [NewWorker], run it with [Worker.Start] and stop it with
-// [Worker.Shutdown]; it never closes its connection. [worker.ProbeHandler]
-// with [Worker.Ready] serves its probes and metrics over HTTP.
+// its tools and its status service. It runs jobs as calls over the bus,
+// which the job runner of an ingress sends it ([WithJobs]); it needs no
+// JetStream. Make it with [NewWorker], run it with [Worker.Start] and stop
+// it with [Worker.Shutdown]; it never closes its connection.
+// [worker.ProbeHandler] with [Worker.Ready] serves its probes and metrics
+// over HTTP.
 type Worker struct {
-	// Runtime serves the tools; Runner runs them as jobs (nil without
-	// [WithJobRunner]).
+	// Runtime serves the tools.
 	Runtime *worker.Runtime
-	Runner  *jobs.Runner
 
 	nc  *nats.Conn
 	st  *bus.Startup
@@ -41,20 +35,6 @@ type Worker struct {
 
 type workerConfig struct {
 	common
-	runner     bool
-	runnerOpts []jobs.RunnerOption
-}
-
-// WithJobRunner also runs the runtime's tools as durable jobs from
-// JetStream, with a runner made with opts after the worker's own (prefix,
-// logger). Its consumers are set up in the background; the runtime takes
-// calls meanwhile. Default: no runner.
-func WithJobRunner(opts ...jobs.RunnerOption) WorkerOption {
-	return workerOption(func(c *workerConfig) error {
-		c.runner = true
-		c.runnerOpts = append(c.runnerOpts, opts...)
-		return nil
-	})
 }
 
 // NewWorker makes a worker of rt, a runtime on nc with its tools
@@ -70,18 +50,7 @@ func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...Worke
 			return nil, err
 		}
 	}
-	w := &Worker{Runtime: rt, nc: nc, st: st, cfg: cfg}
-	if cfg.runner {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return nil, err
-		}
-		ropts := append([]jobs.RunnerOption{jobs.WithRunnerPrefix(cfg.prefix), jobs.WithRunnerLogger(cfg.log)}, cfg.runnerOpts...)
-		if w.Runner, err = jobs.NewRunner(js, rt, ropts...); err != nil {
-			return nil, err
-		}
-	}
-	return w, nil
+	return &Worker{Runtime: rt, nc: nc, st: st, cfg: cfg}, nil
 }
 
 // Ready reports whether the worker serves calls: nil when its startup
@@ -95,8 +64,8 @@ func (w *Worker) Ready() error {
 }
 
 // Start starts the runtime, which takes calls at once (its subscriptions
-// reach the server when the connection is up), begins setting up the job
-// runner in the background, and answers `toolbus status` on the bus. When
+// reach the server when the connection is up), and answers `toolbus
+// status` on the bus. When
 // it fails, what it began is stopped again. It may be called once, and
 // not after Shutdown.
 func (w *Worker) Start() error {
@@ -109,19 +78,7 @@ func (w *Worker) Start() error {
 	if err := w.Runtime.Start(); err != nil {
 		return err
 	}
-	stopRunner := func() {}
-	if w.Runner != nil {
-		stopRunner = w.st.SetUp(partRunner, w.nc, 1, w.Runner.Start)
-	}
-	w.stops = append(w.stops, func(ctx context.Context) error {
-		stopRunner()
-		var errs []error
-		if w.Runner != nil {
-			errs = append(errs, w.Runner.Shutdown(ctx))
-		}
-		errs = append(errs, w.Runtime.Shutdown(ctx))
-		return errors.Join(errs...)
-	})
+	w.stops = append(w.stops, w.Runtime.Shutdown)
 	// Stopped first, the status service goes before the worker drains.
 	svc, err := serveStatus(w.nc, w.cfg.prefix, bus.KindWorker, w.cfg.version, func() bus.Status { return w.Runtime.Status().Summary() })
 	if err != nil {
@@ -132,9 +89,8 @@ func (w *Worker) Start() error {
 	return nil
 }
 
-// Shutdown stops the worker: the status service stops, then the runner
-// and the runtime drain: they take no new calls or jobs and finish those
-// they hold. ctx bounds the waiting; past it the handlers' contexts are
+// Shutdown stops the worker: the status service stops, then the runtime
+// drains: it takes no new calls and finishes those it holds. ctx bounds the waiting; past it the handlers' contexts are
 // canceled. It does not close the NATS connection: drain it afterwards
 // ([bus.Drain]). Calling Shutdown again returns the first call's error.
 func (w *Worker) Shutdown(ctx context.Context) error {

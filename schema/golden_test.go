@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/hex"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -103,6 +105,63 @@ func checkGeneric(t *testing.T, b []byte) {
 			if _, isBin := v.([]byte); !isBin {
 				t.Errorf("generic decode of %x: %s = %#v, want bin", b, k, v)
 			}
+		}
+	}
+}
+
+// TestGoldenProgressReport checks the body of a progress report
+// (ProgressReport) against testdata/progress_report.json, which
+// PROTOCOL.md shows.
+func TestGoldenProgressReport(t *testing.T) {
+	want := golden(t, "progress_report.json", MarshalProgress(42.5, "halfway"))
+	got, err := UnmarshalProgress(want)
+	if err != nil || got != (JobProgress{Percent: 42.5, Message: "halfway"}) {
+		t.Errorf("UnmarshalProgress(%s) = %+v, %v, want {42.5 halfway}", want, got, err)
+	}
+}
+
+func TestUnmarshalProgress(t *testing.T) {
+	long := `"` + strings.Repeat("x", MaxProgressMessageBytes+1) + `"`
+	tests := []struct {
+		name string
+		body string
+		want JobProgress
+		ok   bool
+	}{
+		{name: "percent only", body: `{"percent":10}`, want: JobProgress{Percent: 10}, ok: true},
+		{name: "unknown member", body: `{"percent":100,"message":"done","eta_ms":5}`, want: JobProgress{Percent: 100, Message: "done"}, ok: true},
+		{name: "empty", body: ``},
+		{name: "not an object", body: `[1]`},
+		{name: "no percent", body: `{"message":"x"}`},
+		{name: "percent a string", body: `{"percent":"10"}`},
+		{name: "percent negative", body: `{"percent":-1}`},
+		{name: "percent over 100", body: `{"percent":100.5}`},
+		{name: "message not a string", body: `{"percent":1,"message":3}`},
+		{name: "message too long", body: `{"percent":1,"message":` + long + `}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := UnmarshalProgress([]byte(tc.body))
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("UnmarshalProgress(%q) = %+v, %v, want %+v (ok %v)", tc.body, got, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestMarshalProgressClamps(t *testing.T) {
+	tests := []struct {
+		percent float64
+		want    string
+	}{
+		{math.NaN(), `{"percent":0}`},
+		{-3, `{"percent":0}`},
+		{250, `{"percent":100}`},
+		{7.25, `{"percent":7.25}`},
+	}
+	for _, tc := range tests {
+		if got := string(MarshalProgress(tc.percent, "")); got != tc.want {
+			t.Errorf("MarshalProgress(%v, \"\") = %s, want %s", tc.percent, got, tc.want)
 		}
 	}
 }

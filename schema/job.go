@@ -46,7 +46,14 @@ func (s JobState) Valid() bool {
 	return s == JobQueued || s == JobRunning || s.Final()
 }
 
-// JobProgress is what a running job last reported.
+// WaitingOverloaded is the [JobRecord] Waiting value of a job whose
+// ingress had no room for its call; the other values are the data.reason
+// of what held the job up ([ReasonNoWorkers], [ReasonWorkersBusy],
+// [ReasonBusDisconnected], [ReasonCircuitOpen]).
+const WaitingOverloaded = "overloaded"
+
+// JobProgress is what a running job last reported, and the body of a
+// [ProgressReport] message.
 type JobProgress struct {
 	Percent float64 `json:"percent"`
 	Message string  `json:"message,omitempty"`
@@ -92,10 +99,17 @@ type JobCallbackFailure struct {
 // it. Exactly one of Result and Error is set once the job has succeeded or
 // failed; a canceled job carries a -32004 Error.
 type JobRecord struct {
-	ID             string          `json:"id"`
-	Method         string          `json:"method"`
-	Params         json.RawMessage `json:"params,omitempty"`
-	State          JobState        `json:"state"`
+	ID     string          `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params,omitempty"`
+	State  JobState        `json:"state"`
+	// Waiting says why a queued job has not started: no worker serves its
+	// method now ("no_workers"), every worker was busy ("workers_busy"),
+	// the bus was unreachable ("bus_disconnected"), the ingress was
+	// overloaded ("overloaded") or the method's circuit open
+	// ("circuit_open"). Empty while nothing holds the job up; cleared when
+	// it runs. The job stays queued and is offered to a worker again.
+	Waiting        string          `json:"waiting,omitempty"`
 	Result         json.RawMessage `json:"result,omitempty"`
 	Error          *Error          `json:"error,omitempty"`
 	Progress       *JobProgress    `json:"progress,omitempty"`

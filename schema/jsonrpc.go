@@ -48,6 +48,13 @@ type Call struct {
 	// records (see [SetIdempotencyKey]); empty when the client sent no
 	// key. Two calls of one caller with the same key are one call.
 	IdempotencyKey string
+	// Progress, when not nil, receives the progress reports the worker
+	// sends while the call runs ([ProgressReport]), newest first: a report
+	// not yet handed over is replaced by a newer one. The aggregator calls
+	// it on the goroutine that waits for the call's answer, one report at
+	// a time and never after the answer, so it must return quickly. Nil:
+	// reports are ignored.
+	Progress func(percent float64, message string)
 }
 
 // Item is one element of a parsed message: either a valid request, or the

@@ -1,9 +1,17 @@
 package schema
 
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+)
+
 // Headers and values of the liveness protocol (PROTOCOL.md, section 4,
 // rule 8). An aggregator that sets [HeaderHeartbeat] on a call message
-// asks the worker for progress messages on the call's reply subject: empty
-// messages whose [HeaderProgress] says what they are. A reply never
+// asks the worker for progress messages on the call's reply subject:
+// messages whose [HeaderProgress] says what they are, empty but for a
+// [ProgressReport]. A reply never
 // carries HeaderProgress, so an aggregator tells the two apart by it; a
 // worker that does not know the protocol sends none, and an aggregator that
 // does not ask gets none. A progress message may carry a reply subject of
@@ -35,4 +43,65 @@ const (
 	// and did not take the call; the aggregator may publish it again for
 	// another worker. Nothing of the call ran.
 	ProgressBusy = "busy"
+	// ProgressReport: the handler reports how far it has got; the body is
+	// the JSON of a [JobProgress] ([MarshalProgress]). A report is also a
+	// sign of life, as a beat is.
+	ProgressReport = "report"
 )
+
+// MaxProgressMessageBytes is the longest message of a progress report; a
+// longer one is cut at a UTF-8 boundary by the worker and refused by the
+// aggregator.
+const MaxProgressMessageBytes = 1024
+
+// MarshalProgress returns the body of a [ProgressReport] message:
+// {"percent":P,"message":"M"}, the message left out when empty. percent
+// is clamped to [0, 100] (NaN counts as 0) and message cut to
+// [MaxProgressMessageBytes].
+func MarshalProgress(percent float64, message string) []byte {
+	switch {
+	case math.IsNaN(percent) || percent < 0:
+		percent = 0
+	case percent > 100:
+		percent = 100
+	}
+	b, _ := json.Marshal(JobProgress{Percent: percent, Message: TruncateUTF8(message, MaxProgressMessageBytes)})
+	return b
+}
+
+// UnmarshalProgress reads the body of a [ProgressReport] message. It
+// refuses a body that is not a JSON object with a number percent between
+// 0 and 100, or whose message is not a string or is longer than
+// [MaxProgressMessageBytes]; members it does not know are ignored.
+func UnmarshalProgress(b []byte) (JobProgress, error) {
+	var body struct {
+		Percent *float64 `json:"percent"`
+		Message *string  `json:"message"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil {
+		return JobProgress{}, fmt.Errorf("schema: progress report: %w", err)
+	}
+	if body.Percent == nil || *body.Percent < 0 || *body.Percent > 100 {
+		return JobProgress{}, errors.New("schema: progress report: percent must be a number from 0 to 100")
+	}
+	p := JobProgress{Percent: *body.Percent}
+	if body.Message != nil {
+		if len(*body.Message) > MaxProgressMessageBytes {
+			return JobProgress{}, fmt.Errorf("schema: progress report: message longer than %d bytes", MaxProgressMessageBytes)
+		}
+		p.Message = *body.Message
+	}
+	return p, nil
+}
+
+// TruncateUTF8 returns s cut to at most n bytes, never inside a rune.
+func TruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Step back over continuation bytes so the cut never splits a rune.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -52,12 +52,11 @@ type Cluster struct {
 	opts   options
 }
 
-// Worker is one worker runtime with its own NATS connection.
+// Worker is one worker runtime with its own NATS connection. It runs jobs
+// as calls over the bus, from the job runners of the ingresses.
 type Worker struct {
 	Runtime *worker.Runtime
 	Conn    *nats.Conn
-	// Runner serves the worker's tools as jobs (nil without [WithJobs]).
-	Runner *jobs.Runner
 }
 
 // Kill closes the worker's NATS connection at once, without draining, as a
@@ -110,8 +109,8 @@ func WithWorkerOptions(opts ...worker.Option) Option {
 }
 
 // WithJobs turns on durable jobs: every ingress serves rpc.jobs.* (with
-// opts) and every worker runs a job runner (with runnerOpts) besides its bus
-// subscriptions.
+// opts) and runs a job runner (with runnerOpts), which sends each job to
+// a worker as a call over the bus.
 func WithJobs(opts []jobs.Option, runnerOpts ...jobs.RunnerOption) Option {
 	return func(o *options) {
 		o.jobs = true
@@ -203,6 +202,8 @@ type Ingress struct {
 	Jobs *jobs.Service
 	// Registry is its registry of tools (nil without [WithDiscovery]).
 	Registry *discovery.Registry
+	// Runner runs the queued jobs as calls (nil without [WithJobs]).
+	Runner *jobs.Runner
 
 	killed atomic.Bool
 }
@@ -237,7 +238,7 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 		opts = append(opts, node.WithIdempotency(o.idemTTL, 0))
 	}
 	if o.jobs {
-		opts = append(opts, node.WithJobs(o.jobsOpts...))
+		opts = append(opts, node.WithJobs(o.jobsOpts...), node.WithJobRunner(o.runnerOpts...))
 	}
 	if o.discovery {
 		opts = append(opts, node.WithRegistry())
@@ -257,7 +258,7 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 		l.Close()
 		t.Fatalf("toolbustest: ingress: %v", err)
 	}
-	ing := &Ingress{Conn: nc, Aggregator: g.Aggregator, Ingress: g.Ingress, Registry: g.Registry}
+	ing := &Ingress{Conn: nc, Aggregator: g.Aggregator, Ingress: g.Ingress, Registry: g.Registry, Runner: g.Runner}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -318,11 +319,7 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 		}
 	}
 	st := startup(t, c.opts.logger)
-	opts := []node.WorkerOption{node.WithLogger(c.opts.logger)}
-	if c.opts.jobs {
-		opts = append(opts, node.WithJobRunner(c.opts.runnerOpts...))
-	}
-	w, err := node.NewWorker(nc, rt, st, opts...)
+	w, err := node.NewWorker(nc, rt, st, node.WithLogger(c.opts.logger))
 	if err != nil {
 		t.Fatalf("toolbustest: worker: %v", err)
 	}
@@ -339,7 +336,7 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	if err := nc.Flush(); err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	return &Worker{Runtime: rt, Conn: nc, Runner: w.Runner}
+	return &Worker{Runtime: rt, Conn: nc}
 }
 
 // Post sends body to the JSON-RPC endpoint with the given header pairs

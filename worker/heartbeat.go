@@ -62,7 +62,17 @@ type beat struct {
 	seq        uint64
 	reconnects uint64
 	unheardRun run
+	// lastReport is when the latest progress report left; pending, when
+	// not nil, is the body of a newer one held back until ProgressInterval
+	// has passed since, by reportTimer.
+	lastReport  time.Time
+	pending     []byte
+	reportTimer *time.Timer
 }
+
+// ProgressInterval is the shortest time between two progress reports of
+// one call ([Progress]); a newer report replaces one held back.
+const ProgressInterval = 100 * time.Millisecond
 
 // heartbeat returns the beat of msg, or nil when msg asks for none: a
 // notification, or a call from an aggregator that does not speak the
@@ -95,8 +105,11 @@ func (b *beat) asked() bool { return b != nil }
 // must be held, except for a busy refusal, which never probes. A failure
 // is not worth a log line: the aggregator notices the silence, which is
 // the point.
-func (b *beat) send(v string) {
-	msg := &nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}}
+func (b *beat) send(v string) { b.sendBody(v, nil) }
+
+// sendBody is [beat.send] with a body, which only a report has.
+func (b *beat) sendBody(v string, body []byte) {
+	msg := &nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}, Data: body}
 	if b.token != "" {
 		if b.nc.IsConnected() {
 			if rc := b.nc.Stats().Reconnects; rc != b.reconnects {
@@ -150,6 +163,49 @@ func (b *beat) tick() {
 	b.timer.Reset(b.interval)
 }
 
+// report sends a progress report of the running call, or holds it back
+// until [ProgressInterval] has passed since the previous one. A report is
+// a sign of life, so the next heartbeat is due an interval after it.
+func (b *beat) report(percent float64, message string) {
+	body := schema.MarshalProgress(percent, message)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || b.timer == nil {
+		return // not started, or already answered
+	}
+	if wait := ProgressInterval - time.Since(b.lastReport); wait > 0 {
+		if b.pending == nil {
+			if b.reportTimer == nil {
+				b.reportTimer = time.AfterFunc(wait, b.flush)
+			} else {
+				b.reportTimer.Reset(wait)
+			}
+		}
+		b.pending = body
+		return
+	}
+	b.sendReportLocked(body)
+}
+
+// flush sends the report held back, if the call still runs.
+func (b *beat) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || b.pending == nil {
+		return
+	}
+	b.sendReportLocked(b.pending)
+}
+
+func (b *beat) sendReportLocked(body []byte) {
+	b.pending = nil
+	b.lastReport = time.Now()
+	b.sendBody(schema.ProgressReport, body)
+	if b.timer != nil {
+		b.timer.Reset(b.interval)
+	}
+}
+
 // unheard records that probing message seq found nobody subscribed to the
 // reply subject, and cancels the call when that makes b.misses in a row.
 // The heartbeats stop then: nobody would hear them.
@@ -182,6 +238,9 @@ func (b *beat) stopLocked() {
 	b.stopped = true
 	if b.timer != nil {
 		b.timer.Stop()
+	}
+	if b.reportTimer != nil {
+		b.reportTimer.Stop()
 	}
 	if b.token != "" {
 		b.probes.forget(b.token)

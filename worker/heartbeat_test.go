@@ -130,3 +130,70 @@ func TestBusyWorkerRefusesWhoUnderstands(t *testing.T) {
 		t.Errorf("call without %s = %v, want a result", schema.HeaderHeartbeat, err)
 	}
 }
+
+// TestProgressReports checks that worker.Progress in a call over the bus
+// sends progress reports to an aggregator that asked for heartbeats, the
+// newest of a burst held back rather than lost, and nothing to one that
+// did not ask.
+func TestProgressReports(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	step := make(chan struct{})
+	if err := c.rt.HandleFunc("work", func(ctx context.Context, _ *worker.Request) (any, error) {
+		worker.Progress(ctx, 10, "started")
+		<-step
+		for i := range 50 {
+			worker.Progress(ctx, float64(11+i), "")
+		}
+		worker.Progress(ctx, 250, "last")
+		<-step
+		return "done", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	sub := watchFrom(t, c.caller, callMsg(t, "work", "", time.Time{}), "60000")
+	nextReport := func() schema.JobProgress {
+		t.Helper()
+		for {
+			m := next(t, sub)
+			switch m.Header.Get(schema.HeaderProgress) {
+			case schema.ProgressReport:
+				p, err := schema.UnmarshalProgress(m.Data)
+				if err != nil {
+					t.Fatalf("report body %q: %v", m.Data, err)
+				}
+				return p
+			case "":
+				t.Fatalf("reply %q before the report", m.Data)
+			}
+		}
+	}
+	if got := nextReport(); got != (schema.JobProgress{Percent: 10, Message: "started"}) {
+		t.Fatalf("first report = %+v, want {10 started}", got)
+	}
+	step <- struct{}{}
+	// The burst leaves as at most a few reports, the last being the
+	// newest, clamped to 100.
+	var got schema.JobProgress
+	for n := 0; got.Message != "last"; n++ {
+		if n > 10 {
+			t.Fatalf("more than 10 reports for a burst of 51 within %v", worker.ProgressInterval)
+		}
+		got = nextReport()
+	}
+	if got.Percent != 100 {
+		t.Errorf("last report = %+v, want percent 100", got)
+	}
+	step <- struct{}{}
+	if m := reply(t, sub); string(m.Data) == "" {
+		t.Fatal("empty reply")
+	}
+
+	// A caller that asked for no heartbeats gets the reply alone.
+	sub = watchFrom(t, c.caller, callMsg(t, "work", "", time.Time{}), "")
+	step <- struct{}{}
+	step <- struct{}{}
+	if m := next(t, sub); m.Header.Get(schema.HeaderProgress) != "" {
+		t.Fatalf("message %q with %s %q to a caller that asked for none", m.Data, schema.HeaderProgress, m.Header.Get(schema.HeaderProgress))
+	}
+}

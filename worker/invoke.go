@@ -10,20 +10,23 @@ import (
 
 // MaxProgressMessageBytes is the longest progress message [Progress] passes
 // on; a longer one is cut at a UTF-8 boundary.
-const MaxProgressMessageBytes = 1024
+const MaxProgressMessageBytes = schema.MaxProgressMessageBytes
 
-// ProgressFunc receives a running job's progress: percent in [0, 100] and a
-// short message. It is called from the handler's goroutine and must not
+// ProgressFunc receives a running call's progress: percent in [0, 100] and
+// a short message. It is called from the handler's goroutine and must not
 // block for long.
 type ProgressFunc func(percent float64, message string)
 
 type progressKey struct{}
 
-// Progress reports the progress of the call that ctx belongs to when it runs
-// as a durable job ([Runtime.Invoke] with a progress function); for a call
-// over the bus it does nothing. percent is clamped to [0, 100] (NaN counts
-// as 0) and message is cut to [MaxProgressMessageBytes]. Progress is safe to
-// call often: the job runner decides how often it is written down.
+// Progress reports the progress of the call that ctx belongs to: over the
+// bus, as a progress report to the aggregator that asked for heartbeats
+// (PROTOCOL.md, rule 8), which a job's runner records as the job's
+// progress; through [Runtime.Invoke], to its progress function. A call
+// whose aggregator asked for no heartbeats, or a notification, reports
+// nothing. percent is clamped to [0, 100] (NaN counts as 0) and message
+// is cut to [MaxProgressMessageBytes]. Progress is safe to call often: at
+// most one report every [ProgressInterval] leaves the worker, the newest.
 func Progress(ctx context.Context, percent float64, message string) {
 	fn, ok := ctx.Value(progressKey{}).(ProgressFunc)
 	if !ok || fn == nil {
@@ -35,18 +38,7 @@ func Progress(ctx context.Context, percent float64, message string) {
 	case percent > 100:
 		percent = 100
 	}
-	fn(percent, truncateUTF8(message, MaxProgressMessageBytes))
-}
-
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Step back over continuation bytes so the cut never splits a rune.
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
+	fn(percent, schema.TruncateUTF8(message, MaxProgressMessageBytes))
 }
 
 // Invoke runs the handler registered for call.Method once, outside the bus,

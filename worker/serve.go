@@ -91,6 +91,9 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 		r.metrics.orphan()
 		cancelCause(ErrCallerGone)
 	})
+	if hb.asked() {
+		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
+	}
 	rt.inflight.Add(1)
 	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb)
 }

@@ -56,6 +56,8 @@ type ingressConfig struct {
 	wsOrigins        []string
 	sseHeartbeat     time.Duration
 	jobs             bool
+	jobLease         time.Duration
+	jobConcurrency   int
 	jobTTL           time.Duration
 	jobReplicas      int
 	jobMaxAttempts   int
@@ -100,7 +102,9 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.wsPingMisses, "ws-ping-misses", ingress.DefaultPingMisses, "unanswered pings after which a WebSocket connection is closed")
 	f.StringSliceVar(&c.wsOrigins, "ws-origins", nil, "origin patterns allowed to open a WebSocket besides the same origin (e.g. *.example.com)")
 	f.DurationVar(&c.sseHeartbeat, "sse-heartbeat", ingress.DefaultSSEHeartbeat, "interval of the comment lines that keep an SSE stream alive")
-	f.BoolVar(&c.jobs, "jobs", true, "serve the rpc.jobs.* methods on JetStream (needs JetStream)")
+	f.BoolVar(&c.jobs, "jobs", true, "serve the rpc.jobs.* methods on JetStream and run the queued jobs as calls to the workers (needs JetStream)")
+	f.DurationVar(&c.jobLease, "job-lease", jobs.DefaultLease, "how long a job stays leased to this ingress's runner without a sign of life")
+	f.IntVar(&c.jobConcurrency, "job-concurrency", jobs.DefaultRunConcurrency, "jobs this ingress's runner sends to workers at once")
 	f.DurationVar(&c.jobTTL, "job-ttl", jobs.DefaultTTL, "how long a finished job's record is kept")
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
@@ -143,9 +147,6 @@ type workerConfig struct {
 	tools           []string
 	concurrency     int
 	shutdownTimeout time.Duration
-	jobs            bool
-	jobLease        time.Duration
-	jobConcurrency  int
 	announce        bool
 	mcpCommand      string
 	mcpURL          string
@@ -162,22 +163,25 @@ type workerConfig struct {
 }
 
 // flags defines the worker's flags; standalone adds those that the dev
-// command shares with the ingress (--prefix, --jobs).
+// command shares with the ingress (--prefix), and accepts the job flags
+// of workers that ran jobs themselves, which have no effect now.
 func (c *workerConfig) flags(cmd *cobra.Command, standalone bool) {
 	f := cmd.Flags()
 	c.standalone = standalone
 	if standalone {
 		f.StringVar(&c.metricsListen, "metrics-listen", "0.0.0.0:9464", "HTTP address of the worker's /metrics, /healthz and /readyz (empty for none)")
 		f.StringVar(&c.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
-		f.BoolVar(&c.jobs, "jobs", true, "also run the toolsets' tools as durable jobs from JetStream (needs JetStream)")
-	} else {
-		c.jobs = true
+		// A worker runs jobs as calls, sent by the ingresses' runners.
+		f.Bool("jobs", true, "")
+		f.Duration("job-lease", jobs.DefaultLease, "")
+		f.Int("job-concurrency", jobs.DefaultRunConcurrency, "")
+		for _, name := range []string{"jobs", "job-lease", "job-concurrency"} {
+			_ = f.MarkDeprecated(name, "a worker runs jobs as calls sent by the ingress, which has --job-lease and --job-concurrency; drop it from the worker's command line")
+		}
 	}
 	f.StringSliceVar(&c.tools, "tools", []string{"demo"}, "toolsets to serve (available: demo, conform)")
 	f.IntVar(&c.concurrency, "concurrency", worker.DefaultConcurrency, "calls of one method a worker runs at once")
 	f.DurationVar(&c.shutdownTimeout, "drain-timeout", 30*time.Second, "how long a worker drains its calls on shutdown")
-	f.DurationVar(&c.jobLease, "job-lease", jobs.DefaultLease, "how long a job stays leased to this worker without a sign of life")
-	f.IntVar(&c.jobConcurrency, "job-concurrency", jobs.DefaultRunConcurrency, "jobs of one method a worker runs at once")
 	f.BoolVar(&c.announce, "announce", true, "announce the worker's tools and their schemas for discovery")
 	f.StringVar(&c.mcpCommand, "mcp-command", "", `serve the tools of the MCP server this command starts, over stdio ("CMD ARGS", split at spaces)`)
 	f.StringVar(&c.mcpURL, "mcp-url", "", "serve the tools of the MCP server at this Streamable HTTP URL")
@@ -388,7 +392,10 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		if c.callbackSecret != "" {
 			jobOpts = append(jobOpts, jobs.WithCallbackSecret([]byte(c.callbackSecret)), jobs.WithCallbackAllow(c.callbackAllow...))
 		}
-		opts = append(opts, node.WithJobs(jobOpts...))
+		opts = append(opts, node.WithJobs(jobOpts...), node.WithJobRunner(
+			jobs.WithLease(c.jobLease),
+			jobs.WithRunConcurrency(c.jobConcurrency),
+			jobs.WithRunnerCounters(counters)))
 		if c.a2a {
 			a2aOpts := []a2a.Option{a2a.WithPublicSkills(c.a2aPublicSkills...)}
 			if c.a2aTextMethod != "" {
@@ -441,7 +448,7 @@ func workerModule(cfg workerConfig) fx.Option {
 				return w.Shutdown(ctx)
 			},
 		})
-		log.Info("worker serving", "methods", w.Runtime.Methods(), "jobs", cfg.jobs)
+		log.Info("worker serving", "methods", w.Runtime.Methods())
 		return nil
 	})
 }
@@ -491,26 +498,9 @@ func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prome
 	if ab != nil {
 		bridges = append(bridges, ab)
 	}
-	opts := []node.WorkerOption{node.WithPrefix(cfg.prefix), node.WithLogger(log), node.WithVersion(buildVersion())}
-	if cfg.jobs {
-		opts = append(opts, node.WithJobRunner(
-			jobs.WithLease(cfg.jobLease),
-			jobs.WithRunConcurrency(cfg.jobConcurrency),
-			jobs.WithRunnerCounters(counters)))
-	}
-	w, err := node.NewWorker(nc, rt, st, opts...)
+	w, err := node.NewWorker(nc, rt, st, node.WithPrefix(cfg.prefix), node.WithLogger(log), node.WithVersion(buildVersion()))
 	if err != nil {
-		if cfg.jobs {
-			err = fmt.Errorf("worker: jobs: %w (run with --jobs=false against a NATS without JetStream)", err)
-		}
 		return nil, nil, err
-	}
-	// In one process with an ingress, the job service's collector reports
-	// the runner's counters.
-	if w.Runner != nil && cfg.standalone {
-		if err := metrics.Register(w.Runner.Collector()); err != nil {
-			return nil, nil, fmt.Errorf("worker: jobs metrics: %w", err)
-		}
 	}
 	return w, bridges, nil
 }

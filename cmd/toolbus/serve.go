@@ -56,7 +56,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 					return err
 				}
 			}
-			wc.prefix, wc.jobs = ic.prefix, ic.jobs
+			wc.prefix = ic.prefix
 			var addr ingressAddr
 			var emb *bus.Embedded
 			var st *bus.Startup

@@ -270,8 +270,6 @@ func TestStartupFailures(t *testing.T) {
 	}{
 		{"ingress without JetStream", []string{"ingress", "--auth=off", "--listen", "127.0.0.1:0", "--nats", noJetStream},
 			bus.ErrNoJetStream, []string{"JetStream", "--jobs=false", "--idempotency=false"}},
-		{"worker without JetStream", []string{"worker", "--metrics-listen", "", "--nats", noJetStream},
-			bus.ErrNoJetStream, []string{"JetStream", "--jobs=false"}},
 		{"replicas above the servers", []string{"ingress", "--auth=off", "--listen", "127.0.0.1:0", "--nats", single, "--job-replicas", "3"},
 			bus.ErrReplicas, []string{"3 replicas", "--job-replicas"}},
 		{"wrong password", []string{"worker", "--metrics-listen", "", "--nats", users, "--nats-user", "worker", "--nats-password", "wrong"},
