@@ -110,6 +110,10 @@ type JobRecord struct {
 	FinishedAt     *time.Time      `json:"finished_at,omitempty"`
 	// TTLSeconds is how long the record is kept once the job has finished.
 	TTLSeconds int64 `json:"ttl_seconds"`
+	// Waiting says why a queued job has not started yet: a reason such as
+	// [ReasonNoWorkers], no worker serves its method now. It is empty
+	// once the job leaves the queue.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // JobSubmitResult is the result of rpc.jobs.submit.
