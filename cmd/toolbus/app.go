@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
@@ -63,6 +64,7 @@ type ingressConfig struct {
 	callbackAllow    []string
 	discovery        bool
 	validate         bool
+	toolsRetention   time.Duration
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
 	// obs is what the ingress shows of itself.
@@ -104,7 +106,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
-	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
+	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs, and at job submit (needs --discovery)")
+	f.DurationVar(&c.toolsRetention, "tools-retention", discovery.DefaultRetention, "how long a tool stays known after its last worker was seen, so that its jobs are still taken (kept in JetStream with --jobs)")
 	c.obs.flags(cmd)
 }
 
@@ -358,8 +361,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		opts = append(opts, node.WithIdempotency(c.sec.idemTTL, c.sec.idemMaxBytes))
 	}
 	if c.discovery {
-		opts = append(opts, node.WithRegistry())
-		ingOpts = append(ingOpts, ingress.WithValidation(c.validate))
+		opts = append(opts, node.WithRegistry(), node.WithValidation(c.validate), node.WithToolsRetention(c.toolsRetention))
 	}
 	if c.jobs {
 		jobOpts := []jobs.Option{
