@@ -90,7 +90,9 @@ type toolStore struct {
 	pending map[string]toolRecord // by name; the latest wins
 	wake    chan struct{}
 
-	quit chan struct{}
+	// ctx ends with stop, so that a write in flight does not hold it up.
+	ctx  context.Context
+	quit context.CancelFunc
 	wg   sync.WaitGroup
 }
 
@@ -107,11 +109,7 @@ func (s *toolStore) queue(rec toolRecord) {
 
 // stop ends the writer and the watch and waits for them.
 func (s *toolStore) stop() {
-	select {
-	case <-s.quit:
-	default:
-		close(s.quit)
-	}
+	s.quit()
 	s.wg.Wait()
 }
 
@@ -121,7 +119,7 @@ func (s *toolStore) stop() {
 func (s *toolStore) write() {
 	for {
 		select {
-		case <-s.quit:
+		case <-s.ctx.Done():
 			return
 		case <-s.wake:
 		}
@@ -132,7 +130,7 @@ func (s *toolStore) write() {
 		for name, rec := range pending {
 			b, err := json.Marshal(rec)
 			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+				ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 				_, err = s.kv.Put(ctx, toolKey(name), b)
 				cancel()
 			}
@@ -199,10 +197,12 @@ func (r *Registry) Persist(ctx context.Context, kv jetstream.KeyValue) error {
 		stopWatch()
 		return fmt.Errorf("discovery: read the known tools: %w", loading.Err())
 	}
-	s := &toolStore{kv: kv, log: r.log.Warn, pending: map[string]toolRecord{}, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	s := &toolStore{kv: kv, log: r.log.Warn, pending: map[string]toolRecord{}, wake: make(chan struct{}, 1)}
+	s.ctx, s.quit = context.WithCancel(context.Background())
 	r.mu.Lock()
 	if r.store != nil || r.closed {
 		r.mu.Unlock()
+		s.quit()
 		stopWatch()
 		return errors.New("discovery: registry already persisted, or closed")
 	}
@@ -214,7 +214,7 @@ func (r *Registry) Persist(ctx context.Context, kv jetstream.KeyValue) error {
 		defer stopWatch()
 		for {
 			select {
-			case <-s.quit:
+			case <-s.ctx.Done():
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
