@@ -29,6 +29,19 @@ func NewSubjects(prefix string) (Subjects, error) {
 // Prefix returns the prefix.
 func (s Subjects) Prefix() string { return s.prefix }
 
+// Token returns the prefix as JetStream stream and bucket names may hold
+// it, with every character outside A-Z a-z 0-9 _ - made '_', so that the
+// names of several clusters' streams and buckets stay apart.
+func (s Subjects) Token() string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '_'
+	}, s.prefix)
+}
+
 // Call returns the subject a call of method is published on. It fails for a
 // name outside the method grammar and for reserved rpc.* names, so the
 // result is never a wildcard and always lies under the prefix.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -147,6 +148,7 @@ type securedCluster struct {
 	ingressErrs, workerErrs <-chan error
 	agg                     *aggregator.Aggregator
 	jobs                    *jobs.Service
+	registry                *discovery.Registry
 	subjects                bus.Subjects
 }
 
@@ -195,6 +197,17 @@ func startSecured(t *testing.T) *securedCluster {
 	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress idempotency bucket: %v", err)
+	}
+	tools, err := discovery.ToolsBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
+	if err != nil {
+		t.Fatalf("ingress bucket of known tools: %v", err)
+	}
+	if c.registry, err = discovery.New(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.registry.Close)
+	if err := c.registry.Persist(ctx, tools); err != nil {
+		t.Fatalf("ingress registry of known tools: %v", err)
 	}
 	// Heartbeats every 20ms: a call of a few hundred milliseconds gets
 	// many answers on its reply subject.
@@ -288,6 +301,29 @@ func TestSecurePermissions(t *testing.T) {
 	if first.Error != nil || again.Error != nil || string(first.Result) != string(again.Result) {
 		t.Fatalf("idempotent echo twice = %s %v, %s %v; want the same result", first.Result, first.Error, again.Result, again.Error)
 	}
+
+	// The ingress's registry keeps what it hears in the bucket of known
+	// tools, and a second one reads it back.
+	c.registry.Observe([]byte(`{"v":1,"worker":"secured","interval_ms":60000,"tools":[{"name":"secured.tool"}]}`))
+	toolbustest.Eventually(t, func() bool {
+		other, err := discovery.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		js, err := jetstream.New(c.ingress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, "toolbus_tools")
+		if err != nil {
+			t.Fatalf("the ingress opens the bucket of known tools: %v", err)
+		}
+		if err := other.Persist(ctx, kv); err != nil {
+			t.Fatalf("the ingress reads the bucket of known tools: %v", err)
+		}
+		return other.Known("secured.tool")
+	}, "a second registry knows the tool the first heard of")
 
 	// Jobs: one runs to the end, one is followed and canceled, and both
 	// are listed.
@@ -386,6 +422,8 @@ func TestSecureRefusals(t *testing.T) {
 		{"worker", worker, c.workerErrs, "read the idempotency bucket", pub("$JS.API.STREAM.INFO.KV_toolbus_idem")},
 		{"worker", worker, c.workerErrs, "read an idempotency record", pub("$JS.API.DIRECT.GET.KV_toolbus_idem.$KV.toolbus_idem.k")},
 		{"worker", worker, c.workerErrs, "write an idempotency record", pub("$KV.toolbus_idem.k")},
+		{"worker", worker, c.workerErrs, "read the known tools", pub("$JS.API.STREAM.INFO.KV_toolbus_tools")},
+		{"worker", worker, c.workerErrs, "write a known tool", pub("$KV.toolbus_tools.k")},
 		{"worker", worker, c.workerErrs, "create a stream", pub("$JS.API.STREAM.CREATE.STOLEN")},
 		{"worker", worker, c.workerErrs, "change the job stream", pub("$JS.API.STREAM.UPDATE.TOOLBUS_JOBS")},
 		{"worker", worker, c.workerErrs, "delete the job stream", pub("$JS.API.STREAM.DELETE.TOOLBUS_JOBS")},

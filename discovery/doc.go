@@ -2,7 +2,12 @@
 // announce their tools on the bus (PROTOCOL.md section 9); a [Registry]
 // follows those announcements through a [Feed] and keeps the live catalogue:
 // each tool's descriptor, how many workers serve it, and the descriptors it
-// could not use ([Problem]).
+// could not use ([Problem]). It also keeps the known tools: every tool
+// advertised within a retention period, live or not, with its descriptor,
+// in a JetStream bucket that every registry of the cluster shares
+// ([ToolsBucket], [Registry.Persist]), so that a tool whose workers are
+// scaled to zero, or that was announced to another ingress, or before a
+// restart, is still known.
 //
 // The ingress uses the registry in three places, all of which take what one
 // caller may see as a [Scope] (a permission predicate the ingress builds
@@ -16,4 +21,8 @@
 //   - [Discoverer] answers rpc.discover and GET /openrpc.json with the
 //     OpenRPC document ([Registry.OpenRPC]) of the tools the caller may call.
 //   - The MCP front door (package ingress/mcp) lists the live tools.
+//
+// The jobs service judges submits with [Registry.Check]: a method that is
+// not known is refused, params that break its schema too, and a job of a
+// known method no worker serves now is accepted and says it waits.
 package discovery

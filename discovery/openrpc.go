@@ -61,7 +61,6 @@ type OpenRPCExtension struct {
 	Pattern      bool            `json:"pattern,omitempty"`
 	TimeoutMS    int64           `json:"timeout_ms,omitempty"`
 	RetrySafe    bool            `json:"idempotent"`
-	Job          bool            `json:"job"`
 	Version      string          `json:"version,omitempty"`
 	Conflict     bool            `json:"conflict,omitempty"`
 	ParamsSchema json.RawMessage `json:"params_schema,omitempty"`
@@ -122,7 +121,7 @@ func (r *Registry) OpenRPC(s Scope) OpenRPC {
 			Result:      ContentDescriptor{Name: "result", Schema: anySchema},
 			X: OpenRPCExtension{
 				Workers: t.Workers, Pattern: t.IsPattern(), TimeoutMS: t.TimeoutMS, RetrySafe: t.RetrySafe,
-				Job: t.Job, Version: t.Version, Conflict: t.Conflict, ParamsSchema: t.Params,
+				Version: t.Version, Conflict: t.Conflict, ParamsSchema: t.Params,
 			},
 		}
 		if len(t.Result) > 0 {

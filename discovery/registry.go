@@ -59,6 +59,7 @@ type Tool struct {
 	Conflict bool `json:"conflict,omitempty"`
 
 	params *jsonschema.Schema // compiled Params; nil when there are none
+	key    string             // canonical form of the descriptor
 }
 
 // Catalog is what the registry knows at one moment.
@@ -88,16 +89,29 @@ type compiled struct {
 // announcement and go when it leaves or misses three of its intervals. It
 // validates params against the advertised schemas (compiled once per
 // schema, see [Layer]) and feeds rpc.discover, GET /openrpc.json
-// ([Discoverer]) and the ingress's MCP front door. Make one with [New] and
-// start it with [Registry.Start]. Its methods are safe for concurrent use.
+// ([Discoverer]) and the ingress's MCP front door.
+//
+// Beyond the live tools it keeps the known ones: every tool a worker
+// advertised, with its descriptor, for the retention period
+// ([WithRetention]) after its last worker was seen, so that a tool whose
+// workers are scaled to zero is still told from one that never existed
+// ([Registry.Known], [Registry.Check]). With [Registry.Persist] the known
+// tools live in a JetStream bucket that every registry of the cluster
+// shares, and outlast restarts.
+//
+// Make one with [New] and start it with [Registry.Start]. Its methods are
+// safe for concurrent use.
 type Registry struct {
-	log *slog.Logger
-	now func() time.Time
+	log       *slog.Logger
+	now       func() time.Time
+	retention time.Duration
 
 	mu       sync.Mutex
 	workers  map[string]*workerEntry
-	known    map[string]bool // every name ever advertised
-	catalog  *Catalog        // cached; nil when it must be rebuilt
+	known    map[string]*knownTool // every tool advertised within the retention
+	store    *toolStore            // nil until Persist
+	closed   bool
+	catalog  *Catalog // cached; nil when it must be rebuilt
 	schemas  map[string]*jsonschema.Schema
 	watchers map[int]func()
 	nextID   int
@@ -122,15 +136,28 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithRetention sets how long a tool stays known after its last worker
+// was seen (default [DefaultRetention]). It must be at least a minute.
+func WithRetention(d time.Duration) Option {
+	return func(r *Registry) error {
+		if d < time.Minute {
+			return fmt.Errorf("discovery: tools retention must be at least 1m, got %v", d)
+		}
+		r.retention = d
+		return nil
+	}
+}
+
 // New returns an empty registry.
 func New(opts ...Option) (*Registry, error) {
 	r := &Registry{
-		log:      slog.Default(),
-		now:      time.Now,
-		workers:  map[string]*workerEntry{},
-		known:    map[string]bool{},
-		schemas:  map[string]*jsonschema.Schema{},
-		watchers: map[int]func(){},
+		log:       slog.Default(),
+		now:       time.Now,
+		retention: DefaultRetention,
+		workers:   map[string]*workerEntry{},
+		known:     map[string]*knownTool{},
+		schemas:   map[string]*jsonschema.Schema{},
+		watchers:  map[int]func(){},
 	}
 	for _, o := range opts {
 		if err := o(r); err != nil {
@@ -165,13 +192,16 @@ func (r *Registry) Start(feed Feed) error {
 	return nil
 }
 
-// Close stops following the feed. The registry keeps answering from what
-// it knew.
+// Close stops following the feed and the bucket of [Registry.Persist].
+// The registry keeps answering from what it knew.
 func (r *Registry) Close() {
 	r.mu.Lock()
-	quit, done, stop := r.quit, r.done, r.stopFeed
-	r.stopFeed = nil
+	quit, done, stop, store := r.quit, r.done, r.stopFeed, r.store
+	r.stopFeed, r.closed = nil, true
 	r.mu.Unlock()
+	if store != nil {
+		store.stop()
+	}
 	if quit == nil {
 		return
 	}
@@ -203,7 +233,8 @@ func (r *Registry) sweep() {
 	}
 }
 
-// expire forgets the workers whose announcements stopped before now.
+// expire forgets the workers whose announcements stopped before now, and
+// the tools known longer than the retention after their last worker.
 func (r *Registry) expire(now time.Time) {
 	r.mu.Lock()
 	changed := false
@@ -215,6 +246,7 @@ func (r *Registry) expire(now time.Time) {
 		}
 	}
 	watchers := r.changedLocked(changed)
+	r.reconcileLocked(now)
 	r.mu.Unlock()
 	notify(watchers)
 }
@@ -232,6 +264,9 @@ func (r *Registry) Observe(data []byte) {
 		_, had := r.workers[a.Worker]
 		delete(r.workers, a.Worker)
 		watchers := r.changedLocked(had)
+		if had {
+			r.reconcileLocked(r.now())
+		}
 		r.mu.Unlock()
 		notify(watchers)
 		return
@@ -256,10 +291,11 @@ func (r *Registry) Observe(data []byte) {
 			r.log.Warn("broken tool descriptor", "worker", a.Worker, "method", p.Method, "reason", p.Reason)
 		}
 	}
-	for _, c := range w.tools {
-		r.known[c.desc.Name] = true
+	changed := !had || !sameTools(old, w)
+	watchers := r.changedLocked(changed)
+	if changed {
+		r.reconcileLocked(r.now())
 	}
-	watchers := r.changedLocked(!had || !sameTools(old, w))
 	r.mu.Unlock()
 	notify(watchers)
 }
@@ -406,7 +442,7 @@ func (r *Registry) catalogLocked() *Catalog {
 			return strings.Compare(g.byKey[a][0], g.byKey[b][0])
 		})
 		c := g.first[keys[0]]
-		t := Tool{Descriptor: c.desc, Workers: g.workers, params: c.params}
+		t := Tool{Descriptor: c.desc, Workers: g.workers, params: c.params, key: c.key}
 		if len(keys) > 1 {
 			t.Conflict = true
 			var all []string
@@ -463,20 +499,13 @@ func (r *Registry) RetrySafe(method string) bool {
 	return ok && t.RetrySafe && !t.Conflict
 }
 
-// Known reports whether some worker ever advertised method (or a pattern
-// matching it) since the registry started, live or not.
+// Known reports whether method (or a pattern matching it) is a known
+// tool: live, or advertised by a worker seen within the retention, here or,
+// with [Registry.Persist], by any registry sharing the bucket.
 func (r *Registry) Known(method string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.known[method] {
-		return true
-	}
-	for name := range r.known {
-		if schema.MatchMethod(name, method) {
-			return true
-		}
-	}
-	return false
+	return r.knownLocked(method, r.now()) != nil
 }
 
 // Worker is one live worker as its announcements describe it.
@@ -505,15 +534,17 @@ func (r *Registry) Workers() []Worker {
 	return out
 }
 
-// Names returns every method or pattern ever advertised since the
-// registry started, live or not, sorted. The set grows only with what
-// workers advertise.
+// Names returns the known methods and patterns (see [Registry.Known]),
+// live or not, sorted.
 func (r *Registry) Names() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	out := make([]string, 0, len(r.known))
-	for name := range r.known {
-		out = append(out, name)
+	for name, k := range r.known {
+		if k.current(now, r.retention) {
+			out = append(out, name)
+		}
 	}
 	slices.Sort(out)
 	return out

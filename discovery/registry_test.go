@@ -32,9 +32,11 @@ const (
 	badName   = `{"name":"no spaces"}`
 )
 
+var discard = slog.New(slog.DiscardHandler)
+
 func newTestRegistry(t *testing.T) *Registry {
 	t.Helper()
-	r, err := New(WithLogger(slog.New(slog.DiscardHandler)))
+	r, err := New(WithLogger(discard))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 // params against reg's schema of the method, when validate is set, and
 // shortens the call's deadline to the method's advertised timeout; after,
 // it turns "no worker serves it" into -32003 (unavailable, retryable) for
-// a method reg has seen advertised, so that an agent can tell a method
-// that is down from one that does not exist. Params that do not fit are
+// a method reg knows ([Registry.Known]), so that an agent can tell a
+// method that is down from one that does not exist. Params that do not fit are
 // answered -32602 with data {"field": JSON pointer, "reason", "method",
 // "source": "schema"} and never reach a worker.
 func Layer(reg *Registry, validate bool) schema.Layer {

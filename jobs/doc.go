@@ -17,7 +17,11 @@
 // A [Service] (one per ingress) creates or updates both at start with its
 // limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,
 // rpc.jobs.cancel and rpc.jobs.list through [Service.ServeRPC]; once
-// started it also delivers completion callbacks. A [Runner] (one per
+// started it also delivers completion callbacks. Given a [MethodCheck]
+// ([WithMethodCheck]; the ingress builds one from its registry of known
+// tools), it refuses at submit a job that cannot run, and a job accepted
+// for a method no worker serves now says so in its record's Waiting while
+// it is queued. A [Runner] (one per
 // ingress) runs the jobs with an [Invoker], a [BusInvoker] that sends each
 // job to a worker as an ordinary call over the bus, so that workers need no
 // JetStream: for each served pattern (">" for a BusInvoker) it takes jobs

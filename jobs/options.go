@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,6 +79,9 @@ type config struct {
 	// authorize decides whether the caller of ctx may run a method; nil
 	// allows every method.
 	authorize func(ctx context.Context, method string) *schema.Error
+	// checkMethod judges a submitted method and its params; nil accepts
+	// every method at once.
+	checkMethod MethodCheck
 }
 
 func defaultConfig() config {
@@ -110,6 +114,27 @@ type Option func(*config) error
 func WithAuthorize(authorize func(ctx context.Context, method string) *schema.Error) Option {
 	return func(c *config) error {
 		c.authorize = authorize
+		return nil
+	}
+}
+
+// MethodCheck judges, at submit, a job of method with params: it returns
+// the error that refuses the submit, or why the accepted job will wait
+// (such as [schema.ReasonNoWorkers]; "" when nothing is known to hold it
+// up), which its record shows as [schema.JobRecord.Waiting] while it is
+// queued. ctx is the submitting call's.
+type MethodCheck func(ctx context.Context, method string, params json.RawMessage) (waiting string, e *schema.Error)
+
+// WithMethodCheck makes rpc.jobs.submit ask check about the method and
+// params it submits, after the caller's permission ([WithAuthorize]) and
+// the size of the params: a submit that cannot run (a method no worker
+// ever served, params that break the method's schema) is refused at once
+// rather than queued for ever. The ingress builds it from its registry of
+// tools (discovery's Registry.Check). Without it, every method is accepted
+// and no job says it waits.
+func WithMethodCheck(check MethodCheck) Option {
+	return func(c *config) error {
+		c.checkMethod = check
 		return nil
 	}
 }

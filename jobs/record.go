@@ -35,7 +35,17 @@ func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time
 func (s *stored) public() *schema.JobRecord {
 	r := s.JobRecord
 	r.Callback = shownCallback(r.Callback)
+	r.Waiting = s.waiting()
 	return &r
+}
+
+// waiting is the record's Waiting as a caller sees it: what a job waited
+// for at submit no longer holds once it has left the queue.
+func (s *stored) waiting() string {
+	if s.State != schema.JobQueued {
+		return ""
+	}
+	return s.Waiting
 }
 
 // summary returns the record without params and result, as rpc.jobs.list
@@ -44,6 +54,7 @@ func (s *stored) summary() *schema.JobRecord {
 	r := s.JobRecord
 	r.Params, r.Result = nil, nil
 	r.Callback = shownCallback(r.Callback)
+	r.Waiting = s.waiting()
 	return &r
 }
 
@@ -71,7 +82,7 @@ func shownCallback(c *schema.JobCallback) *schema.JobCallback {
 // finish moves the record to a final state at now. A callback becomes
 // pending when the job has a notify_url.
 func (s *stored) finish(state schema.JobState, result json.RawMessage, rpcErr *schema.Error, now time.Time) {
-	s.State, s.Result, s.Error = state, result, rpcErr
+	s.State, s.Result, s.Error, s.Waiting = state, result, rpcErr, ""
 	s.FinishedAt = &now
 	if s.NotifyURL != "" && s.Callback == nil {
 		s.Callback = &schema.JobCallback{State: schema.JobCallbackPending}

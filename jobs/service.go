@@ -165,12 +165,20 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubm
 	if len(params) > s.cfg.maxParamsBytes {
 		return nil, schema.LimitError("max_params_bytes", int64(s.cfg.maxParamsBytes), int64(len(params)))
 	}
+	var waiting string
+	if s.cfg.checkMethod != nil {
+		var e *schema.Error
+		if waiting, e = s.cfg.checkMethod(ctx, method, params); e != nil {
+			return nil, e
+		}
+	}
 	now := time.Now().UTC()
 	rec := &stored{JobRecord: schema.JobRecord{
 		ID:          s.ids.next(now),
 		Method:      method,
 		Params:      params,
 		State:       schema.JobQueued,
+		Waiting:     waiting,
 		MaxAttempts: s.cfg.maxAttempts,
 		Caller:      call.Caller,
 		CreatedAt:   now,

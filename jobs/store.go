@@ -51,18 +51,11 @@ type names struct {
 }
 
 func newNames(prefix string) (names, error) {
-	if _, err := bus.NewSubjects(prefix); err != nil {
+	s, err := bus.NewSubjects(prefix)
+	if err != nil {
 		return names{}, err
 	}
-	// Stream and bucket names allow only A-Z a-z 0-9 _ -, so the other
-	// characters of the prefix grammar become '_'.
-	token := strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
-			return r
-		}
-		return '_'
-	}, prefix)
+	token := s.Token()
 	return names{prefix: prefix, stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}, nil
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,7 @@ const (
 	partRunner      = "job runner"
 	partIdempotency = "idempotency store"
 	partA2APush     = "A2A push notification configs"
+	partTools       = "known tools"
 )
 
 // Gateway is an ingress process on one NATS connection: the aggregator
@@ -69,6 +71,8 @@ type gatewayConfig struct {
 	aggOpts    []aggregator.Option
 	ingOpts    []ingress.Option
 	registry   bool
+	retention  time.Duration
+	validate   bool
 	jobs       bool
 	jobsOpts   []jobs.Option
 	runnerOpts []jobs.RunnerOption
@@ -123,11 +127,38 @@ func WithIngressOptions(opts ...ingress.Option) GatewayOption {
 // validates params, answers -32003 for known methods without workers and
 // serves rpc.discover, GET /openrpc.json and the MCP front door
 // ([ingress.WithDiscovery]); a tool announced as idempotent may be
-// published again, as [aggregator.WithRetrySafe] patterns are. Default: no
-// registry.
+// published again, as [aggregator.WithRetrySafe] patterns are. With
+// [WithJobs] the registry keeps its known tools in the cluster's JetStream
+// bucket of them (set up in the background, like the jobs stream, as the
+// startup part "known tools"), and rpc.jobs.submit refuses a method no
+// worker has announced within the retention ([WithToolsRetention]) or
+// params that break its schema. Default: no registry.
 func WithRegistry() GatewayOption {
 	return gatewayOption(func(c *gatewayConfig) error {
 		c.registry = true
+		return nil
+	})
+}
+
+// WithToolsRetention sets how long the registry keeps a tool known after
+// its last worker was seen (default [discovery.DefaultRetention]); with
+// [WithJobs] it is also how long the bucket of known tools keeps it.
+func WithToolsRetention(d time.Duration) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		if d < time.Minute {
+			return fmt.Errorf("node: tools retention must be at least 1m, got %v", d)
+		}
+		c.retention = d
+		return nil
+	})
+}
+
+// WithValidation turns the checking of params against the registry's
+// schemas on or off (default on), for calls ([ingress.WithValidation])
+// and job submits alike.
+func WithValidation(on bool) GatewayOption {
+	return gatewayOption(func(c *gatewayConfig) error {
+		c.validate = on
 		return nil
 	})
 }
@@ -208,7 +239,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	// The service and the runner count into the same counters unless an
 	// option says otherwise.
 	counters := jobs.NewCounters()
-	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas,
+	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
 		jobsOpts: []jobs.Option{jobs.WithCounters(counters)}, runnerOpts: []jobs.RunnerOption{jobs.WithRunnerCounters(counters)}}
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
@@ -223,7 +254,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		aggOpts = append(aggOpts, aggregator.WithIdempotencyStore(g.idem))
 	}
 	if cfg.registry {
-		reg, err := discovery.New(discovery.WithLogger(cfg.log))
+		reg, err := discovery.New(discovery.WithLogger(cfg.log), discovery.WithRetention(cfg.retention))
 		if err != nil {
 			return nil, err
 		}
@@ -250,7 +281,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		ingOpts = append(ingOpts, ingress.WithExtension(schema.MethodJobsPrefix, g.jobs), ingress.WithJobStats(g.jobs.stats))
 	}
 	if g.Registry != nil {
-		ingOpts = append(ingOpts, ingress.WithRegistry(g.Registry))
+		ingOpts = append(ingOpts, ingress.WithRegistry(g.Registry), ingress.WithValidation(cfg.validate))
 	}
 	if cfg.metrics != nil {
 		ingOpts = append(ingOpts, ingress.WithMetrics(cfg.metrics))
@@ -327,6 +358,14 @@ func (g *Gateway) Start(l net.Listener) error {
 			return fail(err)
 		}
 		g.stops = append(g.stops, func(context.Context) error { g.Registry.Close(); return nil })
+		// The known tools live in JetStream when the gateway needs it
+		// anyway, for jobs, whose submits they judge; without jobs the
+		// ingress runs on a NATS without JetStream, and knows what it
+		// hears.
+		if g.jobs != nil {
+			stop := g.st.SetUp(partTools, g.nc, g.cfg.replicas, g.openTools)
+			g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+		}
 	}
 	if g.push != nil {
 		stop := g.st.SetUp(partA2APush, g.nc, g.cfg.replicas, g.openPush)
@@ -415,6 +454,34 @@ func (g *Gateway) openPush(ctx context.Context) error {
 	return nil
 }
 
+// openTools is the setup of the bucket of known tools.
+func (g *Gateway) openTools(ctx context.Context) error {
+	js, err := jetstream.New(g.nc)
+	if err != nil {
+		return err
+	}
+	kv, err := discovery.ToolsBucket(ctx, js, g.cfg.prefix, g.cfg.retention, g.cfg.replicas, 0)
+	if err != nil {
+		return err
+	}
+	return g.Registry.Persist(ctx, kv)
+}
+
+// checkMethod is the jobs service's [jobs.MethodCheck]: the registry's
+// judgement, except that a method it does not know may still be in the
+// bucket of known tools while that is not read yet.
+func (g *Gateway) checkMethod(_ context.Context, method string, params json.RawMessage) (string, *schema.Error) {
+	waiting, e := g.Registry.Check(method, params, g.cfg.validate)
+	if e != nil && e.Reason() == schema.ReasonUnknownMethod {
+		if r := g.st.Reason(partTools); r != "" {
+			return "", schema.NewError(schema.CodeUnavailable,
+				"jobs are not available yet: the known tools are not read yet ("+r+"); send the call again shortly",
+				map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonJobsNotReady})
+		}
+	}
+	return waiting, e
+}
+
 // openJobs is the setup of the jobs service.
 func (g *Gateway) openJobs(ctx context.Context) error {
 	js, err := jetstream.New(g.nc)
@@ -424,6 +491,10 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 	// A caller may submit as a job only a method it may call.
 	opts := append([]jobs.Option{jobs.WithPrefix(g.cfg.prefix), jobs.WithLogger(g.cfg.log), jobs.WithReplicas(g.cfg.replicas),
 		jobs.WithAuthorize(ingress.Allowed)}, g.cfg.jobsOpts...)
+	if g.Registry != nil {
+		// A submit that cannot run is refused at once.
+		opts = append(opts, jobs.WithMethodCheck(g.checkMethod))
+	}
 	svc, err := jobs.Open(ctx, js, opts...)
 	if err != nil {
 		return err

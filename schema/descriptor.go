@@ -36,8 +36,6 @@ type Descriptor struct {
 	// an error's data.retryable, which says whether one answer invites a
 	// retry.
 	RetrySafe bool `json:"idempotent,omitempty"`
-	// Job reports that the tool can run as a durable job (rpc.jobs.submit).
-	Job bool `json:"job,omitempty"`
 	// Version is the tool's own version string, free-form.
 	Version string `json:"version,omitempty"`
 }

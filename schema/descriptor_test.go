@@ -20,6 +20,8 @@ func TestParseAnnouncement(t *testing.T) {
 		{"leaving", `{"v":1,"worker":"w","leaving":true,"tools":[]}`, nil, nil, nil},
 		{"unknown members ignored", `{"v":1,"worker":"w","interval_ms":5,"extra":[1],"tools":[{"name":"a","color":"red"}]}`,
 			nil, []string{"a"}, nil},
+		{"the retired job flag is ignored", `{"v":1,"worker":"w","interval_ms":5,"tools":[{"name":"a","job":true},{"name":"b","job":false}]}`,
+			nil, []string{"a", "b"}, nil},
 		{"broken tools left out", `{"v":1,"worker":"w","interval_ms":5,"tools":[{"name":"ok"},{"name":"rpc.x"},{"name":"p","params":[1]},{"name":"t","timeout_ms":-1},{"name":7}]}`,
 			nil, []string{"ok"}, []string{"rpc.x", "p", "t", ""}},
 		{"not JSON", `{`, schema.ErrBadAnnouncement, nil, nil},

@@ -29,10 +29,12 @@ const (
 // in schema/PROTOCOL.md. [Error.Reason] reads one back.
 const (
 	// -32601: the method name breaks the bus grammar, or is a reserved
-	// rpc.* name the ingress does not serve, or no worker is subscribed.
+	// rpc.* name the ingress does not serve, or no worker is subscribed,
+	// or a job was submitted of a method no worker has advertised.
 	ReasonInvalidMethodName = "invalid_method_name"
 	ReasonReserved          = "reserved"
 	ReasonNoResponders      = "no_responders"
+	ReasonUnknownMethod     = "unknown_method"
 	// -32003, retryable: a known method no worker serves now, every worker
 	// busy, the bus unreachable, a circuit open, the jobs store not set up
 	// yet, the ingress shutting down.

@@ -50,6 +50,10 @@ type Cluster struct {
 
 	client *http.Client
 	opts   options
+	// ingresses and workers are every part started, for the registries
+	// to hear of the workers before a test goes on.
+	ingresses []*Ingress
+	workers   []*Worker
 }
 
 // Worker is one worker runtime with its own NATS connection. It runs jobs
@@ -222,7 +226,9 @@ const startTimeout = time.Minute
 
 // AddIngress starts another ingress replica on a connection of its own, as
 // a second process would be; it stops when the test ends. It returns once
-// the ingress is ready, its jobs service and idempotency store set up.
+// the ingress is ready, its jobs service and idempotency store set up,
+// and, [WithDiscovery], once its registry has heard the tools of every
+// connected worker.
 func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	t.Helper()
 	o := c.opts
@@ -270,7 +276,26 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	ing.Jobs = g.Jobs()
 	ing.BaseURL = "http://" + l.Addr().String()
 	ing.URL = ing.BaseURL + "/rpc"
+	for _, w := range c.workers {
+		if w.Conn.IsConnected() {
+			hear(t, ing, w)
+		}
+	}
+	c.ingresses = append(c.ingresses, ing)
 	return ing
+}
+
+// hear waits until ing's registry lists every tool of w as live, so that
+// a test's first call or job submit finds it; without a registry it
+// returns at once.
+func hear(t testing.TB, ing *Ingress, w *Worker) {
+	t.Helper()
+	if ing.Registry == nil {
+		return
+	}
+	for _, m := range w.Runtime.Methods() {
+		Eventually(t, func() bool { _, ok := ing.Registry.Lookup(m); return ok }, "the ingress's registry hears of "+m)
+	}
 }
 
 // startup returns the startup of one node, stopped when the test ends.
@@ -298,7 +323,8 @@ func ready(t testing.TB, what string, st *bus.Startup) {
 
 // AddWorker starts another worker on a connection of its own, serving what
 // register adds (the demo toolset when none is given). It is drained when
-// the test ends, unless the test killed it.
+// the test ends, unless the test killed it. [WithDiscovery], it returns
+// once every ingress's registry lists its tools.
 func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) error) *Worker {
 	t.Helper()
 	if len(register) == 0 {
@@ -336,7 +362,14 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	if err := nc.Flush(); err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
-	return &Worker{Runtime: rt, Conn: nc}
+	wk := &Worker{Runtime: rt, Conn: nc}
+	c.workers = append(c.workers, wk)
+	for _, ing := range c.ingresses {
+		if !ing.killed.Load() {
+			hear(t, ing, wk)
+		}
+	}
+	return wk
 }
 
 // Post sends body to the JSON-RPC endpoint with the given header pairs

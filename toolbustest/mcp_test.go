@@ -163,7 +163,7 @@ func TestMCPProgressOfJobs(t *testing.T) {
 					return "", ctx.Err()
 				}
 				return "done", nil
-			}), worker.Describe(schema.Descriptor{Job: true}))
+			}))
 		}))
 	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("report"); return ok }, "report appears")
 	toolbustest.Eventually(t, func() bool { return c.Jobs.Promotable(context.Background(), "report") }, "a job runner serves report")

@@ -57,7 +57,6 @@ func mergeDescriptor(base, over schema.Descriptor) schema.Descriptor {
 		base.TimeoutMS = over.TimeoutMS
 	}
 	base.RetrySafe = base.RetrySafe || over.RetrySafe
-	base.Job = base.Job || over.Job
 	if over.Version != "" {
 		base.Version = over.Version
 	}

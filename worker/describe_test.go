@@ -53,7 +53,7 @@ func TestDescriptors(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})
 	rt := c.rt
 	if err := rt.Handle("math.add", worker.Typed(add),
-		worker.Describe(schema.Descriptor{Description: "adds two numbers", TimeoutMS: 500, Version: "1.2.0", Job: true})); err != nil {
+		worker.Describe(schema.Descriptor{Description: "adds two numbers", TimeoutMS: 500, Version: "1.2.0"})); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Handle("math.pair", worker.Typed(func(_ context.Context, p positional) (int, error) { return p.X, nil })); err != nil {
@@ -83,7 +83,7 @@ func TestDescriptors(t *testing.T) {
 
 	t.Run("typed derives both schemas", func(t *testing.T) {
 		d := byName["math.add"]
-		if d.Description != "adds two numbers" || d.TimeoutMS != 500 || d.Version != "1.2.0" || !d.Job || d.RetrySafe {
+		if d.Description != "adds two numbers" || d.TimeoutMS != 500 || d.Version != "1.2.0" || d.RetrySafe {
 			t.Errorf("math.add = %+v, want the described members", d)
 		}
 		p := schemaOf(t, d.Params)

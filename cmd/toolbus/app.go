@@ -16,6 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/internal/egress"
@@ -71,6 +72,7 @@ type ingressConfig struct {
 	a2a              bool
 	a2aTextMethod    string
 	a2aPublicSkills  []string
+	toolsRetention   time.Duration
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
 	// obs is what the ingress shows of itself.
@@ -114,7 +116,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
-	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs (needs --discovery)")
+	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs, and at job submit (needs --discovery)")
+	f.DurationVar(&c.toolsRetention, "tools-retention", discovery.DefaultRetention, "how long a tool stays known after its last worker was seen, so that its jobs are still taken (kept in JetStream with --jobs)")
 	f.BoolVar(&c.a2a, "a2a", true, "serve the A2A front door at POST /a2a and its agent card at /.well-known/agent-card.json, tasks as jobs (needs --jobs); push notifications reach internal receivers only through --callback-allow")
 	f.StringVar(&c.a2aTextMethod, "a2a-text-method", "", `the method an A2A message of text alone goes to, with params {"text": "..."} (default: such a message is refused)`)
 	f.StringSliceVar(&c.a2aPublicSkills, "a2a-public-skills", nil, "method patterns whose skills the public A2A agent card lists while authentication is on (e.g. echo,math.*); without auth it lists every skill")
@@ -378,8 +381,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		opts = append(opts, node.WithIdempotency(c.sec.idemTTL, c.sec.idemMaxBytes))
 	}
 	if c.discovery {
-		opts = append(opts, node.WithRegistry())
-		ingOpts = append(ingOpts, ingress.WithValidation(c.validate))
+		opts = append(opts, node.WithRegistry(), node.WithValidation(c.validate), node.WithToolsRetention(c.toolsRetention))
 	}
 	if c.jobs {
 		jobOpts := []jobs.Option{
