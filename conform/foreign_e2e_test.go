@@ -11,11 +11,11 @@ import (
 	"github.com/toolbus/toolbus/toolbustest"
 )
 
-// TestForeignWorkerThroughIngress runs synchronous calls end to end, over
-// HTTP through a real ingress, on the foreign worker alone. (Jobs do not
-// reach it: in this version only the Go runtime's job runner runs them.)
+// TestForeignWorkerThroughIngress runs synchronous calls and jobs end to
+// end, over HTTP through a real ingress, on the foreign worker alone: jobs
+// reach it as calls, so it runs them without a JetStream client.
 func TestForeignWorkerThroughIngress(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithDiscovery())
+	c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithDiscovery(), toolbustest.WithJobs(nil))
 	nc, err := nats.Connect("", nats.InProcessServer(c.NATS.Server()), nats.Name("foreign-worker"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,12 +64,60 @@ func TestForeignWorkerThroughIngress(t *testing.T) {
 			t.Errorf("conform.sleep past its deadline = %s, %v; want -32001", r.Result, r.Error)
 		}
 	})
+	t.Run("job with progress", func(t *testing.T) {
+		toolbustest.Eventually(t, func() bool {
+			_, body := c.Post(t, `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`)
+			return strings.Contains(string(body), "conform.progress")
+		}, "the ingress knows the foreign worker's tools")
+		id := submitJob(t, c, `{"method":"conform.progress"}`)
+		rec := waitJob(t, c, id, func(r schema.JobRecord) bool { return r.State.Final() })
+		if rec.State != schema.JobSucceeded || !sameJSONText(rec.Result, `{"done":true}`) {
+			t.Fatalf("job = %s %s %v, want succeeded with {\"done\":true}", rec.State, rec.Result, rec.Error)
+		}
+		if rec.Progress == nil || rec.Progress.Percent != 50 || rec.Progress.Message != "halfway" {
+			t.Errorf("job progress = %+v, want the worker's report of 50%% halfway", rec.Progress)
+		}
+	})
+	t.Run("job canceled", func(t *testing.T) {
+		id := submitJob(t, c, `{"method":"conform.sleep","params":{"ms":60000}}`)
+		waitJob(t, c, id, func(r schema.JobRecord) bool { return r.State == schema.JobRunning })
+		if r := c.Call(t, "rpc.jobs.cancel", `{"id":"`+id+`"}`); r.Error != nil {
+			t.Fatalf("rpc.jobs.cancel = %v", r.Error)
+		}
+		rec := waitJob(t, c, id, func(r schema.JobRecord) bool { return r.State.Final() })
+		if rec.State != schema.JobCanceled {
+			t.Fatalf("canceled job ended %s %v, want canceled", rec.State, rec.Error)
+		}
+	})
 	t.Run("discovery", func(t *testing.T) {
 		toolbustest.Eventually(t, func() bool {
 			_, body := c.Post(t, `{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}`)
 			return strings.Contains(string(body), "conform.progress")
 		}, "rpc.discover lists the foreign worker's tools")
 	})
+}
+
+func submitJob(t *testing.T, c *toolbustest.Cluster, params string) string {
+	t.Helper()
+	r := c.Call(t, "rpc.jobs.submit", params)
+	var sub schema.JobSubmitResult
+	if r.Error != nil || json.Unmarshal(r.Result, &sub) != nil || sub.ID == "" {
+		t.Fatalf("rpc.jobs.submit %s = %s, %v", params, r.Result, r.Error)
+	}
+	return sub.ID
+}
+
+func waitJob(t *testing.T, c *toolbustest.Cluster, id string, ok func(schema.JobRecord) bool) schema.JobRecord {
+	t.Helper()
+	var rec schema.JobRecord
+	toolbustest.Eventually(t, func() bool {
+		r := c.Call(t, "rpc.jobs.get", `{"id":"`+id+`"}`)
+		if r.Error != nil || json.Unmarshal(r.Result, &rec) != nil {
+			return false
+		}
+		return ok(rec)
+	}, "job "+id+" reaches the state the test waits for")
+	return rec
 }
 
 func sameJSONText(got json.RawMessage, want string) bool {

@@ -26,8 +26,12 @@ type servedFilters struct {
 }
 
 // Promotable reports whether a call of method can go on as a job: some
-// worker runs a [Runner] whose consumer takes the method's jobs. The answer
-// may be up to two seconds old; when JetStream cannot be asked it is false.
+// ingress runs a [Runner] whose consumer takes the method's jobs, and the
+// method check ([WithMethodCheck]), if any, would accept its submit with no
+// worker to wait for. A call of a method no worker serves is then answered
+// as a call (-32601 or -32003) rather than turned into a job that waits.
+// The answer may be up to two seconds old; when JetStream cannot be asked
+// it is false.
 func (s *Service) Promotable(ctx context.Context, method string) bool {
 	filters, err := s.filters(ctx)
 	if err != nil {
@@ -39,10 +43,17 @@ func (s *Service) Promotable(ctx context.Context, method string) bool {
 		// A consumer's filter is a subject with NATS's wildcards, which
 		// are the method patterns' own.
 		if schema.MatchMethod(f, subject) {
-			return true
+			return s.cfg.checkMethod == nil || runsNow(ctx, s.cfg.checkMethod, method)
 		}
 	}
 	return false
+}
+
+// runsNow reports whether check accepts a job of method that need not wait
+// for a worker.
+func runsNow(ctx context.Context, check MethodCheck, method string) bool {
+	waiting, e := check(ctx, method, nil)
+	return e == nil && waiting == ""
 }
 
 func (s *Service) filters(ctx context.Context) ([]string, error) {

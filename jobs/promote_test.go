@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -75,5 +76,35 @@ func TestRunAsJob(t *testing.T) {
 	}, "the promoted job succeeds")
 	if string(rec.Result) != `"done"` {
 		t.Fatalf("promoted job result = %s, want \"done\"", rec.Result)
+	}
+}
+
+// TestPromotableAsksTheMethodCheck: a call of a method that would wait for
+// a worker, or that the method check refuses, is not turned into a job;
+// it is answered as a call.
+func TestPromotableAsksTheMethodCheck(t *testing.T) {
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	check := func(_ context.Context, method string, _ json.RawMessage) (string, *schema.Error) {
+		switch method {
+		case "echo":
+			return "", nil
+		case "slow":
+			return schema.ReasonNoWorkers, nil
+		}
+		return "", schema.NewError(schema.CodeMethodNotFound, "unknown", map[string]any{"reason": schema.ReasonUnknownMethod})
+	}
+	s := newService(t, js, jobs.WithMethodCheck(check))
+	startRunner(t, js, newRuntime(t, nc, func(rt *worker.Runtime) error {
+		if err := echoTools(rt); err != nil {
+			return err
+		}
+		return rt.HandleFunc("slow", func(context.Context, *worker.Request) (any, error) { return "done", nil })
+	}))
+	toolbustest.Eventually(t, func() bool { return s.Promotable(context.Background(), "echo") }, "Promotable(echo) holds after the runner started")
+	for _, m := range []string{"slow", "gone"} {
+		if s.Promotable(context.Background(), m) {
+			t.Errorf("Promotable(%s) = true, want false: the method check says it would wait or is refused", m)
+		}
 	}
 }
