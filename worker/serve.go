@@ -226,7 +226,7 @@ func (rt *Runtime) readRequest(msg *nats.Msg) (*Request, *schema.Error) {
 	method, ok := rt.cfg.subjects.Method(msg.Subject)
 	if !ok || env.Method != method {
 		return nil, schema.NewError(schema.CodeInvalidRequest,
-			fmt.Sprintf("invalid request: envelope method %q does not match subject %q", env.Method, msg.Subject), nil)
+			fmt.Sprintf("invalid request: the call envelope names method %q but was published for %q", env.Method, method), nil)
 	}
 	req := &Request{
 		Method:   method,
