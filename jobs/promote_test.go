@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
@@ -106,5 +109,31 @@ func TestPromotableAsksTheMethodCheck(t *testing.T) {
 		if s.Promotable(context.Background(), m) {
 			t.Errorf("Promotable(%s) = true, want false: the method check says it would wait or is refused", m)
 		}
+	}
+}
+
+// TestRunnerNamesTheLegacyConsumer: a consumer left by a job runner of an
+// earlier version, whose filter overlaps the new runner's, stops the runner
+// with a sentence that says how to remove it.
+func TestRunnerNamesTheLegacyConsumer(t *testing.T) {
+	e := startServer(t, "")
+	nc, js := connect(t, e)
+	newService(t, js)
+	if _, err := js.CreateOrUpdateConsumer(context.Background(), "TOOLBUS_JOBS", jetstream.ConsumerConfig{
+		Durable: "run_echo_old", FilterSubject: "toolbus.jobs.run.echo", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := jobs.NewRunner(js, newRuntime(t, nc, echoTools), jobs.WithRunnerLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Start(context.Background())
+	if err == nil {
+		shutdownRunner(t, r)
+		t.Fatal("Runner.Start beside an overlapping consumer = nil, want an error")
+	}
+	if !strings.Contains(err.Error(), "nats consumer rm TOOLBUS_JOBS") {
+		t.Errorf("Runner.Start = %v, want the command that removes the old consumer", err)
 	}
 }

@@ -351,6 +351,12 @@ func (r *Runner) setUp(ctx context.Context, n names) ([]served, error) {
 		cfg.FilterSubject = filter
 		cons, err := r.js.CreateOrUpdateConsumer(ctx, n.stream, cfg)
 		if err != nil {
+			if wqNotUnique(err) {
+				return nil, fmt.Errorf("jobs: the stream %s has a consumer whose jobs overlap %q: a job runner of an earlier version, "+
+					"when workers ran jobs, made it; once every worker runs this version, list the stream's consumers with "+
+					"`nats consumer ls %s` and remove the run_… ones with `nats consumer rm %s <name>`: %w",
+					n.stream, pattern, n.stream, n.stream, err)
+			}
 			return nil, fmt.Errorf("jobs: consumer for %q: %w", pattern, err)
 		}
 		q, err := newFairQueue(r.js, st.stream, n, pattern, template, r.cfg.fetchWait, r.log)
@@ -953,4 +959,14 @@ func (s *supervisor) writeProgress(ctx context.Context) {
 		return
 	}
 	s.written = p
+}
+
+// wqNotUnique reports whether err is JetStream's refusal of a consumer
+// whose filter overlaps another consumer's on a work-queue stream.
+func wqNotUnique(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeOverlappingFilterSubjects || apiErr.ErrorCode == 10100
 }
