@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,8 +50,12 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 	if maxBytes == 0 {
 		maxBytes = DefaultIdempotencyMaxBytes
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      bucketName(prefix) + "_idem",
+	s, err := bus.NewSubjects(prefix)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := bus.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      s.Token() + "_idem",
 		Description: "toolbus idempotency records of sync calls",
 		TTL:         ttl,
 		History:     1,
@@ -60,21 +63,9 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 		MaxBytes:    maxBytes,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("aggregator: idempotency bucket: %w", err)
+		return nil, fmt.Errorf("aggregator: idempotency records: %w", err)
 	}
 	return kv, nil
-}
-
-// bucketName makes a JetStream name of a subject prefix, as the jobs
-// bucket's is made: characters outside A-Z a-z 0-9 _ - become '_'.
-func bucketName(prefix string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
-			return r
-		}
-		return '_'
-	}, prefix)
 }
 
 // WithIdempotency keeps idempotency records in kv (see [IdempotencyBucket])

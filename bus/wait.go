@@ -307,3 +307,24 @@ func Retry(ctx context.Context, cfg RetryConfig, setup func(ctx context.Context)
 		wait = min(2*wait, cfg.MaxWait)
 	}
 }
+
+// KeyValue opens the key-value bucket cfg describes, creating it when it
+// does not exist and bringing it to cfg only when it exists already (so
+// that every process that starts does not rewrite a bucket others use; see
+// the jobs store). A request JetStream never answers, as it does not
+// answer one the NATS user may not make, is reported as the missing
+// permission it most likely is.
+func KeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("bucket %s: JetStream did not answer, which is how it refuses a NATS user without the permission "+
+			"to publish on $JS.API.STREAM.*.KV_%s (see deploy/nats/cluster-secure.conf): %w", cfg.Bucket, cfg.Bucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}

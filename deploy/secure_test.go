@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -201,6 +202,11 @@ func startSecured(t *testing.T) *securedCluster {
 	tools, err := discovery.ToolsBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress bucket of known tools: %v", err)
+	}
+	// The A2A front door is on by default: the ingress keeps its push
+	// notification configs.
+	if _, err := a2a.PushBucket(ctx, ingressJS, bus.DefaultPrefix, 1, 0, 0); err != nil {
+		t.Fatalf("ingress bucket of A2A push notification configs: %v", err)
 	}
 	if c.registry, err = discovery.New(); err != nil {
 		t.Fatal(err)

@@ -52,14 +52,9 @@ func ToolsBucket(ctx context.Context, js jetstream.JetStream, prefix string, ret
 		Replicas:    max(replicas, 1),
 		MaxBytes:    maxBytes,
 	}
-	// Ask to update only when the configuration differs, as the jobs
-	// stream does, so that every ingress that starts does not rewrite it.
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
-	}
+	kv, err := bus.KeyValue(ctx, js, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("discovery: bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("discovery: known tools: %w", err)
 	}
 	return kv, nil
 }

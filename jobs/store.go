@@ -173,10 +173,7 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 		return nil, fmt.Errorf("jobs: stream %s: %w", n.stream, err)
 	}
 	if update {
-		s.kv, err = js.CreateKeyValue(ctx, n.bucketConfig(c))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			s.kv, err = js.CreateOrUpdateKeyValue(ctx, n.bucketConfig(c))
-		}
+		s.kv, err = bus.KeyValue(ctx, js, n.bucketConfig(c))
 	} else if s.kv, err = js.KeyValue(ctx, n.bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 		s.kv, err = js.CreateKeyValue(ctx, n.bucketConfig(c))
 		if errors.Is(err, jetstream.ErrBucketExists) {

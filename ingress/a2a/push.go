@@ -17,6 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -79,16 +80,12 @@ func PushBucket(ctx context.Context, js jetstream.JetStream, prefix string, repl
 	if ttl == 0 {
 		ttl = DefaultPushTTL
 	}
-	// Bucket names allow only A-Z a-z 0-9 _ -, as for the jobs bucket.
-	token := strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
-			return r
-		}
-		return '_'
-	}, prefix)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      token + "_a2a_push",
+	s, err := bus.NewSubjects(prefix)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := bus.KeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      s.Token() + "_a2a_push",
 		Description: "toolbus A2A push notification configs",
 		History:     1,
 		TTL:         ttl,
@@ -97,7 +94,7 @@ func PushBucket(ctx context.Context, js jetstream.JetStream, prefix string, repl
 		MaxBytes:    maxBytes,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("a2a: push bucket: %w", err)
+		return nil, fmt.Errorf("a2a: push notification configs: %w", err)
 	}
 	return kv, nil
 }
