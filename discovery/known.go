@@ -41,11 +41,6 @@ func (k *knownTool) state() string {
 	return s
 }
 
-// current reports whether k is still known at now.
-func (k *knownTool) current(now time.Time, retention time.Duration) bool {
-	return k.live || now.Sub(k.seen) <= retention
-}
-
 // tool returns k as a [Tool] without workers, for the params check.
 func (k *knownTool) tool() Tool {
 	return Tool{Descriptor: k.desc, Conflict: k.conflict, params: k.params, key: k.key}
@@ -143,20 +138,6 @@ func (r *Registry) forgetLocked(name string) {
 	if k := r.known[name]; k != nil && !k.live {
 		delete(r.known, name)
 	}
-}
-
-// knownLocked returns the known tool of method, by its name or else by a
-// pattern matching it, or nil.
-func (r *Registry) knownLocked(method string, now time.Time) *knownTool {
-	if k := r.known[method]; k != nil && k.current(now, r.retention) {
-		return k
-	}
-	for name, k := range r.known {
-		if k.current(now, r.retention) && schema.MatchMethod(name, method) {
-			return k
-		}
-	}
-	return nil
 }
 
 // Check judges a call of method that is to run later, as a job does: it

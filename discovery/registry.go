@@ -549,3 +549,22 @@ func (r *Registry) Names() []string {
 	slices.Sort(out)
 	return out
 }
+
+// knownLocked returns the known tool of method, by its name or else by a
+// pattern matching it, or nil.
+func (r *Registry) knownLocked(method string, now time.Time) *knownTool {
+	if k := r.known[method]; k != nil && k.current(now, r.retention) {
+		return k
+	}
+	for name, k := range r.known {
+		if k.current(now, r.retention) && schema.MatchMethod(name, method) {
+			return k
+		}
+	}
+	return nil
+}
+
+// current reports whether k is still known at now.
+func (k *knownTool) current(now time.Time, retention time.Duration) bool {
+	return k.live || now.Sub(k.seen) <= retention
+}
