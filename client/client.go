@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -133,6 +134,9 @@ func (c *Client) Call(ctx context.Context, method string, params any, result any
 	cl, err := c.newCall(method, params, true)
 	if err != nil {
 		return err
+	}
+	if cs.id != nil {
+		*cs.id = strconv.Quote(cl.id) // its characters need no JSON escape
 	}
 	_, problems := c.exchange(ctx, []*call{cl}, false, cs.timeout)
 	if cl.err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"sync"
 	"testing"
@@ -321,5 +322,31 @@ func TestFutureDecodeRaw(t *testing.T) {
 	json.Unmarshal([]byte(`{"big":12345678901234567890}`), &want)
 	if string(raw) != `{"big":12345678901234567890}` && !reflect.DeepEqual(got, want) {
 		t.Errorf("Decode(raw) = %s, want the echoed params", raw)
+	}
+}
+
+func TestSentID(t *testing.T) {
+	var sent json.RawMessage
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		sent = req.ID
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","result":1,"id":%s}`, req.ID)
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var id string
+	if err := c.Call(context.Background(), "echo", nil, nil, client.SentID(&id)); err != nil {
+		t.Fatal(err)
+	}
+	if id == "" || id != string(sent) {
+		t.Errorf("SentID = %s, want the id the server received, %s", id, sent)
 	}
 }

@@ -181,6 +181,20 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 // callSettings are what the options of one call or batch set.
 type callSettings struct {
 	timeout time.Duration
+	id      *string
+}
+
+// SentID makes [Client.Call] store in *id the JSON-RPC id it sent the call
+// with (a JSON string such as "c1"), so that a caller can show the answer
+// as the server wrote it.
+func SentID(id *string) CallOption {
+	return func(s *callSettings) error {
+		if id == nil {
+			return errors.New("client: SentID(nil)")
+		}
+		s.id = id
+		return nil
+	}
 }
 
 // CallOption configures one call ([Client.Call], [Batch.Add]) or a whole

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -881,7 +882,9 @@ type supervisor struct {
 // report is the progress callback handed to the tool.
 func (s *supervisor) report(percent float64, message string) {
 	s.mu.Lock()
-	s.progress = &schema.JobProgress{Percent: percent, Message: message}
+	// Two decimals are all a person reads; a tool computing its share
+	// (50.00369402) would otherwise show every digit.
+	s.progress = &schema.JobProgress{Percent: math.Round(percent*100) / 100, Message: message}
 	s.mu.Unlock()
 	select {
 	case s.dirty <- struct{}{}:

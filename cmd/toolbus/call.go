@@ -151,6 +151,7 @@ type printedResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	Error   *schema.Error   `json:"error,omitempty"`
+	ID      json.RawMessage `json:"id"`
 }
 
 // callAndPrint sends one call (or notification) through package client and
@@ -184,8 +185,9 @@ func callAndPrint(ctx context.Context, out io.Writer, rawURL string, timeout tim
 		return nil
 	}
 	var result json.RawMessage
-	err = c.Call(ctx, method, p, &result)
-	resp := printedResponse{JSONRPC: schema.Version, Result: result}
+	var id string
+	err = c.Call(ctx, method, p, &result, client.SentID(&id))
+	resp := printedResponse{JSONRPC: schema.Version, Result: result, ID: json.RawMessage(id)}
 	if err != nil && !errors.As(err, &resp.Error) {
 		return err
 	}

@@ -222,7 +222,8 @@ cursor of the next page when there may be more: pass it to --cursor.`,
 	return cmd
 }
 
-// printJobList prints a page of jobs as a table and its next cursor.
+// printJobList prints a page of jobs as a table, or "no jobs", and the
+// cursor of the next page when there may be more.
 func printJobList(out io.Writer, page schema.JobList) error {
 	if len(page.Jobs) == 0 {
 		fmt.Fprintln(out, "no jobs")
@@ -245,11 +246,10 @@ func printJobList(out io.Writer, page schema.JobList) error {
 			return err
 		}
 	}
-	if page.NextCursor != "" {
-		_, err := fmt.Fprintln(out, "next cursor:", page.NextCursor)
-		return err
+	if page.NextCursor == "" {
+		return nil
 	}
-	_, err := fmt.Fprintln(out, "no more jobs")
+	_, err := fmt.Fprintf(out, "more jobs: toolbus jobs list --cursor %s\n", page.NextCursor)
 	return err
 }
 
