@@ -477,7 +477,7 @@ func (a *Aggregator) ctxError(ctx context.Context, c *schema.Call, timeout time.
 			fmt.Sprintf("timed out: %s did not answer within %v", c.Method, timeout),
 			map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": c.Method})
 	}
-	return schema.NewError(schema.CodeCanceled, "canceled: "+c.Method+": the request ended before the call",
+	return schema.NewError(schema.CodeCanceled, "canceled: the client gave up on "+c.Method+" before it was answered",
 		map[string]any{"method": c.Method})
 }
 

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -348,5 +350,26 @@ func TestSentID(t *testing.T) {
 	}
 	if id == "" || id != string(sent) {
 		t.Errorf("SentID = %s, want the id the server received, %s", id, sent)
+	}
+}
+
+// TestRefusedSaysWhatToDo: an HTTP call to an address nothing listens on
+// fails with a sentence naming the address and the fix, still a transport
+// error.
+func TestRefusedSaysWhatToDo(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String() + "/rpc"
+	l.Close()
+	c, err := client.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.Call(context.Background(), "echo", nil, nil)
+	if !errors.Is(err, client.ErrTransport) || !strings.Contains(err.Error(), "nothing accepts connections at "+url) {
+		t.Errorf("Call to a closed port = %v, want a transport error that names %s and what to do", err, url)
 	}
 }

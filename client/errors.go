@@ -2,9 +2,11 @@ package client
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Errors of the client itself. JSON-RPC errors that a server answered are
@@ -62,8 +64,16 @@ type TransportError struct {
 var _ error = (*TransportError)(nil)
 
 // Error names the operation, the endpoint, the status when there was one,
-// and the cause.
+// and the cause. A connection nothing accepted, or a host that does not
+// resolve, is said as such, with what to do.
 func (e *TransportError) Error() string {
+	var dns *net.DNSError
+	switch {
+	case e.StatusCode == 0 && errors.Is(e.Err, syscall.ECONNREFUSED):
+		return "client: nothing accepts connections at " + e.URL + " (connection refused): start the toolbus ingress there or correct the URL"
+	case e.StatusCode == 0 && errors.As(e.Err, &dns) && dns.IsNotFound:
+		return "client: the host of " + e.URL + " does not resolve (" + dns.Name + "): correct the URL"
+	}
 	var b strings.Builder
 	b.WriteString("client: ")
 	b.WriteString(e.Op)
