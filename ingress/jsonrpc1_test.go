@@ -13,9 +13,9 @@ func TestJSONRPC1(t *testing.T) {
 		want string // exact answer; empty means 204
 	}{
 		{name: "off: no jsonrpc member is invalid", body: `{"method":"echo","params":[1],"id":1}`,
-			want: `{"jsonrpc":"2.0","error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""},"id":1}`},
+			want: `{"jsonrpc":"2.0","error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\", and this request has none, as a JSON-RPC 1.0 request would; the ingress serves 1.0 only when started with --jsonrpc1"},"id":1}`},
 		{name: "off: null id is a request", body: `{"method":"echo","params":[1],"id":null}`,
-			want: `{"jsonrpc":"2.0","error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\""},"id":null}`},
+			want: `{"jsonrpc":"2.0","error":{"code":-32600,"message":"invalid request: \"jsonrpc\" must be \"2.0\", and this request has none, as a JSON-RPC 1.0 request would; the ingress serves 1.0 only when started with --jsonrpc1"},"id":null}`},
 		{name: "result", on: true, body: `{"method":"echo","params":[1],"id":1}`,
 			want: `{"result":[1],"error":null,"id":1}`},
 		{name: "string id", on: true, body: `{"method":"echo","params":{"a":"b"},"id":"x"}`,

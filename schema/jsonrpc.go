@@ -339,7 +339,14 @@ func parseItem(raw []byte) Item {
 			return it
 		}
 	}
-	if string(version) != `"2.0"` {
+	switch {
+	case version == nil:
+		// Most likely a JSON-RPC 1.0 client: say what is missing and that
+		// an operator can serve 1.0.
+		it.Err = NewError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0", and this request has none, `+
+			`as a JSON-RPC 1.0 request would; the ingress serves 1.0 only when started with --jsonrpc1`, nil)
+		return it
+	case string(version) != `"2.0"`:
 		it.Err = NewError(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`, nil)
 		return it
 	}
