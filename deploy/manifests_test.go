@@ -111,9 +111,13 @@ func TestEveryManifestParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names = append(names, "compose.yaml")
-	if len(names) < 4 {
-		t.Fatalf("manifests = %v, want compose.yaml and k8s/*.yaml", names)
+	autoscaling, err := filepath.Glob("k8s-autoscaling/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = append(append(names, autoscaling...), "compose.yaml")
+	if len(names) < 7 {
+		t.Fatalf("manifests = %v, want compose.yaml, k8s/*.yaml and k8s-autoscaling/*.yaml", names)
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {

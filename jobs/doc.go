@@ -108,8 +108,9 @@
 //
 // [Service.Stats] gives an operator the count of kept jobs by state and
 // the newest jobs, across callers, reading at most [MaxStatsRecords]
-// records. [Service.Collector] exports those counts to Prometheus, cached
-// between scrapes, with the [Counters] of jobs submitted and finished; a
+// records. [Service.Collector] exports those counts, and each method's
+// queued and running jobs (the backlog an autoscaler reads), to
+// Prometheus, cached between scrapes, with the [Counters] of jobs submitted and finished; a
 // [Runner] counts the jobs it ends into counters of its own or, in a
 // process that runs both, the service's ([WithRunnerCounters]).
 package jobs

@@ -127,8 +127,17 @@ func (r *Runner) Collector() prometheus.Collector { return r.cfg.counters }
 //
 //   - toolbus_jobs{state}: kept jobs by state, one series for each of
 //     queued, running, succeeded, failed and canceled (0 when none);
+//   - toolbus_jobs_open{method,state}: jobs not ended, by method, with a
+//     series for each of queued and running, for every method label with
+//     such a job (none for the others): each tool's backlog, which an
+//     autoscaler reads to start workers (deploy/README.md). The method
+//     labels are those of the [Counters], bounded the same way;
 //   - toolbus_jobs_stats_truncated: 1 when more jobs are kept than
-//     [MaxStatsRecords], so toolbus_jobs counts only the newest, else 0.
+//     [MaxStatsRecords], so toolbus_jobs and toolbus_jobs_open count only
+//     the newest, else 0.
+//
+// Every ingress reads the same records, so each exports the cluster's
+// counts: across replicas take the largest, not the sum.
 //
 // A scrape calls Stats, bounded by [StatsScrapeTimeout], unless the last
 // call was less than [StatsCacheTTL] ago: then it answers from that call,
@@ -148,6 +157,7 @@ type statsCollector struct {
 	counters  *Counters
 	log       *slog.Logger
 	jobs      *prometheus.Desc
+	open      *prometheus.Desc
 	truncated *prometheus.Desc
 	// stats and now are Service.Stats and time.Now, replaced in tests.
 	stats func(context.Context, int) (Stats, error)
@@ -167,6 +177,9 @@ func newStatsCollector(s *Service) *statsCollector {
 		jobs: prometheus.NewDesc("toolbus_jobs",
 			"Jobs kept in the record bucket, by state (among the newest records only when toolbus_jobs_stats_truncated is 1).",
 			[]string{"state"}, nil),
+		open: prometheus.NewDesc("toolbus_jobs_open",
+			"Jobs not ended (queued or running), by method and state: each tool's backlog, the cluster's as every ingress sees it (among the newest records only when toolbus_jobs_stats_truncated is 1).",
+			[]string{"method", "state"}, nil),
 		truncated: prometheus.NewDesc("toolbus_jobs_stats_truncated",
 			"1 when more jobs are kept than one look reads, so toolbus_jobs counts only the newest; else 0.",
 			nil, nil),
@@ -178,6 +191,7 @@ func newStatsCollector(s *Service) *statsCollector {
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.counters.Describe(ch)
 	ch <- c.jobs
+	ch <- c.open
 	ch <- c.truncated
 }
 
@@ -189,6 +203,19 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, state := range allStates {
 		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(st.ByState[state]), string(state))
+	}
+	// Methods past the label bound share OtherMethod's series.
+	open := make(map[string]OpenJobs, len(st.Open))
+	for method, o := range st.Open {
+		label := c.counters.label(method)
+		sum := open[label]
+		sum.Queued += o.Queued
+		sum.Running += o.Running
+		open[label] = sum
+	}
+	for label, o := range open {
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(o.Queued), label, string(schema.JobQueued))
+		ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, float64(o.Running), label, string(schema.JobRunning))
 	}
 	truncated := 0.0
 	if st.Truncated {

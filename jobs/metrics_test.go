@@ -138,6 +138,8 @@ toolbus_jobs_stats_truncated 0
 		{"toolbus_jobs", []string{"state", "canceled"}, 1},
 		{"toolbus_jobs", []string{"state", "running"}, 0},
 		{"toolbus_jobs_stats_truncated", nil, 0},
+		{"toolbus_jobs_open", []string{"method", "nobody.serves", "state", "queued"}, 1},
+		{"toolbus_jobs_open", []string{"method", "nobody.serves", "state", "running"}, 0},
 		{"toolbus_jobs_submitted_total", []string{"method", "echo"}, 2},
 		{"toolbus_jobs_submitted_total", []string{"method", "fail"}, 1},
 		{"toolbus_jobs_submitted_total", []string{"method", "nobody.serves"}, 2},
@@ -147,6 +149,12 @@ toolbus_jobs_stats_truncated 0
 	} {
 		if got, ok := sample(mfs, tc.name, tc.labels...); !ok || got != tc.want {
 			t.Errorf("%s%v = %v (present %v), want %v", tc.name, tc.labels, got, ok, tc.want)
+		}
+	}
+	// Methods whose jobs all ended have no backlog series.
+	for _, method := range []string{"echo", "fail"} {
+		if _, ok := sample(mfs, "toolbus_jobs_open", "method", method, "state", "queued"); ok {
+			t.Errorf("toolbus_jobs_open{method=%s} scraped, want no series for a method without open jobs", method)
 		}
 	}
 	if n := reads(); n != 2 {
@@ -253,6 +261,14 @@ func TestMethodLabelCap(t *testing.T) {
 		if got, _ := sample(mfs, "toolbus_jobs_submitted_total", "method", tc.method); got != tc.want {
 			t.Errorf("toolbus_jobs_submitted_total{method=%s} = %v, want %v", tc.method, got, tc.want)
 		}
+		// Every job is queued (nobody serves them), under the same
+		// bounded labels.
+		if got, _ := sample(mfs, "toolbus_jobs_open", "method", tc.method, "state", "queued"); got != tc.want {
+			t.Errorf("toolbus_jobs_open{method=%s,state=queued} = %v, want %v", tc.method, got, tc.want)
+		}
+	}
+	if got := len(mfs["toolbus_jobs_open"].GetMetric()); got != 2*(jobs.MaxMethodLabels+1) {
+		t.Errorf("toolbus_jobs_open has %d series, want queued and running of %d labels and %s", got, jobs.MaxMethodLabels, jobs.OtherMethod)
 	}
 }
 

@@ -35,12 +35,24 @@ type Stats struct {
 	// ByState counts kept records by state. It holds every state, 0 when
 	// no record is in it.
 	ByState map[schema.JobState]int
+	// Open counts the kept records that are queued or running, by method:
+	// each tool's backlog. A method without such a record is absent.
+	Open map[string]OpenJobs
 	// Recent holds the newest jobs, newest first, without their params and
 	// results (as rpc.jobs.list returns them).
 	Recent []schema.JobRecord
 	// Truncated reports that more records are kept than one call reads, so
-	// ByState counts only the newest [MaxStatsRecords].
+	// ByState and Open count only the newest [MaxStatsRecords].
 	Truncated bool
+}
+
+// OpenJobs counts the jobs of one method that have not ended.
+type OpenJobs struct {
+	// Queued counts the jobs waiting for a run, those that wait for a
+	// worker (Waiting "no_workers") included.
+	Queued int
+	// Running counts the jobs a runner has sent to a worker.
+	Running int
 }
 
 // Stats counts the jobs kept in the cluster by state and returns the
@@ -83,7 +95,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 	}
 	// Ids sort by creation time (see idSource), so the newest come first.
 	slices.SortFunc(ids, func(a, b string) int { return strings.Compare(b, a) })
-	st := Stats{ByState: make(map[schema.JobState]int, len(allStates))}
+	st := Stats{ByState: make(map[schema.JobState]int, len(allStates)), Open: map[string]OpenJobs{}}
 	for _, state := range allStates {
 		st.ByState[state] = 0
 	}
@@ -101,6 +113,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 	// Every reader writes only the slots of the ids it took, so the slices
 	// need no lock; wg.Wait orders those writes before the reads below.
 	states := make([]schema.JobState, len(ids)) // "" where the record was gone or not the caller's
+	methods := make([]string, len(ids))
 	summaries := make([]*schema.JobRecord, keep)
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -121,7 +134,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 					return
 				case caller != nil && r.Caller != *caller:
 				default:
-					states[i] = r.State
+					states[i], methods[i] = r.State, r.Method
 					if i < keep {
 						summaries[i] = r.summary()
 					}
@@ -135,9 +148,20 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 	if done.Load() < int64(len(ids)) {
 		return Stats{}, fmt.Errorf("jobs: stats: %w", context.Cause(rctx))
 	}
-	for _, state := range states {
-		if state != "" {
-			st.ByState[state]++
+	for i, state := range states {
+		if state == "" {
+			continue
+		}
+		st.ByState[state]++
+		switch state {
+		case schema.JobQueued:
+			o := st.Open[methods[i]]
+			o.Queued++
+			st.Open[methods[i]] = o
+		case schema.JobRunning:
+			o := st.Open[methods[i]]
+			o.Running++
+			st.Open[methods[i]] = o
 		}
 	}
 	st.Recent = make([]schema.JobRecord, 0, recent)

@@ -93,6 +93,8 @@ func TestStats(t *testing.T) {
 	want := map[schema.JobState]int{
 		schema.JobQueued: 1, schema.JobRunning: 1, schema.JobSucceeded: 2, schema.JobFailed: 1, schema.JobCanceled: 1,
 	}
+	// The backlog by method: the queued and running jobs only.
+	wantOpen := map[string]jobs.OpenJobs{"nobody.serves": {Queued: 1}, "block": {Running: 1}}
 	for _, tc := range []struct {
 		name   string
 		recent int
@@ -107,6 +109,9 @@ func TestStats(t *testing.T) {
 			st := stats(t, s, tc.recent)
 			if !maps.Equal(st.ByState, want) || st.Truncated {
 				t.Errorf("Stats().ByState = %v, truncated %v; want %v, not truncated", st.ByState, st.Truncated, want)
+			}
+			if !maps.Equal(st.Open, wantOpen) {
+				t.Errorf("Stats().Open = %v, want %v", st.Open, wantOpen)
 			}
 			if len(st.Recent) != tc.want {
 				t.Fatalf("Stats(%d) = %d recent jobs, want %d", tc.recent, len(st.Recent), tc.want)

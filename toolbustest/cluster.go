@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
@@ -83,6 +84,7 @@ type options struct {
 	a2a        bool
 	a2aAllow   []string
 	a2aOpts    []a2a.Option
+	metrics    *prometheus.Registry
 }
 
 // Option configures [Start].
@@ -152,6 +154,12 @@ func WithA2A(allow []string, opts ...a2a.Option) Option {
 		o.a2aOpts = append(o.a2aOpts, opts...)
 	}
 }
+
+// WithMetrics registers the metrics of the cluster's first ingress, its
+// jobs service's included, with reg ([node.WithMetrics]), and serves them
+// at its /metrics. Further ingresses register none: a registry takes each
+// metric name once.
+func WithMetrics(reg *prometheus.Registry) Option { return func(o *options) { o.metrics = reg } }
 
 // WithLogger sets the logger of every part (default: one that discards).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -251,6 +259,9 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	if o.a2a {
 		opts = append(opts, node.WithA2A(o.a2aAllow, o.a2aOpts...))
+	}
+	if o.metrics != nil && len(c.ingresses) == 0 {
+		opts = append(opts, node.WithMetrics(o.metrics))
 	}
 	g, err := node.NewGateway(nc, st, opts...)
 	if err != nil {
