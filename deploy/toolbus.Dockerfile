@@ -4,6 +4,8 @@
 FROM scratch
 COPY toolbus /toolbus
 USER 65532:65532
-EXPOSE 8080
+# The ingress (toolbus ingress, dev) serves on 8080; a worker serves only
+# its metrics and probes, on 9464.
+EXPOSE 8080 9464
 ENTRYPOINT ["/toolbus"]
 CMD ["--help"]
