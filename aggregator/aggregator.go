@@ -358,6 +358,11 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	} else {
 		result, err = run()
 	}
+	if err != nil && err.Code == schema.CodeTimeout && err.Reason() == schema.ReasonDeadlineInWorker {
+		// The worker stopped the handler at the deadline and said so
+		// before the aggregator's own timer did: one timeout, one message.
+		err = timedOut(c.Method, timeout, schema.ReasonDeadlineInWorker)
+	}
 	if err != nil {
 		resp.Error = err
 	} else {
@@ -473,9 +478,7 @@ func (a *Aggregator) requestError(ctx context.Context, c *schema.Call, timeout t
 // retryable timeout; the caller going away is a cancellation.
 func (a *Aggregator) ctxError(ctx context.Context, c *schema.Call, timeout time.Duration) *schema.Error {
 	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return schema.NewError(schema.CodeTimeout,
-			fmt.Sprintf("timed out: %s did not answer within %v", c.Method, timeout),
-			map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": c.Method})
+		return timedOut(c.Method, timeout, "")
 	}
 	return schema.NewError(schema.CodeCanceled, "canceled: the client gave up on "+c.Method+" before it was answered",
 		map[string]any{"method": c.Method})
@@ -585,6 +588,14 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 			if attempts > 1 {
 				// Another attempt may still be running somewhere.
 				a.cancelCall(c, callID)
+			}
+			// A report the worker sent before its reply came first on
+			// the inbox, but select may have chosen the reply: hand it
+			// on first, so that the last progress is not lost.
+			select {
+			case r := <-p.report:
+				c.Progress(r.Percent, r.Message)
+			default:
 			}
 			return a.readReply(c, m, attempts)
 		case v := <-p.progress:
@@ -825,4 +836,15 @@ func badReply(method string, err error) *schema.Error {
 		"internal error: the worker serving "+method+" sent a reply that does not follow the bus protocol ("+
 			strings.TrimPrefix(err.Error(), "bus: reply: ")+"); its author should check it against schema/PROTOCOL.md or toolbus conform",
 		map[string]any{"reason": schema.ReasonBadReply, "method": method})
+}
+
+// timedOut is the answer of a call of method that missed its deadline of
+// timeout, whoever noticed first: the aggregator (no reason) or the worker
+// (reason deadline_in_worker).
+func timedOut(method string, timeout time.Duration, reason string) *schema.Error {
+	data := map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": method}
+	if reason != "" {
+		data["reason"] = reason
+	}
+	return schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: %s did not answer within %v", method, timeout), data)
 }
