@@ -59,8 +59,13 @@ func chart(w, h int, top float64, lines ...series) string {
 				continue
 			}
 			if len(run) == 2 {
-				// A lone point is a short dash, so that it shows.
-				run = append(run, run[0]+2, run[1])
+				// A lone point is a short dash, so that it shows,
+				// drawn inwards from the edge.
+				if run[0]+3 > fw {
+					run = append([]float64{run[0] - 3, run[1]}, run...)
+				} else {
+					run = append(run, run[0]+3, run[1])
+				}
 			}
 			b.WriteString(`<polyline class="`)
 			b.WriteString(l.class)

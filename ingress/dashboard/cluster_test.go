@@ -121,7 +121,7 @@ func TestChart(t *testing.T) {
 	if n := strings.Count(got, "<polyline"); n != 2 {
 		t.Errorf("chart has %d lines, want 2 around the gap: %s", n, got)
 	}
-	if !strings.Contains(got, `points="0.0,11.0 2.0,6.0"`) || !strings.Contains(got, `points="6.0,1.0 8.0,1.0"`) {
+	if !strings.Contains(got, `points="0.0,11.0 2.0,6.0"`) || !strings.Contains(got, `points="6.0,1.0 9.0,1.0"`) {
 		t.Errorf("chart = %s, want the first run from the bottom up and the lone top point as a dash", got)
 	}
 }
