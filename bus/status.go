@@ -57,6 +57,11 @@ type Status struct {
 	InFlight int64 `json:"in_flight"`
 	// Methods holds one entry per method the process serves or has seen.
 	Methods []MethodStatus `json:"methods"`
+	// Pid is the process id on Host.
+	Pid int `json:"pid,omitempty"`
+	// Trends holds the last minutes of the process's calls, when it
+	// keeps them (an ingress does).
+	Trends *Trends `json:"trends,omitempty"`
 	// Extra holds anything else the process reports; [GatherStatus] puts
 	// the reason under "error" for a process that was found but whose
 	// status could not be read.
@@ -74,6 +79,12 @@ type MethodStatus struct {
 	Calls     int64   `json:"calls"`
 	Errors    int64   `json:"errors"`
 	ErrorRate float64 `json:"error_rate"`
+	// ToolErrors, CallerErrors and InfraErrors split Errors as
+	// schema.Classify does: the tool's own errors, the caller's bad
+	// requests, and the failures of toolbus or its workers.
+	ToolErrors   int64 `json:"tool_errors"`
+	CallerErrors int64 `json:"caller_errors"`
+	InfraErrors  int64 `json:"infra_errors"`
 	// P50Ms and P99Ms are latency percentiles in milliseconds; zero
 	// without calls.
 	P50Ms float64 `json:"p50_ms"`
@@ -86,6 +97,32 @@ type MethodStatus struct {
 	// discovery registry knows them; nil in a worker's status and at an
 	// ingress without discovery.
 	Workers *int `json:"workers,omitempty"`
+}
+
+// Trends is what one process saw over the last minutes, in steps of
+// StepSeconds from Start, oldest first; the last step is under way.
+type Trends struct {
+	Start       time.Time `json:"start"`
+	StepSeconds int       `json:"step_seconds"`
+	// InFlight is the peak of calls in flight in each step.
+	InFlight []int64 `json:"in_flight"`
+	// JobsQueued is the peak of queued jobs in each step, -1 where not
+	// known; absent when the process does not watch the jobs.
+	JobsQueued []int64 `json:"jobs_queued,omitempty"`
+	// Methods holds the busiest methods of the span, sorted by name.
+	Methods []MethodTrend `json:"methods"`
+}
+
+// MethodTrend is one method in [Trends]: per step, the finished calls,
+// their errors split as in [MethodStatus], and the 99th latency
+// percentile in milliseconds (0 without calls).
+type MethodTrend struct {
+	Method       string    `json:"method"`
+	Calls        []int64   `json:"calls"`
+	ToolErrors   []int64   `json:"tool_errors"`
+	CallerErrors []int64   `json:"caller_errors"`
+	InfraErrors  []int64   `json:"infra_errors"`
+	P99Ms        []float64 `json:"p99_ms"`
 }
 
 // Status returns the subject of the status endpoint of the process of kind
@@ -164,7 +201,7 @@ func ServeStatus(nc *nats.Conn, s Subjects, kind, version string, snapshot func(
 	id := svc.Info().ID
 	handler := micro.HandlerFunc(func(req micro.Request) {
 		b, err := statusJSON(snapshot, func(st *Status) {
-			st.Kind, st.Host, st.Version = kind, host, version
+			st.Kind, st.Host, st.Version, st.Pid = kind, host, version, os.Getpid()
 			if st.ID == "" {
 				st.ID = id
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 )
 
@@ -33,6 +34,32 @@ func WithJobStats(stats func(ctx context.Context, q dashboard.JobsQuery) (dashbo
 	}
 }
 
+// WithStatusGather lets the dashboard show the whole cluster: gather
+// returns the status of every ingress and worker (as [bus.GatherStatus]
+// does), from which it reads every replica's trends and the workers'
+// processes. Without it the dashboard shows this replica's trends.
+func WithStatusGather(gather func(ctx context.Context) ([]bus.Status, error)) Option {
+	return func(c *config) error {
+		if gather == nil {
+			return errors.New("ingress: nil status gather")
+		}
+		c.gather = gather
+		return nil
+	}
+}
+
+// WithNATSState gives the dashboard its NATS section, which describe
+// fills as this replica sees the bus.
+func WithNATSState(describe func(ctx context.Context) dashboard.NATSState) Option {
+	return func(c *config) error {
+		if describe == nil {
+			return errors.New("ingress: nil NATS state")
+		}
+		c.natsState = describe
+		return nil
+	}
+}
+
 // WithID names this ingress replica in its dashboard and status answers
 // (default: a random id made at [New]).
 func WithID(id string) Option {
@@ -50,6 +77,7 @@ func WithID(id string) Option {
 func (s *Server) setupDashboard() {
 	s.dash = dashboard.New(dashboard.Source{
 		ID: s.id, Stats: s.stats, InFlight: s.inFlight.Load, Registry: s.cfg.registry, Jobs: s.cfg.jobStats,
+		Gather: s.cfg.gather, NATS: s.cfg.natsState,
 	})
 	if s.cfg.noDashboard {
 		return
@@ -65,8 +93,12 @@ func (s *Server) setupDashboard() {
 // [dashboard.State]): every caller's data. It reads the jobs within a
 // bound of its own (2s).
 func (s *Server) Dashboard(ctx context.Context) dashboard.State {
-	return s.dash.State(ctx, dashboard.Everything())
+	return s.dash.State(ctx, dashboard.Everything(), dashboard.Query{})
 }
+
+// Trends returns this replica's last 15 minutes of calls, for its status
+// answer.
+func (s *Server) Trends() bus.Trends { return s.stats.Trends(0) }
 
 // Overview is [Server.Dashboard] without the jobs, which cost reads of the
 // job store: only what the ingress holds in memory.

@@ -157,12 +157,12 @@ func (s *Server) finish(ctx context.Context, label string, lm *labelMetrics, c *
 	if r.Error == nil && len(r.Result) == 0 {
 		r.Error = internalError() // what settle will answer
 	}
-	code := "ok"
+	code, errCode := "ok", 0
 	if r.Error != nil {
 		r.Error = s.cfg.msglog.HideFailedValue(r.Error)
-		code = s.codes.Label(r.Error.Code)
+		code, errCode = s.codes.Label(r.Error.Code), r.Error.Code
 	}
-	s.stats.End(label, d, r.Error != nil)
+	s.stats.End(label, d, errCode)
 	if lm != nil {
 		lm.inFlight.Dec()
 		lm.duration.Observe(d.Seconds())

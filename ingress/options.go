@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
@@ -99,6 +100,8 @@ type config struct {
 	logMessages bool
 	noDashboard bool
 	jobStats    func(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error)
+	gather      func(ctx context.Context) ([]bus.Status, error)
+	natsState   func(ctx context.Context) dashboard.NATSState
 }
 
 func defaultConfig() config {

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
@@ -272,9 +273,17 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		}
 	}
 
+	subjects, err := bus.NewSubjects(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
 	ingOpts := []ingress.Option{
 		ingress.WithLogger(cfg.log),
 		ingress.WithReadiness(func(context.Context) error { return g.Ready() }),
+		ingress.WithStatusGather(func(ctx context.Context) ([]bus.Status, error) {
+			return bus.GatherStatus(ctx, nc, subjects, dashboardGatherWait)
+		}),
+		ingress.WithNATSState(func(ctx context.Context) dashboard.NATSState { return natsState(ctx, nc) }),
 	}
 	if cfg.jobs {
 		g.jobs = &lazyJobs{st: st, part: partJobs}
@@ -557,8 +566,9 @@ func (d *lateDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 // ingressStatus is the status answer of an ingress.
 func ingressStatus(srv *ingress.Server) bus.Status {
 	st := srv.Overview()
+	tr := srv.Trends()
 	return bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
-		Methods: st.Methods, Extra: map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
+		Methods: st.Methods, Trends: &tr, Extra: map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
 }
 
 // serveStatus answers `toolbus status` for one part of the process.

@@ -55,6 +55,15 @@ type dashboardPage struct {
 	Jobs      []map[string]string `json:"jobs"`
 	JobCounts map[string]string   `json:"job_counts"`
 	JobsOff   bool                `json:"jobs_off"`
+	// Charts counts, by the data-col of their cell (or the id of their
+	// box), the chart lines with at least two points.
+	Charts map[string]int `json:"charts"`
+	// EmptyTexts are what the empty sections say, by section id.
+	EmptyTexts map[string]string `json:"empty_texts"`
+	// Overflow is how far the page reaches past the window, in pixels
+	// (down, across): 0, 0 when it fits without scrolling.
+	Overflow [2]int `json:"overflow"`
+	NATS     string `json:"nats"`
 	// Marked reports that window.dashboardTestMark is still set, that is
 	// the page has not been reloaded since the test set it.
 	Marked bool `json:"marked"`
@@ -79,6 +88,21 @@ const readDashboard = `(() => {
 			(li) => [li.dataset.state, li.querySelector('strong').textContent])),
 		jobs_off: shown('jobs-off'),
 		marked: window.dashboardTestMark === true,
+		charts: (() => {
+			const out = {};
+			for (const line of document.querySelectorAll('svg.chart polyline')) {
+				if ((line.getAttribute('points') || '').trim().split(/\s+/).length < 2) continue;
+				const box = line.closest('td[data-col], .chart-box');
+				const key = box.dataset.col || box.id;
+				out[key] = (out[key] || 0) + 1;
+			}
+			return out;
+		})(),
+		empty_texts: Object.fromEntries(Array.from(document.querySelectorAll('section.is-empty .empty'),
+			(p) => [p.closest('section').id, p.textContent])),
+		overflow: [document.documentElement.scrollHeight - window.innerHeight,
+			document.documentElement.scrollWidth - window.innerWidth],
+		nats: shown('nats-info') ? text('nats-server') + ' ' + text('js-storage') : '',
 	};
 })()`
 
@@ -104,7 +128,7 @@ func openDashboard(t *testing.T, url string) *dashboardTab {
 		chromedp.Headless,
 		chromedp.NoSandbox, // tests may run as root in a container
 		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900),
+		chromedp.WindowSize(1400, 900),
 	)
 	ctx, cancelTimeout := context.WithTimeout(t.Context(), dashboardTimeout)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
@@ -334,8 +358,32 @@ func TestDashboard(t *testing.T) {
 		if len(p.JobCounts) == 0 {
 			return "no job counts"
 		}
+		for _, col := range []string{"rate_trend", "p99_trend", "errors_trend", "inflight-chart"} {
+			if p.Charts[col] == 0 {
+				return fmt.Sprintf("no chart line with points in %s (charts %v)", col, p.Charts)
+			}
+		}
+		if p.NATS == "" {
+			return "no NATS section"
+		}
+		if w := p.Workers[0]; w["host"] == "" || w["host"] == "—" || w["pid"] == "—" || w["uptime"] == "—" {
+			return fmt.Sprintf("worker %v, want its host, pid and uptime", w)
+		}
 		return ""
 	})
+	if p.Overflow[0] > 0 || p.Overflow[1] > 0 {
+		d.screenshot("dashboard-overflow.png")
+		t.Errorf("the page reaches %d px below and %d px right of a 1400×900 window, want it to fit", p.Overflow[0], p.Overflow[1])
+	}
+	if e := row(p.Errors, "id", `"dash-fail"`); e["class"] != "tool" || e["count"] != "×1" {
+		t.Errorf(`errors row of "dash-fail" = %v, want class tool and count ×1`, e)
+	}
+	if e := row(p.Errors, "id", `"dash-unknown"`); e["class"] != "caller" {
+		t.Errorf(`errors row of "dash-unknown" = %v, want class caller`, e)
+	}
+	if echo := row(p.Methods, "method", "echo"); echo["infra_errors"] != "0" || echo["tool_errors"] != "0" {
+		t.Errorf("methods row of echo = %v, want no errors", echo)
+	}
 	before := number(row(p.Methods, "method", "echo")["total"])
 
 	// The page must update itself: mark this load of it, make more calls
@@ -389,6 +437,12 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 	d.waitFor("the API key form", func(p dashboardPage) string {
 		if !p.AskingKey || !strings.HasPrefix(p.Banner, "disconnected: ") {
 			return fmt.Sprintf("form shown %v, banner %q, want the form and a disconnected banner", p.AskingKey, p.Banner)
+		}
+		// Nothing may look like data before any could be loaded.
+		for id, text := range p.EmptyTexts {
+			if !strings.Contains(text, "API key") {
+				return fmt.Sprintf("section %s says %q, want it to ask for an API key", id, text)
+			}
 		}
 		return ""
 	})

@@ -118,10 +118,12 @@ func (rt *Runtime) handle(ctx context.Context, r *route, req *Request, what stri
 	result, rpcErr := rt.run(ctx, r.handler, req)
 	d := time.Since(start)
 	r.metrics.end(d, rpcErr)
-	rt.stats.End(r.pattern, d, rpcErr != nil)
 	code := 0
 	if rpcErr != nil {
 		code = rpcErr.Code
+	}
+	rt.stats.End(r.pattern, d, code)
+	if rpcErr != nil {
 		rt.stats.RecordError(callstats.ErrorAnswer{ID: string(req.ID), Method: req.Method,
 			Code: rpcErr.Code, Message: rpcErr.Message, TraceID: tracelog.TraceID(ctx)})
 	}

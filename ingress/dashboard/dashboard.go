@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,17 +76,32 @@ type Source struct {
 	// Jobs, when not nil, reads the jobs section: the counts by state and
 	// the newest q.Recent jobs, of q.Caller alone unless q.All is set.
 	Jobs func(ctx context.Context, q JobsQuery) (JobsState, error)
+	// Gather, when not nil, returns the status of every ingress and
+	// worker of the cluster, as [bus.GatherStatus] does: the trends of
+	// every replica and the workers' processes. Without it the trends are
+	// this replica's.
+	Gather func(ctx context.Context) ([]bus.Status, error)
+	// NATS, when not nil, describes the bus as this replica sees it.
+	NATS func(ctx context.Context) NATSState
 }
 
 // Dashboard answers what the page at /ui/ shows. Make one with [New]; its
 // methods are safe for concurrent use.
 type Dashboard struct {
-	src Source
+	src      Source
+	gathered gathered
 }
 
 // New returns the dashboard of src; src.Stats and src.InFlight are
 // required.
 func New(src Source) *Dashboard { return &Dashboard{src: src} }
+
+// Query is what a request of the state asks beyond its caller's [View].
+type Query struct {
+	// Replica asks for the trends of one ingress replica by id rather
+	// than the cluster's; an operator's view only.
+	Replica string
+}
 
 // Open reports whether path is one of the dashboard's static files, which
 // hold no data and need no credentials.
@@ -104,7 +120,8 @@ func (d *Dashboard) Handler(view func(r *http.Request) View, log *slog.Logger) h
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(files)))
 	mux.HandleFunc("GET /ui/api/state", func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.Marshal(d.State(r.Context(), view(r)))
+		q := Query{Replica: r.URL.Query().Get("replica")}
+		b, err := json.Marshal(d.State(r.Context(), view(r), q))
 		if err != nil {
 			log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))
 			http.Error(w, "internal error", http.StatusInternalServerError)
@@ -120,9 +137,12 @@ func (d *Dashboard) Handler(view func(r *http.Request) View, log *slog.Logger) h
 	return mux
 }
 
-// State returns what the dashboard shows v now, jobs included, which it
-// reads within a bound of its own (2s).
-func (d *Dashboard) State(ctx context.Context, v View) State {
+// State returns what the dashboard shows v now: [Dashboard.Overview],
+// the jobs, which it reads within a bound of its own (2s), the trends of
+// the cluster or of the replica q names, and for an operator the
+// replicas, the workers' processes and NATS. The cluster's statuses are
+// gathered at most every few seconds (see [Source.Gather]).
+func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 	st := d.Overview(v)
 	if d.src.Jobs != nil {
 		jctx, cancel := context.WithTimeout(ctx, jobStatsTimeout)
@@ -130,10 +150,85 @@ func (d *Dashboard) State(ctx context.Context, v View) State {
 		cancel()
 		if err != nil {
 			js = JobsState{Error: err.Error()}
+		} else if v.AllCallers {
+			// Every caller's count is the queue's depth, which the
+			// trends sample whenever it is read.
+			d.src.Stats.RecordJobsQueued(int64(js.ByState["queued"]))
 		}
 		st.Jobs = &js
 	}
+	list, err := d.statuses(ctx)
+	if err != nil {
+		st.Cluster = err.Error()
+	}
+	if !v.AllCallers {
+		q.Replica = ""
+	}
+	st.Trends = d.trends(list, v, q.Replica)
+	if v.AllCallers {
+		st.Replicas = replicas(list, d.src.ID)
+		describeWorkers(st.Workers, list, st.Now)
+		if d.src.NATS != nil {
+			n := d.src.NATS(ctx)
+			st.NATS = &n
+		}
+	}
+	if st.Replicas == nil {
+		st.Replicas = []ReplicaState{}
+	}
 	return st
+}
+
+// replicas lists the ingress replicas among list, this one first.
+func replicas(list []bus.Status, self string) []ReplicaState {
+	out := []ReplicaState{}
+	now := time.Now()
+	for _, s := range list {
+		if s.Kind != bus.KindIngress {
+			continue
+		}
+		r := ReplicaState{ID: s.ID, Host: s.Host, Pid: s.Pid, Version: s.Version, InFlight: s.InFlight}
+		if !s.Started.IsZero() {
+			r.UptimeSeconds = now.Sub(s.Started).Seconds()
+		}
+		if e, ok := s.Extra["error"].(string); ok {
+			r.Error = e
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b ReplicaState) int {
+		switch {
+		case a.ID == self:
+			return -1
+		case b.ID == self:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// describeWorkers adds to each worker what its status answer in list
+// says of its process.
+func describeWorkers(workers []WorkerState, list []bus.Status, now time.Time) {
+	byID := map[string]*bus.Status{}
+	for i := range list {
+		if list[i].Kind == bus.KindWorker {
+			byID[list[i].ID] = &list[i]
+		}
+	}
+	for i := range workers {
+		w := &workers[i]
+		s := byID[w.ID]
+		if s == nil {
+			continue
+		}
+		w.Host, w.Pid, w.Version, w.InFlight = s.Host, s.Pid, s.Version, s.InFlight
+		if !s.Started.IsZero() {
+			w.Started = s.Started
+			w.UptimeSeconds = now.Sub(s.Started).Seconds()
+		}
+	}
 }
 
 // Overview is [Dashboard.State] without the jobs, which cost reads of the
@@ -160,7 +255,7 @@ func (d *Dashboard) Overview(v View) State {
 			workers[t.Name] = t.Workers
 		}
 		for _, w := range reg.Workers() {
-			st.Workers = append(st.Workers, WorkerState{ID: w.ID, Methods: w.Methods, Expires: w.Expires})
+			st.Workers = append(st.Workers, WorkerState{ID: w.ID, Methods: w.Methods})
 		}
 	}
 	seen := map[string]bool{}
@@ -206,6 +301,7 @@ func (d *Dashboard) Overview(v View) State {
 			Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID,
 		})
 	}
+	st.ErrorGroups = groupErrors(st.RecentErrors)
 	if st.Methods == nil {
 		st.Methods = []bus.MethodStatus{}
 	}
@@ -216,6 +312,28 @@ func (d *Dashboard) Overview(v View) State {
 		st.RecentErrors = []ErrorState{}
 	}
 	return st
+}
+
+// groupErrors makes one group of the errors, newest first, of each
+// method, code and message, newest group first.
+func groupErrors(errs []ErrorState) []ErrorGroup {
+	type key struct {
+		method, message string
+		code            int
+	}
+	out := []ErrorGroup{}
+	at := map[key]int{}
+	for _, e := range errs {
+		k := key{e.Method, e.Message, e.Code}
+		if i, ok := at[k]; ok {
+			out[i].Count++
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, ErrorGroup{Method: e.Method, Code: e.Code, Class: schema.Classify(e.Code).String(),
+			Message: e.Message, Count: 1, Last: e.Time, ID: e.ID, TraceID: e.TraceID})
+	}
+	return out
 }
 
 // visibleWorkers returns the workers with the methods that shows keeps,

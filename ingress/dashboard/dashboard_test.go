@@ -12,7 +12,7 @@ func TestViewScopesRows(t *testing.T) {
 	stats := callstats.New()
 	for _, m := range []string{"echo", "secret"} {
 		stats.Begin(m)
-		stats.End(m, 0, false)
+		stats.End(m, 0, 0)
 	}
 	d := New(Source{ID: "i1", Stats: stats, InFlight: func() int64 { return 0 }})
 	tests := []struct {
@@ -26,12 +26,22 @@ func TestViewScopesRows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var got []string
-			for _, m := range d.State(context.Background(), tt.view).Methods {
+			st := d.State(context.Background(), tt.view, Query{})
+			var got, trends []string
+			for _, m := range st.Methods {
 				got = append(got, m.Method)
+			}
+			for _, m := range st.Trends.Methods {
+				trends = append(trends, m.Method)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("rows = %q, want %q", got, tt.want)
+			}
+			if !slices.Equal(trends, tt.want) {
+				t.Errorf("trends = %q, want %q", trends, tt.want)
+			}
+			if tt.view.AllCallers != (st.Trends.InFlightSVG != "") {
+				t.Errorf("in-flight chart shown = %v, want %v (an operator's alone)", st.Trends.InFlightSVG != "", tt.view.AllCallers)
 			}
 		})
 	}

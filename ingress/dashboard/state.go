@@ -9,11 +9,12 @@ import (
 	"github.com/toolbus/toolbus/internal/callstats"
 )
 
-// State is what GET /ui/api/state answers: the ingress's own view
-// of the cluster at one moment, which the page at /ui/ shows. Rates and
-// percentiles cover the last [State.WindowSeconds] seconds of the
-// calls this ingress replica handled; run one page per replica, or read
-// /metrics from all of them, for the whole cluster.
+// State is what GET /ui/api/state answers, which the page at /ui/ shows.
+// Rates and percentiles of Methods cover the last [State.WindowSeconds]
+// seconds of the calls this ingress replica handled, and RecentErrors
+// its error answers; Trends cover the last 15 minutes of the whole
+// cluster (every ingress's, gathered over the bus as `toolbus status`
+// does) or of one replica.
 //
 // With authentication a caller is shown what is its own: the rows of the
 // methods it may call (their statistics count every caller's calls), the
@@ -43,17 +44,131 @@ type State struct {
 	// Workers is empty and a method's Workers is absent.
 	Discovery bool          `json:"discovery"`
 	Workers   []WorkerState `json:"workers"`
-	// RecentErrors holds the newest error answers, newest first.
+	// RecentErrors holds the newest error answers, newest first;
+	// ErrorGroups the same answers with those of one method, code and
+	// message as one group, newest group first.
 	RecentErrors []ErrorState `json:"recent_errors"`
+	ErrorGroups  []ErrorGroup `json:"error_groups"`
 	// Jobs is null when the ingress serves no jobs.
 	Jobs *JobsState `json:"jobs"`
+	// Trends is null when they could not be read; see [TrendsState].
+	Trends *TrendsState `json:"trends"`
+	// Replicas lists the cluster's ingress replicas (an operator's view
+	// only; empty otherwise, or when the cluster could not be asked).
+	Replicas []ReplicaState `json:"replicas"`
+	// Cluster says why the cluster could not be asked, when it could not:
+	// the trends are then this replica's alone.
+	Cluster string `json:"cluster_error,omitempty"`
+	// NATS describes the bus as this replica sees it: an operator's view
+	// only, null otherwise.
+	NATS *NATSState `json:"nats"`
 }
 
-// WorkerState is one live worker as its announcements describe it.
+// WorkerState is one live worker: its methods as its announcements
+// describe them and, for an operator, the process as its status answer
+// does (empty when it gave none).
 type WorkerState struct {
+	ID            string    `json:"id"`
+	Methods       []string  `json:"methods"`
+	Host          string    `json:"host,omitempty"`
+	Pid           int       `json:"pid,omitempty"`
+	Version       string    `json:"version,omitempty"`
+	Started       time.Time `json:"started,omitzero"`
+	UptimeSeconds float64   `json:"uptime_seconds,omitempty"`
+	InFlight      int64     `json:"in_flight"`
+}
+
+// ReplicaState is one ingress replica of the cluster.
+type ReplicaState struct {
+	ID            string  `json:"id"`
+	Host          string  `json:"host"`
+	Pid           int     `json:"pid,omitempty"`
+	Version       string  `json:"version"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	InFlight      int64   `json:"in_flight"`
+	// Error says why its status could not be read.
+	Error string `json:"error,omitempty"`
+}
+
+// ErrorGroup is the recent error answers of one method with one code and
+// message.
+type ErrorGroup struct {
+	Method  string `json:"method"`
+	Code    int    `json:"code"`
+	Class   string `json:"class"` // tool, caller or infra: schema.Classify
+	Message string `json:"message"`
+	Count   int    `json:"count"`
+	// Last, ID and TraceID are the newest answer's.
+	Last    time.Time `json:"last"`
 	ID      string    `json:"id"`
-	Methods []string  `json:"methods"`
-	Expires time.Time `json:"expires"`
+	TraceID string    `json:"trace_id,omitempty"`
+}
+
+// TrendsState is the last 15 minutes, drawn: SVG charts the page shows as
+// they are, and the numbers they were drawn from in short.
+type TrendsState struct {
+	// Scope is [ScopeCluster] or the id of the one replica shown.
+	Scope       string    `json:"scope"`
+	Start       time.Time `json:"start"`
+	StepSeconds int       `json:"step_seconds"`
+	Points      int       `json:"points"`
+	// InFlightSVG charts the peak of calls in flight per step; InFlight
+	// is the last step's, InFlightPeak the span's.
+	InFlightSVG  string `json:"in_flight_svg,omitempty"`
+	InFlight     int64  `json:"in_flight"`
+	InFlightPeak int64  `json:"in_flight_peak"`
+	// JobsSVG charts the queued jobs per step, sampled when the jobs are
+	// read; empty when they never were. JobsQueued is the newest reading.
+	JobsSVG    string             `json:"jobs_svg,omitempty"`
+	JobsQueued int64              `json:"jobs_queued"`
+	Methods    []MethodTrendState `json:"methods"`
+}
+
+// MethodTrendState is one method's charts: calls per second, the share
+// of tool errors and of infrastructure errors, and the 99th percentile.
+type MethodTrendState struct {
+	Method    string  `json:"method"`
+	RateSVG   string  `json:"rate_svg"`
+	ErrorsSVG string  `json:"errors_svg"`
+	P99SVG    string  `json:"p99_svg"`
+	PeakRate  float64 `json:"peak_rate"`
+	PeakP99Ms float64 `json:"peak_p99_ms"`
+	// Calls and the errors by class over the span.
+	Calls        int64 `json:"calls"`
+	ToolErrors   int64 `json:"tool_errors"`
+	CallerErrors int64 `json:"caller_errors"`
+	InfraErrors  int64 `json:"infra_errors"`
+}
+
+// NATSState is the NATS server this replica is connected to, the
+// servers it knows of, and the JetStream account's usage.
+type NATSState struct {
+	Connected     bool     `json:"connected"`
+	Status        string   `json:"status"`
+	ServerName    string   `json:"server_name,omitempty"`
+	ServerID      string   `json:"server_id,omitempty"`
+	ServerVersion string   `json:"server_version,omitempty"`
+	Cluster       string   `json:"cluster,omitempty"`
+	URL           string   `json:"url,omitempty"`
+	RTTMs         float64  `json:"rtt_ms"`
+	Servers       []string `json:"servers"`
+	Reconnects    uint64   `json:"reconnects"`
+	// JetStream is null when the account has none or it could not be
+	// read (then JetStreamError says why).
+	JetStream      *JetStreamState `json:"jetstream"`
+	JetStreamError string          `json:"jetstream_error,omitempty"`
+}
+
+// JetStreamState is a JetStream account's usage and limits; a limit of
+// -1 is none.
+type JetStreamState struct {
+	Memory     uint64 `json:"memory"`
+	Storage    uint64 `json:"storage"`
+	MaxMemory  int64  `json:"max_memory"`
+	MaxStorage int64  `json:"max_storage"`
+	Streams    int    `json:"streams"`
+	Consumers  int    `json:"consumers"`
+	Domain     string `json:"domain,omitempty"`
 }
 
 // ErrorState is one recent error answer.
@@ -82,12 +197,20 @@ type JobsState struct {
 
 // JobState is one job's row.
 type JobState struct {
-	ID      string    `json:"id"`
-	Method  string    `json:"method"`
-	State   string    `json:"state"`
-	Percent *float64  `json:"percent"` // null when the job reported no progress
-	Message string    `json:"message,omitempty"`
+	ID      string   `json:"id"`
+	Method  string   `json:"method"`
+	State   string   `json:"state"`
+	Percent *float64 `json:"percent"` // null when the job reported no progress
+	Message string   `json:"message,omitempty"`
+	// Error is a failed or canceled job's error: its code and message.
+	Error   *JobError `json:"error,omitempty"`
 	Created time.Time `json:"created"`
+}
+
+// JobError is the error a job ended with.
+type JobError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
 }
 
 // windowSeconds is the span of the dashboard's rates and percentiles.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Defaults of [New].
@@ -51,8 +52,10 @@ const (
 type Stats struct {
 	Method string
 	// Calls and Errors count the window's finished calls and those that
-	// were answered with an error.
-	Calls, Errors int64
+	// were answered with an error; ToolErrors, CallerErrors and
+	// InfraErrors split Errors by [schema.Classify].
+	Calls, Errors                         int64
+	ToolErrors, CallerErrors, InfraErrors int64
 	// Rate is Calls per second over the window (or over the time since
 	// the first observation, when that is shorter).
 	Rate float64
@@ -66,11 +69,14 @@ type Stats struct {
 }
 
 // ErrorRate is Errors/Calls, 0 when the window holds no call.
-func (s Stats) ErrorRate() float64 {
-	if s.Calls == 0 {
+func (s Stats) ErrorRate() float64 { return Ratio(s.Errors, s.Calls) }
+
+// Ratio is n/of, 0 when of is 0: an error rate.
+func Ratio(n, of int64) float64 {
+	if of == 0 {
 		return 0
 	}
-	return float64(s.Errors) / float64(s.Calls)
+	return float64(n) / float64(of)
 }
 
 // MethodStatus is s as a status answer reports a method: latencies in
@@ -78,6 +84,7 @@ func (s Stats) ErrorRate() float64 {
 func (s Stats) MethodStatus() bus.MethodStatus {
 	return bus.MethodStatus{
 		Method: s.Method, Rate: s.Rate, Calls: s.Calls, Errors: s.Errors, ErrorRate: s.ErrorRate(),
+		ToolErrors: s.ToolErrors, CallerErrors: s.CallerErrors, InfraErrors: s.InfraErrors,
 		P50Ms: Millis(s.P50), P99Ms: Millis(s.P99), InFlight: s.InFlight, Total: s.Total,
 	}
 }
@@ -106,25 +113,34 @@ type Set struct {
 	maxMethods int
 	started    time.Time
 
-	mu      sync.Mutex
-	methods map[string]*method
-	errs    []ErrorAnswer // ring of cap len
-	errNext int           // where the next error goes
-	errN    int           // how many are held
+	mu       sync.Mutex
+	methods  map[string]*method
+	inFlight int64 // of every method
+	peak     gauge // of inFlight
+	jobs     gauge // queued jobs, as RecordJobsQueued was told
+	jobsSeen bool
+	errs     []ErrorAnswer // ring of cap len
+	errNext  int           // where the next error goes
+	errN     int           // how many are held
 }
 
 type method struct {
 	inFlight     int64
 	total, fails int64
 	ring         [slots]slot
+	trend        trend
 }
 
 type slot struct {
-	start  int64 // unix nanoseconds of the slot's start; 0 when unused
-	calls  uint32
-	errors uint32
+	start int64 // unix nanoseconds of the slot's start; 0 when unused
+	calls uint32
+	// errors counts the error answers by class, indexed by schema.Class.
+	errors [classes]uint32
 	lat    [buckets]uint32
 }
+
+// classes is the length of an array indexed by [schema.Class].
+const classes = int(schema.ClassInfra) + 1
 
 // Option configures [New].
 type Option func(*Set)
@@ -159,6 +175,7 @@ func New(opts ...Option) *Set {
 		maxMethods: DefaultMaxMethods,
 		methods:    map[string]*method{},
 		errs:       make([]ErrorAnswer, DefaultRecentErrors),
+		jobs:       gauge{last: -1},
 	}
 	for _, o := range opts {
 		o(s)
@@ -189,31 +206,37 @@ func (s *Set) methodLocked(name string) *method {
 
 // Begin counts a call of name as in flight until [Set.End].
 func (s *Set) Begin(name string) {
+	now := s.now()
 	s.mu.Lock()
 	s.methodLocked(name).inFlight++
+	s.inFlight++
+	s.peak.set(now, s.inFlight)
 	s.mu.Unlock()
 }
 
 // End records the end of a call begun with [Set.Begin]: its latency and
-// whether it was answered with an error.
-func (s *Set) End(name string, d time.Duration, failed bool) {
+// the code it was answered with, 0 for a result (see [schema.Classify]).
+func (s *Set) End(name string, d time.Duration, code int) {
 	now := s.now()
+	class := schema.Classify(code)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.methodLocked(name)
 	if m.inFlight > 0 {
 		m.inFlight--
+		s.inFlight--
 	}
+	s.peak.set(now, s.inFlight)
 	m.total++
-	if failed {
+	if class != schema.ClassNone {
 		m.fails++
 	}
 	sl := m.slotLocked(now)
 	sl.calls++
-	if failed {
-		sl.errors++
-	}
-	sl.lat[bucketOf(d)]++
+	sl.errors[class]++
+	b := bucketOf(d)
+	sl.lat[b]++
+	m.trend.add(now, class, b)
 }
 
 // slotLocked returns the slot for now, clearing it when it holds an older
@@ -290,11 +313,14 @@ func (s *Set) Snapshot() []Stats {
 				continue
 			}
 			st.Calls += int64(sl.calls)
-			st.Errors += int64(sl.errors)
+			st.ToolErrors += int64(sl.errors[schema.ClassTool])
+			st.CallerErrors += int64(sl.errors[schema.ClassCaller])
+			st.InfraErrors += int64(sl.errors[schema.ClassInfra])
 			for b, n := range sl.lat {
 				lat[b] += uint64(n)
 			}
 		}
+		st.Errors = st.ToolErrors + st.CallerErrors + st.InfraErrors
 		if st.Calls > 0 {
 			if span > 0 {
 				st.Rate = float64(st.Calls) / max(span, 1)

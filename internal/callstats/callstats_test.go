@@ -38,7 +38,7 @@ func TestPercentilesAndRates(t *testing.T) {
 	c.add(time.Minute) // the set has existed for the whole window
 	for i := 1; i <= 100; i++ {
 		s.Begin("echo")
-		s.End("echo", time.Duration(i)*time.Millisecond, i%10 == 0)
+		s.End("echo", time.Duration(i)*time.Millisecond, failIf(i%10 == 0))
 	}
 	st := find(t, s.Snapshot(), "echo")
 	if st.Calls != 100 || st.Errors != 10 || st.Total != 100 || st.TotalErrors != 10 || st.InFlight != 0 {
@@ -61,7 +61,7 @@ func TestWindowForgetsOldCalls(t *testing.T) {
 	c := newClock()
 	s := New(WithClock(c.now))
 	s.Begin("a")
-	s.End("a", time.Millisecond, true)
+	s.End("a", time.Millisecond, -32001)
 	c.add(30 * time.Second)
 	if st := find(t, s.Snapshot(), "a"); st.Calls != 1 || st.Errors != 1 {
 		t.Fatalf("after 30s: %+v", st)
@@ -75,7 +75,7 @@ func TestWindowForgetsOldCalls(t *testing.T) {
 		t.Fatalf("totals must stay: %+v", st)
 	}
 	// A reused slot starts empty.
-	s.End("a", 2*time.Millisecond, false)
+	s.End("a", 2*time.Millisecond, 0)
 	if st := find(t, s.Snapshot(), "a"); st.Calls != 1 || st.Errors != 0 {
 		t.Fatalf("reused slot: %+v", st)
 	}
@@ -88,7 +88,7 @@ func TestInFlight(t *testing.T) {
 	if st := find(t, s.Snapshot(), "slow"); st.InFlight != 2 {
 		t.Fatalf("in flight %d, want 2", st.InFlight)
 	}
-	s.End("slow", time.Second, false)
+	s.End("slow", time.Second, 0)
 	if st := find(t, s.Snapshot(), "slow"); st.InFlight != 1 || st.Calls != 1 {
 		t.Fatalf("%+v", st)
 	}
@@ -99,7 +99,7 @@ func TestMethodCap(t *testing.T) {
 	for i := range 10 {
 		name := fmt.Sprintf("m%d", i)
 		s.Begin(name)
-		s.End(name, time.Millisecond, false)
+		s.End(name, time.Millisecond, 0)
 	}
 	st := s.Snapshot()
 	if len(st) != 4 {
@@ -146,7 +146,7 @@ func TestConcurrentUse(t *testing.T) {
 			for i := range 200 {
 				name := fmt.Sprintf("m%d", (g+i)%5)
 				s.Begin(name)
-				s.End(name, time.Duration(i)*time.Microsecond, i%7 == 0)
+				s.End(name, time.Duration(i)*time.Microsecond, failIf(i%7 == 0))
 				if i%50 == 0 {
 					s.RecordError(ErrorAnswer{Method: name})
 					_ = s.Snapshot()
@@ -188,4 +188,12 @@ func TestNamesBounded(t *testing.T) {
 	if n.Label("a") != "a" || n.Label("b") != "b" || n.Label("c") != "_other" || n.Label("a") != "a" {
 		t.Fatal("the first two names keep their labels, the third shares _other")
 	}
+}
+
+// failIf is the code of an infrastructure error when failed, else 0.
+func failIf(failed bool) int {
+	if failed {
+		return -32001
+	}
+	return 0
 }

@@ -42,6 +42,9 @@ func Convert(st jobs.Stats) dashboard.JobsState {
 			j.Percent = &p
 			j.Message = r.Progress.Message
 		}
+		if r.Error != nil {
+			j.Error = &dashboard.JobError{Code: r.Error.Code, Message: r.Error.Message}
+		}
 		if r.State == schema.JobSucceeded {
 			full := 100.0
 			j.Percent = &full

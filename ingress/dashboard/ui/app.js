@@ -1,7 +1,9 @@
-// The toolbus operator dashboard: polls api/state (ingress.DashboardState)
-// and renders it. Everything in the state is untrusted text (ids, messages
+// The toolbus operator dashboard: polls api/state (dashboard.State) and
+// renders it. Everything in the state is untrusted text (ids, messages
 // and method names come from callers and tools), so it only ever reaches
 // the page through textContent and attribute values, never as markup.
+// The one exception is the charts: SVG the server draws from numbers
+// alone (ingress/dashboard/chart.go), parsed as SVG, never as HTML.
 'use strict';
 
 (() => {
@@ -28,6 +30,38 @@
   };
 
   const $ = (sel) => document.querySelector(sel);
+
+  // Which trends to show: '' for the cluster's, else a replica's id.
+  let scope = '';
+
+  // svgNode parses a chart the server drew; an empty one is no node.
+  function svgNode(markup) {
+    if (!markup) return null;
+    const doc = new DOMParser().parseFromString(markup, 'image/svg+xml');
+    const el = doc.documentElement;
+    return el && el.nodeName === 'svg' ? document.importNode(el, true) : null;
+  }
+
+  function showChart(box, markup) {
+    const node = svgNode(markup);
+    if (node) box.replaceChildren(node); else box.replaceChildren();
+  }
+
+  // setEmpty sets what every empty section says: why it is empty, once
+  // the state was loaded, or what is missing before.
+  function setEmpty(text) {
+    for (const p of document.querySelectorAll('section .empty')) {
+      p.textContent = text === null ? p.dataset.empty : text;
+    }
+  }
+
+  function bytes(n) {
+    if (!Number.isFinite(n) || n < 0) return dash;
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
+  }
 
   // The API key lives in sessionStorage, which a browser may refuse to
   // open; the page then works without remembering it.
@@ -120,7 +154,10 @@
       td.dataset.col = c.col;
       if (c.cls) td.className = c.cls;
       if (c.title) td.title = c.title;
-      if (c.node) {
+      if (c.svg !== undefined) {
+        const node = svgNode(c.svg);
+        if (node) td.append(node);
+      } else if (c.node) {
         td.append(c.node, document.createTextNode(c.text));
       } else {
         td.textContent = c.text;
@@ -137,7 +174,7 @@
     const tbody = section.querySelector('tbody');
     const old = Array.from(tbody.rows);
     rows.forEach((r, i) => {
-      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.width])]);
+      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.width, c.svg])]);
       const cur = old[i];
       if (cur && signatures.get(cur) === sig) return;
       const tr = buildRow(r);
@@ -169,23 +206,34 @@
       : 'your own jobs and errors, and the methods you may call';
   }
 
+  function share(n, of) {
+    return of > 0 ? n / of : 0;
+  }
+
   function renderMethods(s) {
+    const trends = {};
+    for (const t of (s.trends && s.trends.methods) || []) trends[t.method] = t;
     const rows = (s.methods || []).map((m) => {
       const idle = !(m.calls > 0);
       const noWorkers = m.workers === 0;
-      const failing = m.error_rate > 0;
-      const cls = [failing && 'warn', noWorkers && 'bad'].filter(Boolean).join(' ');
+      const infra = share(m.infra_errors, m.calls);
+      const tool = share(m.tool_errors, m.calls);
+      const caller = share(m.caller_errors, m.calls);
+      const cls = [infra > 0 && 'warn', noWorkers && 'bad'].filter(Boolean).join(' ');
+      const t = trends[m.method] || {};
+      const of = `of ${count(m.calls)} calls in the last 60 s`;
       return {
         cls,
         cells: [
           cell('method', m.method, { cls: 'mono', title: m.method }),
           cell('rate', rate(m.rate), { cls: 'num' }),
-          cell('p50', idle ? dash : millis(m.p50_ms), { cls: 'num' }),
-          cell('p99', idle ? dash : millis(m.p99_ms), { cls: 'num' }),
-          cell('error_rate', percent(m.error_rate), {
-            cls: failing ? 'num err' : 'num',
-            title: `${count(m.errors)} of ${count(m.calls)} calls in the window`,
-          }),
+          cell('rate_trend', '', { cls: 'spark', svg: t.rate_svg || '', title: t.method ? `peak ${rate(t.peak_rate)}/s, ${count(t.calls)} calls in 15 min` : 'no calls in 15 min' }),
+          cell('tool_errors', percent(tool), { cls: tool > 0 ? 'num toolerr' : 'num', title: `${count(m.tool_errors)} ${of}` }),
+          cell('infra_errors', percent(infra), { cls: infra > 0 ? 'num err' : 'num', title: `${count(m.infra_errors)} ${of}` }),
+          cell('caller_errors', percent(caller), { cls: 'num', title: `${count(m.caller_errors)} ${of}` }),
+          cell('errors_trend', '', { cls: 'spark', svg: t.errors_svg || '', title: t.method ? `${count(t.tool_errors)} tool, ${count(t.infra_errors)} infrastructure, ${count(t.caller_errors)} caller errors in 15 min` : '' }),
+          cell('p99', idle ? dash : millis(m.p99_ms), { cls: 'num', title: idle ? '' : `p50 ${millis(m.p50_ms)} ms` }),
+          cell('p99_trend', '', { cls: 'spark', svg: t.p99_svg || '', title: t.method ? `peak ${millis(t.peak_p99_ms)} ms` : '' }),
           cell('in_flight', count(m.in_flight), { cls: 'num' }),
           cell('workers', m.workers === null || m.workers === undefined ? dash : count(m.workers), {
             cls: noWorkers ? 'num err' : 'num',
@@ -198,25 +246,86 @@
     fill($('#methods'), rows);
   }
 
+  function renderCluster(s) {
+    const t = s.trends || {};
+    const ops = Boolean(s.all_callers);
+    $('#trend-scope').textContent = t.scope ? `· trends: ${t.scope === 'cluster' ? 'every ingress' : t.scope}, last 15 min` : '';
+    const errEl = $('#cluster-error');
+    errEl.hidden = !s.cluster_error;
+    errEl.textContent = s.cluster_error ? `other ingresses could not be asked: ${s.cluster_error}` : '';
+    $('#cluster-operator').hidden = ops;
+    $('#inflight-chart-box').hidden = !ops;
+    $('#jobs-chart-box').hidden = !ops;
+    $('#replicas').hidden = !ops;
+    showChart($('#inflight-chart'), t.in_flight_svg);
+    $('#inflight-now').textContent = ops ? `${count(t.in_flight)} now, ${count(t.in_flight_peak)} peak` : dash;
+    showChart($('#jobs-chart'), t.jobs_svg);
+    $('#jobs-now').textContent = t.jobs_svg && t.jobs_queued >= 0 ? `${count(t.jobs_queued)} now` : dash;
+    $('#jobs-chart-hint').textContent = s.jobs ? 'read when this page loads the jobs' : 'jobs off';
+    const select = $('#scope');
+    select.disabled = !ops;
+    const want = [''].concat((s.replicas || []).map((r) => r.id));
+    const have = Array.from(select.options, (o) => o.value);
+    if (JSON.stringify(want) !== JSON.stringify(have)) {
+      select.replaceChildren(...want.map((id) => {
+        const o = document.createElement('option');
+        o.value = id;
+        o.textContent = id === '' ? 'every ingress' : id;
+        return o;
+      }));
+    }
+    select.value = scope;
+    const rows = (s.replicas || []).map((r) => ({
+      cls: r.error ? 'bad' : '',
+      cells: [
+        cell('id', r.id, { cls: 'mono', title: r.error || r.id }),
+        cell('host', r.host, { cls: 'mono clip', title: r.host }),
+        cell('pid', r.pid ? String(r.pid) : dash, { cls: 'num' }),
+        cell('uptime', duration(r.uptime_seconds), { cls: 'num' }),
+        cell('in_flight', count(r.in_flight), { cls: 'num' }),
+      ],
+    }));
+    fill($('#cluster'), rows);
+    $('#cluster').classList.remove('is-empty');
+  }
+
+  function renderNATS(s) {
+    const n = s.nats;
+    $('#nats-info').hidden = !n;
+    $('#nats-operator').hidden = Boolean(n);
+    $('#nats-operator').textContent = 'shown to operators';
+    if (!n) return;
+    $('#nats-server').textContent = n.connected
+      ? `${n.server_name || n.server_id} ${n.server_version ? `(v${n.server_version})` : ''}`
+      : n.status;
+    $('#nats-server').title = n.url || '';
+    $('#nats-server').className = n.connected ? '' : 'err';
+    $('#nats-cluster').textContent = n.cluster || 'none (one server)';
+    $('#nats-rtt').textContent = n.connected ? `${millis(n.rtt_ms)} ms, ${count(n.reconnects)} reconnects` : dash;
+    $('#nats-servers').textContent = (n.servers || []).join(', ') || dash;
+    const js = n.jetstream;
+    const of = (used, lim) => (lim > 0 ? `${bytes(used)} of ${bytes(lim)}` : `${bytes(used)}, no limit`);
+    $('#js-memory').textContent = js ? of(js.memory, js.max_memory) : (n.jetstream_error || 'off');
+    $('#js-storage').textContent = js ? of(js.storage, js.max_storage) : dash;
+    $('#js-streams').textContent = js ? `${count(js.streams)}, ${count(js.consumers)}` : dash;
+  }
+
   function renderWorkers(s) {
     const section = $('#workers');
     const off = s.discovery === false;
     section.classList.toggle('off', off);
     $('#discovery-off').hidden = !off;
-    const now = parseTime(s.now);
     const rows = (s.workers || []).map((w) => {
-      const exp = parseTime(w.expires);
-      let left = dash;
-      if (exp !== null && now !== null) {
-        const secs = (exp - now) / 1000;
-        left = secs > 0 ? `in ${secs.toFixed(1)} s` : 'expired';
-      }
       const methods = (w.methods || []).join(', ');
       return {
         cells: [
           cell('id', w.id, { cls: 'mono', title: w.id }),
+          cell('host', w.host || dash, { cls: 'mono clip', title: w.host || '' }),
+          cell('pid', w.pid ? String(w.pid) : dash, { cls: 'num' }),
+          cell('version', w.version || dash, { cls: 'mono clip', title: w.version || '' }),
+          cell('uptime', w.started ? duration(w.uptime_seconds) : dash, { cls: 'num', title: w.started || '' }),
+          cell('in_flight', w.host ? count(w.in_flight) : dash, { cls: 'num' }),
           cell('methods', methods, { cls: 'mono wrap' }),
-          cell('expires', left, { cls: 'num', title: w.expires || '' }),
         ],
       };
     });
@@ -224,15 +333,18 @@
   }
 
   function renderErrors(s) {
-    const rows = (s.recent_errors || []).map((e) => {
+    const rows = (s.error_groups || []).map((e) => {
       const code = String(e.code);
       return {
+        cls: e.class === 'infra' ? 'warn' : '',
         cells: [
-          cell('time', clock(e.time, true), { cls: 'tnum', title: e.time || '' }),
-          cell('id', e.id, { cls: 'mono', title: e.id }),
+          cell('time', clock(e.last, true), { cls: 'tnum', title: e.last || '' }),
+          cell('count', `×${count(e.count)}`, { cls: 'num' }),
           cell('method', e.method, { cls: 'mono', title: e.method }),
           cell('code', code, { cls: 'num err', title: CODE_NAMES[code] || 'tool code' }),
+          cell('class', e.class, { cls: `class-${e.class}` }),
           cell('message', e.message, { cls: 'clip', title: e.message }),
+          cell('id', e.id, { cls: 'mono clip', title: e.id }),
           cell('trace_id', e.trace_id || '', { cls: 'mono clip', title: e.trace_id || '' }),
         ],
       };
@@ -291,7 +403,9 @@
           hasP
             ? cell('progress', `${Math.round(p)}%`, { cls: 'progress', node: progressBar(p), width: p })
             : cell('progress', dash, { cls: 'progress' }),
-          cell('message', job.message || '', { cls: 'clip', title: job.message || '' }),
+          job.error
+            ? cell('message', `${job.error.code} ${job.error.message}`, { cls: 'clip err', title: `${job.error.code} ${job.error.message}` })
+            : cell('message', job.message || '', { cls: 'clip', title: job.message || '' }),
           cell('created', clock(job.created), { cls: 'tnum', title: job.created || '' }),
         ],
       };
@@ -300,10 +414,13 @@
   }
 
   function render(s) {
+    setEmpty(null);
     renderSummary(s);
     renderMethods(s);
+    renderCluster(s);
     renderWorkers(s);
     renderErrors(s);
+    renderNATS(s);
     renderJobs(s);
     document.body.dataset.updated = s.now || '';
   }
@@ -334,6 +451,8 @@
       ? `The key was refused${reason ? ` (${reason})` : ''}.`
       : '';
     form.hidden = false;
+    setEmpty('Enter an API key to see this.');
+    $('#nats-operator').textContent = 'Enter an API key to see this.';
     $('#auth-key').focus();
   }
 
@@ -369,7 +488,8 @@
       if (key) headers.Authorization = `Bearer ${key}`;
       let resp;
       try {
-        resp = await fetch('api/state', {
+        const url = scope ? `api/state?replica=${encodeURIComponent(scope)}` : 'api/state';
+        resp = await fetch(url, {
           headers, cache: 'no-store', credentials: 'same-origin', signal: ctrl.signal,
         });
       } catch (err) {
@@ -447,6 +567,10 @@
     $('#forget-key').addEventListener('click', () => {
       keyStore.clear();
       showForgetKey();
+      pollIn(0);
+    });
+    $('#scope').addEventListener('change', (ev) => {
+      scope = ev.target.value;
       pollIn(0);
     });
     showForgetKey();
