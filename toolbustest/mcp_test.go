@@ -209,3 +209,66 @@ func TestMCPProgressOfJobs(t *testing.T) {
 		t.Fatalf("tools/call report = %q %v, want \"done\"", textOf(o.r), o.err)
 	}
 }
+
+// TestMCPStructuredResults checks that every demo tool is listed with a
+// description, that tools with a known result schema publish an output
+// schema (results that are not objects under the {"result": ...}
+// wrapper), and that every result carries structured content that fits
+// it, besides its JSON text.
+func TestMCPStructuredResults(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery())
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("sum"); return ok }, "the demo tools appear")
+	cs := mcpSession(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listed := map[string]*mcp.Tool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatalf("tools/list: %v", err)
+		}
+		listed[tool.Name] = tool
+		if tool.Description == "" {
+			t.Errorf("tool %s has no description", tool.Name)
+		}
+	}
+	outSchema := func(name string) string {
+		b, _ := json.Marshal(listed[name].OutputSchema)
+		return string(b)
+	}
+	for name, want := range map[string]string{
+		"sum":   `{"properties":{"result":{"type":"number"}},"required":["result"],"type":"object"}`,
+		"sleep": `{"additionalProperties":false,"properties":{"slept_ms":{"type":"integer"}},"type":"object"}`,
+		"echo":  `null`,
+	} {
+		if listed[name] == nil {
+			t.Fatalf("tools/list has no %s", name)
+		}
+		if got := outSchema(name); got != want {
+			t.Errorf("outputSchema of %s = %s, want %s", name, got, want)
+		}
+	}
+
+	tests := []struct {
+		tool           string
+		args           any
+		wantText       string
+		wantStructured string
+	}{
+		{"sleep", map[string]any{"ms": 1}, `{"slept_ms":1}`, `{"slept_ms":1}`},
+		{"get_data", map[string]any{}, `["hello",5]`, `{"result":["hello",5]}`},
+		{"echo", map[string]any{"a": 1}, `{"a":1}`, `{"a":1}`},
+		{"update", map[string]any{}, `null`, `{"result":null}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tool, func(t *testing.T) {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
+			if err != nil || r.IsError {
+				t.Fatalf("tools/call %s = %v %v", tt.tool, r, err)
+			}
+			got, _ := json.Marshal(r.StructuredContent)
+			if textOf(r) != tt.wantText || string(got) != tt.wantStructured {
+				t.Errorf("tools/call %s = text %s, structured %s; want %s, %s", tt.tool, textOf(r), got, tt.wantText, tt.wantStructured)
+			}
+		})
+	}
+}
