@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -312,11 +314,11 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			}
 			continue
 		}
-		d, err := descriptor(tool, version)
+		d, unwrap, err := descriptor(tool, version)
 		if err != nil {
 			b.log.Warn("tool has an unusable schema; served without it", "tool", tool.Name, "err", err)
 		}
-		if err := b.rt.Handle(method, b.handler(tool.Name), worker.Describe(d)); err != nil {
+		if err := b.rt.Handle(method, b.handler(tool.Name, unwrap), worker.Describe(d)); err != nil {
 			b.log.Warn("cannot register tool", "tool", tool.Name, "method", method, "err", err)
 			continue
 		}
@@ -330,18 +332,24 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	return nil
 }
 
-// descriptor returns the toolbus descriptor of an MCP tool. A schema that
-// cannot be encoded is left out, and reported.
-func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
-	d := schema.Descriptor{Description: tool.Description, Version: version}
+// descriptor returns the toolbus descriptor of an MCP tool, and whether
+// its structured results wrap their value (see [wrapped]): the result
+// schema is then the value's. A schema that cannot be encoded is left
+// out, and reported.
+func descriptor(tool *mcp.Tool, version string) (d schema.Descriptor, unwrap bool, err error) {
+	d = schema.Descriptor{Description: tool.Description, Version: version}
 	if tool.Annotations != nil {
 		d.RetrySafe = tool.Annotations.IdempotentHint
+	}
+	output := tool.OutputSchema
+	if inner, ok := wrapped(output); ok {
+		output, unwrap = inner, true
 	}
 	var errs []error
 	for _, s := range []struct {
 		src any
 		dst *json.RawMessage
-	}{{tool.InputSchema, &d.Params}, {tool.OutputSchema, &d.Result}} {
+	}{{tool.InputSchema, &d.Params}, {output, &d.Result}} {
 		if s.src == nil {
 			continue
 		}
@@ -357,7 +365,51 @@ func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
 		}
 		*s.dst = raw
 	}
-	return d, errors.Join(errs...)
+	return d, unwrap, errors.Join(errs...)
+}
+
+// wrapKey is the one member of the object that carries, as structured
+// content, a value that is not an object: MCP clients before the
+// 2025-11-25 revision take objects alone, so toolbus's front door, and
+// other servers, wrap other values as {"result": value}.
+const wrapKey = "result"
+
+// metaWrapped is the _meta member of a result whose structured content
+// is such a wrapper, as toolbus's front door marks it.
+const metaWrapped = "toolbus/wrapped"
+
+// wrapped returns the schema of the wrapped value when output is exactly
+// the schema of the wrapper: an object whose one member, required, is
+// "result" (with $schema and $defs, which go back into the value's
+// schema).
+func wrapped(output any) (inner any, ok bool) {
+	s, ok := output.(map[string]any)
+	if !ok || s["type"] != "object" {
+		return nil, false
+	}
+	props, _ := s["properties"].(map[string]any)
+	required, _ := s["required"].([]any)
+	if len(props) != 1 || props[wrapKey] == nil || len(required) != 1 || required[0] != wrapKey {
+		return nil, false
+	}
+	for k := range s {
+		switch k {
+		case "type", "properties", "required", "$schema", "$defs", "definitions":
+		default:
+			return nil, false
+		}
+	}
+	inner = props[wrapKey]
+	if m, isMap := inner.(map[string]any); isMap {
+		m = maps.Clone(m)
+		for _, k := range []string{"$schema", "$defs", "definitions"} {
+			if v, ok := s[k]; ok && m[k] == nil {
+				m[k] = v
+			}
+		}
+		inner = m
+	}
+	return inner, true
 }
 
 // MethodName returns the toolbus method serving the MCP tool named tool
@@ -366,8 +418,9 @@ func MethodName(prefix, tool string) (string, bool) {
 	return schema.FitMethodName(prefix, tool)
 }
 
-// handler forwards calls of a method to the MCP tool named tool.
-func (b *Bridge) handler(tool string) worker.Handler {
+// handler forwards calls of a method to the MCP tool named tool, whose
+// structured results wrap their value when unwrap is set.
+func (b *Bridge) handler(tool string, unwrap bool) worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
 		b.mu.Lock()
 		cs, offered := b.session, b.offered[tool]
@@ -397,15 +450,17 @@ func (b *Bridge) handler(tool string) worker.Handler {
 		if res.IsError {
 			return nil, schema.NewError(schema.CodeToolError, "tool error: "+text(res), map[string]any{"content": res.Content})
 		}
-		return result(res)
+		return result(res, unwrap)
 	})
 }
 
-// result is what a successful tool result answers: its structured content,
-// else its text when all of it is text, else its content.
-func result(res *mcp.CallToolResult) (any, error) {
+// result is what a successful tool result answers: its structured
+// content (the value inside when it is a wrapper, as the tool's output
+// schema or the result's _meta "toolbus/wrapped" says), else its text
+// when all of it is text, else its content.
+func result(res *mcp.CallToolResult, unwrap bool) (any, error) {
 	if res.StructuredContent != nil {
-		return res.StructuredContent, nil
+		return structured(res, unwrap || res.Meta[metaWrapped] == true)
 	}
 	allText := len(res.Content) > 0
 	for _, c := range res.Content {
@@ -417,6 +472,33 @@ func result(res *mcp.CallToolResult) (any, error) {
 		return text(res), nil
 	}
 	return res.Content, nil
+}
+
+// structured returns the structured content of res, or the value it wraps.
+// The client decodes it into Go values, where a big integer loses digits;
+// the text of a result is most often the JSON of the same value, as the
+// server spelt it, so that text is the answer when it decodes to the same
+// value.
+func structured(res *mcp.CallToolResult, unwrap bool) (json.RawMessage, error) {
+	v := res.StructuredContent
+	if m, ok := v.(map[string]any); ok && unwrap && len(m) == 1 {
+		if inner, ok := m[wrapKey]; ok {
+			v = inner
+		}
+	}
+	if len(res.Content) == 1 {
+		if t, ok := res.Content[0].(*mcp.TextContent); ok {
+			var tv any
+			if json.Unmarshal([]byte(t.Text), &tv) == nil && reflect.DeepEqual(tv, v) {
+				return json.RawMessage(t.Text), nil
+			}
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("mcp tools/call: structured content: %w", err)
+	}
+	return b, nil
 }
 
 func text(res *mcp.CallToolResult) string {
