@@ -125,6 +125,23 @@ func WithJobs(prefix string, j Jobs) Option {
 	}
 }
 
+// MetaOrigin is the _meta member of every listed tool that names the
+// cluster it comes from (see [WithOrigin]).
+const MetaOrigin = "toolbus/origin"
+
+// WithOrigin marks every listed tool with origin, the name of the cluster
+// the front door belongs to, under _meta [MetaOrigin] (default: tools are
+// not marked). The MCP bridge refuses the tools of its own cluster by it.
+func WithOrigin(origin string) Option {
+	return func(s *Server) error {
+		if origin == "" {
+			return errors.New("mcp: empty origin")
+		}
+		s.origin = origin
+		return nil
+	}
+}
+
 // Server is the MCP front door: an MCP server whose tools are the
 // registry's live methods and whose tools/call goes through the ingress
 // ([Request.Call]), so the same method checks, authorization, deadlines
@@ -141,6 +158,7 @@ type Server struct {
 	authenticated bool
 	jobs          Jobs
 	jobsPrefix    string
+	origin        string
 
 	ids  atomic.Uint64
 	refs sync.Map // refHeader value → Request
@@ -320,6 +338,9 @@ func (m *Server) sync() {
 	want := map[string]*mcp.Tool{}
 	for _, t := range m.reg.Catalog().Tools {
 		if tool, ok := mcpTool(t); ok {
+			if m.origin != "" {
+				tool.Meta = mcp.Meta{MetaOrigin: m.origin}
+			}
 			want[tool.Name] = tool
 		}
 	}

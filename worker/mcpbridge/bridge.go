@@ -49,6 +49,7 @@ func URL(url string, client *http.Client) Connector {
 
 type config struct {
 	prefix     string
+	origin     string
 	logger     *slog.Logger
 	minBackoff time.Duration
 	maxBackoff time.Duration
@@ -69,6 +70,20 @@ func WithPrefix(prefix string) Option {
 			return fmt.Errorf("mcpbridge: prefix %q is reserved for the ingress", prefix)
 		}
 		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithOrigin names the cluster the bridge serves its tools on (see
+// [github.com/toolbus/toolbus/bus.Origin]). A toolbus front door marks the tools it lists with the
+// name of its own cluster, under _meta "toolbus/origin"; the bridge
+// imports none whose mark is origin, so that a bridge pointed at its own
+// cluster's /mcp does not serve that cluster's tools again under new
+// names, and then those again, without end. It says so once, in one
+// warning. Default none: every tool is imported.
+func WithOrigin(origin string) Option {
+	return func(c *config) error {
+		c.origin = origin
 		return nil
 	}
 }
@@ -112,6 +127,8 @@ type Bridge struct {
 	tools   map[string]string  // method → MCP tool name, of every tool registered
 	offered map[string]bool    // MCP tool names the server offers now
 	started bool
+	server  string // what the last connection reached, for the log
+	warned  bool   // the refusal of the cluster's own tools was logged
 
 	refresh chan struct{}
 	// ctx spans the bridge's life, for connecting in the background;
@@ -170,7 +187,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 	}
 	b.started = true
 	b.mu.Unlock()
-	cs, err := b.client.Connect(ctx, b.connect(), nil)
+	cs, err := b.client.Connect(ctx, b.dial(), nil)
 	if err != nil {
 		close(b.done)
 		return fmt.Errorf("mcpbridge: connect: %w", err)
@@ -262,7 +279,7 @@ func (b *Bridge) reconnect() *mcp.ClientSession {
 			return nil
 		case <-t.C:
 		}
-		cs, err := b.client.Connect(b.ctx, b.connect(), nil)
+		cs, err := b.client.Connect(b.ctx, b.dial(), nil)
 		if err == nil {
 			err = b.sync(b.ctx, cs)
 			if err != nil {
@@ -286,6 +303,23 @@ func (b *Bridge) reconnect() *mcp.ClientSession {
 	}
 }
 
+// dial makes the transport of a new connection and notes what it
+// reaches.
+func (b *Bridge) dial() mcp.Transport {
+	t := b.connect()
+	server := fmt.Sprintf("%T", t)
+	switch t := t.(type) {
+	case *mcp.StreamableClientTransport:
+		server = t.Endpoint
+	case *mcp.CommandTransport:
+		server = t.Command.String()
+	}
+	b.mu.Lock()
+	b.server = server
+	b.mu.Unlock()
+	return t
+}
+
 // sync lists the server's tools and registers those not registered yet. A
 // runtime cannot forget a method, so a tool the server no longer offers
 // stays registered and is answered -32601.
@@ -295,9 +329,14 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		version = ir.ServerInfo.Version
 	}
 	offered := map[string]bool{}
+	refused := 0
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpbridge: list tools: %w", err)
+		}
+		if b.cfg.origin != "" && tool.Meta[metaOrigin] == b.cfg.origin {
+			refused++
+			continue
 		}
 		offered[tool.Name] = true
 		method, ok := MethodName(b.cfg.prefix, tool.Name)
@@ -328,7 +367,15 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	}
 	b.mu.Lock()
 	b.offered = offered
+	warn := refused > 0 && !b.warned
+	b.warned = b.warned || warn
+	server := b.server
 	b.mu.Unlock()
+	b.log.Debug("listed the MCP server's tools", "offered", len(offered), "refused", refused)
+	if warn {
+		b.log.Warn("the MCP server serves this cluster's own tools (their _meta toolbus/origin is this cluster's); they are not imported",
+			"server", server, "origin", b.cfg.origin, "refused", refused)
+	}
 	return nil
 }
 
@@ -373,6 +420,10 @@ func descriptor(tool *mcp.Tool, version string) (d schema.Descriptor, unwrap boo
 // 2025-11-25 revision take objects alone, so toolbus's front door, and
 // other servers, wrap other values as {"result": value}.
 const wrapKey = "result"
+
+// metaOrigin is the _meta member of a tool that names the toolbus cluster
+// it comes from, as toolbus's front door marks it.
+const metaOrigin = "toolbus/origin"
 
 // metaWrapped is the _meta member of a result whose structured content
 // is such a wrapper, as toolbus's front door marks it.
