@@ -8,6 +8,18 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
+// WithOrigin names the cluster the ingress belongs to (see
+// [github.com/toolbus/toolbus/bus.Origin]);
+// the MCP front door marks every tool it lists with it, under _meta
+// "toolbus/origin", so that an MCP bridge of the same cluster pointed at
+// it imports none of them. Default none: the tools are not marked.
+func WithOrigin(origin string) Option {
+	return func(c *config) error {
+		c.mcpOrigin = origin
+		return nil
+	}
+}
+
 // newMCP returns the MCP front door over the registry's tools, whose
 // tools/call comes back through [mcpSeam].
 func (s *Server) newMCP() (*mcp.Server, error) {
@@ -17,6 +29,9 @@ func (s *Server) newMCP() (*mcp.Server, error) {
 	}
 	if prefix, j := s.router.jobs(); j != nil {
 		opts = append(opts, mcp.WithJobs(prefix, j))
+	}
+	if s.cfg.mcpOrigin != "" {
+		opts = append(opts, mcp.WithOrigin(s.cfg.mcpOrigin))
 	}
 	return mcp.New(mcpSeam{s}, s.cfg.registry, opts...)
 }

@@ -78,7 +78,8 @@ type config struct {
 	registry       *discovery.Registry // set by WithRegistry
 	a2aOn          bool                // WithA2A
 	a2a            []a2a.Option
-	noValidate     bool // WithValidation(false)
+	noValidate     bool   // WithValidation(false)
+	mcpOrigin      string // WithOrigin
 
 	maxHeaderBytes  int
 	maxConnsPerAddr int

@@ -279,6 +279,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	}
 	ingOpts := []ingress.Option{
 		ingress.WithLogger(cfg.log),
+		ingress.WithOrigin(bus.Origin(nc, cfg.prefix)),
 		ingress.WithReadiness(func(context.Context) error { return g.Ready() }),
 		ingress.WithStatusGather(func(ctx context.Context) ([]bus.Status, error) {
 			return bus.GatherStatus(ctx, nc, subjects, dashboardGatherWait)

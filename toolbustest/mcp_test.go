@@ -4,18 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/mcpbridge"
 )
 
 // mcpSession connects the SDK's client to the cluster's /mcp over HTTP;
@@ -207,5 +211,183 @@ func TestMCPProgressOfJobs(t *testing.T) {
 	o := <-done
 	if o.err != nil || o.r.IsError || textOf(o.r) != `"done"` {
 		t.Fatalf("tools/call report = %q %v, want \"done\"", textOf(o.r), o.err)
+	}
+}
+
+// TestMCPStructuredResults checks that every demo tool is listed with a
+// description, that tools with a known result schema publish an output
+// schema (results that are not objects under the {"result": ...}
+// wrapper), and that every result carries structured content that fits
+// it, besides its JSON text.
+func TestMCPStructuredResults(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery())
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("sum"); return ok }, "the demo tools appear")
+	cs := mcpSession(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listed := map[string]*mcp.Tool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatalf("tools/list: %v", err)
+		}
+		listed[tool.Name] = tool
+		if tool.Description == "" {
+			t.Errorf("tool %s has no description", tool.Name)
+		}
+	}
+	outSchema := func(name string) string {
+		b, _ := json.Marshal(listed[name].OutputSchema)
+		return string(b)
+	}
+	for name, want := range map[string]string{
+		"sum":   `{"properties":{"result":{"type":"number"}},"required":["result"],"type":"object"}`,
+		"sleep": `{"additionalProperties":false,"properties":{"slept_ms":{"type":"integer"}},"type":"object"}`,
+		"echo":  `null`,
+	} {
+		if listed[name] == nil {
+			t.Fatalf("tools/list has no %s", name)
+		}
+		if got := outSchema(name); got != want {
+			t.Errorf("outputSchema of %s = %s, want %s", name, got, want)
+		}
+	}
+
+	tests := []struct {
+		tool           string
+		args           any
+		wantText       string
+		wantStructured string
+	}{
+		{"sleep", map[string]any{"ms": 1}, `{"slept_ms":1}`, `{"slept_ms":1}`},
+		{"get_data", map[string]any{}, `["hello",5]`, `{"result":["hello",5]}`},
+		{"echo", map[string]any{"a": 1}, `{"a":1}`, `{"a":1}`},
+		{"update", map[string]any{}, `null`, `{"result":null}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tool, func(t *testing.T) {
+			r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
+			if err != nil || r.IsError {
+				t.Fatalf("tools/call %s = %v %v", tt.tool, r, err)
+			}
+			got, _ := json.Marshal(r.StructuredContent)
+			if textOf(r) != tt.wantText || string(got) != tt.wantStructured {
+				t.Errorf("tools/call %s = text %s, structured %s; want %s, %s", tt.tool, textOf(r), got, tt.wantText, tt.wantStructured)
+			}
+		})
+	}
+}
+
+// records counts what a bridge logs: warnings, and the tools each listing
+// refused.
+type records struct {
+	mu       sync.Mutex
+	warnings []string
+	refused  chan int64
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level >= slog.LevelWarn {
+		r.mu.Lock()
+		r.warnings = append(r.warnings, rec.Message)
+		r.mu.Unlock()
+	}
+	rec.Attrs(func(a slog.Attr) bool {
+		if a.Key == "refused" {
+			select {
+			case r.refused <- a.Value.Int64():
+			default:
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+func (r *records) warned() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.warnings)
+}
+
+// TestMCPBridgeOfItsOwnCluster points two bridges of cluster a at MCP
+// front doors: the one at a's own imports none of a's tools, not even
+// those the other bridge adds later, and says so in one warning; the one
+// at cluster b's imports b's tools, whose values come back as b's tools
+// answered them.
+func TestMCPBridgeOfItsOwnCluster(t *testing.T) {
+	a := toolbustest.Start(t, toolbustest.WithDiscovery())
+	b := toolbustest.Start(t, toolbustest.WithDiscovery())
+	for _, c := range []*toolbustest.Cluster{a, b} {
+		toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("get_data"); return ok }, "the demo tools appear")
+	}
+	nc, err := a.NATS.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	origin := bus.Origin(nc, bus.DefaultPrefix)
+	if origin == "" {
+		t.Fatal("cluster a has no origin")
+	}
+	own := &records{refused: make(chan int64, 16)}
+	quiet := slog.New(slog.DiscardHandler)
+	var self, other *mcpbridge.Bridge
+	a.AddWorker(t, func(rt *worker.Runtime) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, br := range []struct {
+			b      **mcpbridge.Bridge
+			url    string
+			prefix string
+			log    *slog.Logger
+		}{{&self, a.BaseURL, "self", slog.New(own)}, {&other, b.BaseURL, "other", quiet}} {
+			var err error
+			if *br.b, err = mcpbridge.New(rt, mcpbridge.URL(br.url+"/mcp", nil),
+				mcpbridge.WithPrefix(br.prefix), mcpbridge.WithOrigin(origin), mcpbridge.WithLogger(br.log)); err != nil {
+				return err
+			}
+			if err := (*br.b).Start(ctx); err != nil {
+				return err
+			}
+			t.Cleanup(func() { (*br.b).Close() })
+		}
+		return nil
+	})
+
+	if got := self.Methods(); len(got) != 0 {
+		t.Errorf("the bridge of a's own /mcp serves %v, want nothing", got)
+	}
+	if got := other.Methods(); !slices.Contains(got, "other.get_data") || !slices.Contains(got, "other.sleep") {
+		t.Errorf("the bridge of b's /mcp serves %v, want b's tools", got)
+	}
+	for _, tt := range []struct{ method, params, want string }{
+		{"other.get_data", "", `["hello",5]`},
+		{"other.sleep", `{"ms":1}`, `{"slept_ms":1}`},
+		{"other.update", "", `null`},
+	} {
+		r := a.Call(t, tt.method, tt.params)
+		if r.Error != nil || string(r.Result) != tt.want {
+			t.Errorf("%s through a = %s %v, want %s", tt.method, r.Result, r.Error, tt.want)
+		}
+	}
+
+	if t.Failed() {
+		return // the listing awaited below may never come
+	}
+	// a's front door now lists the other bridge's tools too, marked as
+	// a's: the bridge of a's own /mcp hears the list changed, refuses
+	// them as well, and says nothing more.
+	first := <-own.refused
+	for n := first; n <= first; {
+		n = <-own.refused
+	}
+	if got := self.Methods(); len(got) != 0 {
+		t.Errorf("the bridge of a's own /mcp serves %v after the list changed, want nothing", got)
+	}
+	if got := own.warned(); len(got) != 1 {
+		t.Errorf("the bridge of a's own /mcp warned %q, want one warning", got)
 	}
 }

@@ -486,7 +486,7 @@ func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prome
 		}
 	}
 	var bridges []bridge
-	mb, err := newBridge(rt, cfg, log)
+	mb, err := newBridge(rt, bus.Origin(nc, cfg.prefix), cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}

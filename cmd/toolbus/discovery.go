@@ -11,8 +11,9 @@ import (
 )
 
 // newBridge returns the bridge to the MCP server of --mcp-command or
-// --mcp-url, or nil when there is none.
-func newBridge(rt *worker.Runtime, cfg workerConfig, log *slog.Logger) (*mcpbridge.Bridge, error) {
+// --mcp-url, or nil when there is none. It imports no tool of origin, the
+// cluster rt serves on.
+func newBridge(rt *worker.Runtime, origin string, cfg workerConfig, log *slog.Logger) (*mcpbridge.Bridge, error) {
 	var connect mcpbridge.Connector
 	switch {
 	case cfg.mcpCommand != "":
@@ -26,7 +27,7 @@ func newBridge(rt *worker.Runtime, cfg workerConfig, log *slog.Logger) (*mcpbrid
 	default:
 		return nil, nil
 	}
-	opts := []mcpbridge.Option{mcpbridge.WithLogger(log)}
+	opts := []mcpbridge.Option{mcpbridge.WithLogger(log), mcpbridge.WithOrigin(origin)}
 	if cfg.mcpPrefix != "" {
 		opts = append(opts, mcpbridge.WithPrefix(cfg.mcpPrefix))
 	}

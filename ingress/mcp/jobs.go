@@ -68,7 +68,7 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 				ProgressToken: token, Progress: cur.Progress.Percent, Total: 100, Message: cur.Progress.Message})
 		}
 		if cur.State.Final() {
-			return jobResult(&cur), true
+			return jobResult(&cur, m.wrapped(req.Params.Name)), true
 		}
 		var ok bool
 		select {
@@ -89,17 +89,17 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 				return toolError(schema.NewError(schema.CodeUnavailable, "unavailable: lost track of job "+job.ID,
 					map[string]any{"retryable": true, "job_id": job.ID})), true
 			}
-			return jobResult(&end), true
+			return jobResult(&end, m.wrapped(req.Params.Name)), true
 		}
 	}
 }
 
-func jobResult(rec *schema.JobRecord) *mcp.CallToolResult {
+func jobResult(rec *schema.JobRecord, wrap bool) *mcp.CallToolResult {
 	switch {
 	case rec.Error != nil:
 		return toolError(rec.Error)
 	case rec.State != schema.JobSucceeded:
 		return toolError(schema.NewError(schema.CodeCanceled, "canceled: job "+rec.ID+" was canceled", map[string]any{"job_id": rec.ID}))
 	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(rec.Result)}}}
+	return success(rec.Result, wrap)
 }

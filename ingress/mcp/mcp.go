@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +30,10 @@ const Path = "/mcp"
 // that request (deadline, caller). A client's own value of it is always
 // replaced.
 const refHeader = "Toolbus-Mcp-Ref"
+
+// metaWrapped is the _meta member of a tool result whose structured
+// content wraps a value that is not an object (see [success]).
+const metaWrapped = "toolbus/wrapped"
 
 // Ingress is what the front door needs of the ingress that mounts it.
 type Ingress interface {
@@ -120,6 +125,23 @@ func WithJobs(prefix string, j Jobs) Option {
 	}
 }
 
+// MetaOrigin is the _meta member of every listed tool that names the
+// cluster it comes from (see [WithOrigin]).
+const MetaOrigin = "toolbus/origin"
+
+// WithOrigin marks every listed tool with origin, the name of the cluster
+// the front door belongs to, under _meta [MetaOrigin] (default: tools are
+// not marked). The MCP bridge refuses the tools of its own cluster by it.
+func WithOrigin(origin string) Option {
+	return func(s *Server) error {
+		if origin == "" {
+			return errors.New("mcp: empty origin")
+		}
+		s.origin = origin
+		return nil
+	}
+}
+
 // Server is the MCP front door: an MCP server whose tools are the
 // registry's live methods and whose tools/call goes through the ingress
 // ([Request.Call]), so the same method checks, authorization, deadlines
@@ -136,6 +158,7 @@ type Server struct {
 	authenticated bool
 	jobs          Jobs
 	jobsPrefix    string
+	origin        string
 
 	ids  atomic.Uint64
 	refs sync.Map // refHeader value → Request
@@ -315,6 +338,9 @@ func (m *Server) sync() {
 	want := map[string]*mcp.Tool{}
 	for _, t := range m.reg.Catalog().Tools {
 		if tool, ok := mcpTool(t); ok {
+			if m.origin != "" {
+				tool.Meta = mcp.Meta{MetaOrigin: m.origin}
+			}
 			want[tool.Name] = tool
 		}
 	}
@@ -360,23 +386,86 @@ func mcpTool(t discovery.Tool) (*mcp.Tool, bool) {
 		InputSchema: input,
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: t.RetrySafe},
 	}
-	if out, ok := objectSchema(t.Result); ok {
+	if out, _ := outputSchema(t.Result); out != nil {
 		tool.OutputSchema = out
 	}
 	return tool, true
 }
 
-// objectSchema returns raw when it is a schema of JSON objects, which is
-// the only kind MCP takes as an output schema.
-func objectSchema(raw json.RawMessage) (map[string]any, bool) {
+// wrapKey is the one member of the object that carries, as MCP structured
+// content, a result that is not an object.
+const wrapKey = "result"
+
+// outputSchema returns the MCP output schema of a tool whose result schema
+// is raw, and whether its results are wrapped. MCP structured content is
+// an object (clients of revisions before 2025-11-25 take nothing else), so
+// a result schema of objects is the output schema as it is, and any other
+// (a number, an array, one that admits several types) is the schema of
+// the wrapper {"result": ...}, whose $defs move up with it so that its
+// references still resolve. A tool with no result schema, or one that is
+// not JSON, has no output schema and is not wrapped: its object results go
+// as they are and the others wrapped, marked "toolbus/wrapped" (see
+// [success]).
+func outputSchema(raw json.RawMessage) (out map[string]any, wrap bool) {
 	if len(raw) == 0 {
 		return nil, false
 	}
-	var s map[string]any
-	if err := json.Unmarshal(raw, &s); err != nil || s["type"] != "object" {
+	var inner any
+	if err := json.Unmarshal(raw, &inner); err != nil {
 		return nil, false
 	}
-	return s, true
+	s, isMap := inner.(map[string]any)
+	if isMap && s["type"] == "object" {
+		return s, false
+	}
+	out = map[string]any{"type": "object", "required": []any{wrapKey}}
+	if isMap {
+		if v, ok := s["$schema"]; ok {
+			out["$schema"] = v
+			delete(s, "$schema")
+		}
+		if _, ownID := s["$id"]; !ownID {
+			for _, k := range []string{"$defs", "definitions"} {
+				if v, ok := s[k]; ok {
+					out[k] = v
+					delete(s, k)
+				}
+			}
+		}
+	}
+	out["properties"] = map[string]any{wrapKey: inner}
+	return out, true
+}
+
+// wrapped reports whether the results of the registry's tool name are
+// wrapped under its output schema.
+func (m *Server) wrapped(name string) bool {
+	t, ok := m.reg.Lookup(name)
+	if !ok {
+		return false
+	}
+	_, wrap := outputSchema(t.Result)
+	return wrap
+}
+
+// success is the MCP answer of a call that answered result: the result's
+// JSON text, for clients older than structured content, and the result
+// as structured content, as it is when it is an object the output schema
+// does not wrap, else as {"result": result} with _meta
+// "toolbus/wrapped": true, so that a client such as the MCP bridge gets
+// the value back whatever the tool's schema.
+func success(result json.RawMessage, wrap bool) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(result)}}}
+	if trimmed := bytes.TrimSpace(result); !wrap && len(trimmed) > 0 && trimmed[0] == '{' {
+		res.StructuredContent = result
+		return res
+	}
+	if len(bytes.TrimSpace(result)) == 0 {
+		result = json.RawMessage("null")
+	}
+	res.StructuredContent = map[string]json.RawMessage{wrapKey: result}
+	res.Meta = mcp.Meta{metaWrapped: true}
+	return res
 }
 
 // callTool runs one tools/call as a JSON-RPC call of the same method
@@ -394,13 +483,7 @@ func (m *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if r.Error != nil {
 		return toolError(r.Error), nil
 	}
-	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(r.Result)}}}
-	if t, ok := m.reg.Lookup(req.Params.Name); ok {
-		if _, ok := objectSchema(t.Result); ok {
-			res.StructuredContent = r.Result
-		}
-	}
-	return res, nil
+	return success(r.Result, m.wrapped(req.Params.Name)), nil
 }
 
 // request returns what the ingress read from the HTTP request of an MCP

@@ -1,10 +1,12 @@
 package demo
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -21,6 +23,12 @@ const (
 	// DefaultFetchTimeout bounds one fetch_page request unless
 	// [WithFetchTimeout] says otherwise; the call's own deadline applies too.
 	DefaultFetchTimeout = 10 * time.Second
+
+	// fetchSlack is how much longer than one fetch_page request the
+	// call's own deadline (its descriptor's timeout) lasts, so that a
+	// slow page is answered as fetch_page's own timeout, with its class,
+	// rather than cut off by the ingress.
+	fetchSlack = 2 * time.Second
 )
 
 type config struct {
@@ -93,24 +101,50 @@ func Register(rt *worker.Runtime, opts ...Option) error {
 	// The toolset's own client shares no connections with the rest of
 	// the process; it follows redirects, each checked as it connects.
 	f := &fetcher{client: guard.Client(), maxBytes: cfg.fetchMaxBytes, timeout: cfg.fetchTimeout}
+	// Every tool but sleep and the specification's update and
+	// notifications is a pure function of its params (fetch_page makes
+	// a GET, which HTTP defines as safe to repeat), so it is marked
+	// retry-safe. sleep stands for a long job with effects, and the
+	// others for tools with effects, as their names say: a job of one
+	// of them that a lost worker interrupted fails rather than running
+	// twice.
 	tools := []struct {
 		method string
 		h      worker.Handler
+		d      schema.Descriptor
 	}{
-		{"echo", worker.HandlerFunc(echo)},
-		{"sleep", worker.Typed(sleep)},
-		{"fail", worker.Typed(fail)},
-		{"sha256", worker.Typed(hashRounds)},
-		{"fetch_page", worker.Typed(f.fetch)},
-		{"subtract", worker.Typed(subtract)},
-		{"sum", worker.Typed(sum)},
-		{"get_data", worker.HandlerFunc(getData)},
-		{"update", worker.HandlerFunc(accept)},
-		{"notify_hello", worker.HandlerFunc(accept)},
-		{"notify_sum", worker.HandlerFunc(accept)},
+		{"echo", worker.HandlerFunc(echo), schema.Descriptor{
+			Description: "Answers its params exactly as they came, or null without params.", RetrySafe: true}},
+		{"sleep", worker.Typed(sleep), schema.Descriptor{
+			Description: "Waits ms milliseconds (at most 10 minutes) and answers slept_ms, reporting progress when run as a job."}},
+		{"fail", worker.Typed(fail), schema.Descriptor{
+			Description: "Fails with the error its params describe: code (default -32000), message and data.", RetrySafe: true}},
+		{"sha256", worker.Typed(hashRounds), schema.Descriptor{
+			Description: "Hashes data with SHA-256, then the digest again, rounds times in all, and answers the last digest.", RetrySafe: true}},
+		{"fetch_page", worker.Typed(f.fetch), schema.Descriptor{
+			Description: "Fetches a public web page over http or https and answers its status, title and readable text.", RetrySafe: true,
+			TimeoutMS: (cfg.fetchTimeout + fetchSlack).Milliseconds()}},
+		{"subtract", worker.Typed(subtract), schema.Descriptor{
+			Description: "Subtracts subtrahend from minuend, given as [minuend, subtrahend] or by name.", RetrySafe: true,
+			Result: json.RawMessage(`{"type":"number"}`)}},
+		{"sum", worker.Typed(sum), schema.Descriptor{
+			Description: "Adds up an array of numbers.", RetrySafe: true,
+			Result: json.RawMessage(`{"type":"number"}`)}},
+		{"get_data", worker.HandlerFunc(getData), schema.Descriptor{
+			Description: `Answers the fixed array ["hello", 5].`, RetrySafe: true,
+			Result: json.RawMessage(`{"type":"array","prefixItems":[{"const":"hello"},{"const":5}],"items":false}`)}},
+		{"update", worker.HandlerFunc(accept), schema.Descriptor{
+			Description: "Accepts any params and answers null; the specification calls it as a notification.",
+			Result:      json.RawMessage(`{"type":"null"}`)}},
+		{"notify_hello", worker.HandlerFunc(accept), schema.Descriptor{
+			Description: "Accepts any params and answers null; the specification calls it as a notification.",
+			Result:      json.RawMessage(`{"type":"null"}`)}},
+		{"notify_sum", worker.HandlerFunc(accept), schema.Descriptor{
+			Description: "Accepts any params and answers null; the specification calls it as a notification.",
+			Result:      json.RawMessage(`{"type":"null"}`)}},
 	}
 	for _, t := range tools {
-		if err := rt.Handle(t.method, t.h); err != nil {
+		if err := rt.Handle(t.method, t.h, worker.Describe(t.d)); err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}

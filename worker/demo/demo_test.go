@@ -430,3 +430,47 @@ func TestRegister(t *testing.T) {
 		}
 	})
 }
+
+// TestDescriptors checks what the demo tools advertise: a one-line
+// description each, retry safety only for the tools without effects, and
+// fetch_page's own deadline a little past its request timeout.
+func TestDescriptors(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rt, err := worker.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.Register(rt, demo.WithFetchTimeout(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	notRetrySafe := map[string]bool{"sleep": true, "update": true, "notify_hello": true, "notify_sum": true}
+	for _, d := range rt.Descriptors() {
+		t.Run(d.Name, func(t *testing.T) {
+			if d.Description == "" || strings.Contains(d.Description, "\n") {
+				t.Errorf("description = %q, want one line", d.Description)
+			}
+			if d.RetrySafe == notRetrySafe[d.Name] {
+				t.Errorf("RetrySafe = %v, want %v", d.RetrySafe, !notRetrySafe[d.Name])
+			}
+			if d.RetrySafe != rt.RetrySafe(d.Name) {
+				t.Errorf("descriptor says RetrySafe %v, the runtime %v", d.RetrySafe, rt.RetrySafe(d.Name))
+			}
+			want := time.Duration(0)
+			if d.Name == "fetch_page" {
+				want = 5 * time.Second
+			}
+			if d.Timeout() != want {
+				t.Errorf("Timeout() = %v, want %v", d.Timeout(), want)
+			}
+		})
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os/exec"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +49,7 @@ func URL(url string, client *http.Client) Connector {
 
 type config struct {
 	prefix     string
+	origin     string
 	logger     *slog.Logger
 	minBackoff time.Duration
 	maxBackoff time.Duration
@@ -67,6 +70,20 @@ func WithPrefix(prefix string) Option {
 			return fmt.Errorf("mcpbridge: prefix %q is reserved for the ingress", prefix)
 		}
 		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithOrigin names the cluster the bridge serves its tools on (see
+// [github.com/toolbus/toolbus/bus.Origin]). A toolbus front door marks the tools it lists with the
+// name of its own cluster, under _meta "toolbus/origin"; the bridge
+// imports none whose mark is origin, so that a bridge pointed at its own
+// cluster's /mcp does not serve that cluster's tools again under new
+// names, and then those again, without end. It says so once, in one
+// warning. Default none: every tool is imported.
+func WithOrigin(origin string) Option {
+	return func(c *config) error {
+		c.origin = origin
 		return nil
 	}
 }
@@ -110,6 +127,8 @@ type Bridge struct {
 	tools   map[string]string  // method → MCP tool name, of every tool registered
 	offered map[string]bool    // MCP tool names the server offers now
 	started bool
+	server  string // what the last connection reached, for the log
+	warned  bool   // the refusal of the cluster's own tools was logged
 
 	refresh chan struct{}
 	// ctx spans the bridge's life, for connecting in the background;
@@ -168,7 +187,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 	}
 	b.started = true
 	b.mu.Unlock()
-	cs, err := b.client.Connect(ctx, b.connect(), nil)
+	cs, err := b.client.Connect(ctx, b.dial(), nil)
 	if err != nil {
 		close(b.done)
 		return fmt.Errorf("mcpbridge: connect: %w", err)
@@ -260,7 +279,7 @@ func (b *Bridge) reconnect() *mcp.ClientSession {
 			return nil
 		case <-t.C:
 		}
-		cs, err := b.client.Connect(b.ctx, b.connect(), nil)
+		cs, err := b.client.Connect(b.ctx, b.dial(), nil)
 		if err == nil {
 			err = b.sync(b.ctx, cs)
 			if err != nil {
@@ -284,6 +303,23 @@ func (b *Bridge) reconnect() *mcp.ClientSession {
 	}
 }
 
+// dial makes the transport of a new connection and notes what it
+// reaches.
+func (b *Bridge) dial() mcp.Transport {
+	t := b.connect()
+	server := fmt.Sprintf("%T", t)
+	switch t := t.(type) {
+	case *mcp.StreamableClientTransport:
+		server = t.Endpoint
+	case *mcp.CommandTransport:
+		server = t.Command.String()
+	}
+	b.mu.Lock()
+	b.server = server
+	b.mu.Unlock()
+	return t
+}
+
 // sync lists the server's tools and registers those not registered yet. A
 // runtime cannot forget a method, so a tool the server no longer offers
 // stays registered and is answered -32601.
@@ -293,9 +329,14 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 		version = ir.ServerInfo.Version
 	}
 	offered := map[string]bool{}
+	refused := 0
 	for tool, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpbridge: list tools: %w", err)
+		}
+		if b.cfg.origin != "" && tool.Meta[metaOrigin] == b.cfg.origin {
+			refused++
+			continue
 		}
 		offered[tool.Name] = true
 		method, ok := MethodName(b.cfg.prefix, tool.Name)
@@ -312,11 +353,11 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 			}
 			continue
 		}
-		d, err := descriptor(tool, version)
+		d, unwrap, err := descriptor(tool, version)
 		if err != nil {
 			b.log.Warn("tool has an unusable schema; served without it", "tool", tool.Name, "err", err)
 		}
-		if err := b.rt.Handle(method, b.handler(tool.Name), worker.Describe(d)); err != nil {
+		if err := b.rt.Handle(method, b.handler(tool.Name, unwrap), worker.Describe(d)); err != nil {
 			b.log.Warn("cannot register tool", "tool", tool.Name, "method", method, "err", err)
 			continue
 		}
@@ -326,22 +367,36 @@ func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
 	}
 	b.mu.Lock()
 	b.offered = offered
+	warn := refused > 0 && !b.warned
+	b.warned = b.warned || warn
+	server := b.server
 	b.mu.Unlock()
+	b.log.Debug("listed the MCP server's tools", "offered", len(offered), "refused", refused)
+	if warn {
+		b.log.Warn("the MCP server serves this cluster's own tools (their _meta toolbus/origin is this cluster's); they are not imported",
+			"server", server, "origin", b.cfg.origin, "refused", refused)
+	}
 	return nil
 }
 
-// descriptor returns the toolbus descriptor of an MCP tool. A schema that
-// cannot be encoded is left out, and reported.
-func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
-	d := schema.Descriptor{Description: tool.Description, Version: version}
+// descriptor returns the toolbus descriptor of an MCP tool, and whether
+// its structured results wrap their value (see [wrapped]): the result
+// schema is then the value's. A schema that cannot be encoded is left
+// out, and reported.
+func descriptor(tool *mcp.Tool, version string) (d schema.Descriptor, unwrap bool, err error) {
+	d = schema.Descriptor{Description: tool.Description, Version: version}
 	if tool.Annotations != nil {
 		d.RetrySafe = tool.Annotations.IdempotentHint
+	}
+	output := tool.OutputSchema
+	if inner, ok := wrapped(output); ok {
+		output, unwrap = inner, true
 	}
 	var errs []error
 	for _, s := range []struct {
 		src any
 		dst *json.RawMessage
-	}{{tool.InputSchema, &d.Params}, {tool.OutputSchema, &d.Result}} {
+	}{{tool.InputSchema, &d.Params}, {output, &d.Result}} {
 		if s.src == nil {
 			continue
 		}
@@ -357,7 +412,55 @@ func descriptor(tool *mcp.Tool, version string) (schema.Descriptor, error) {
 		}
 		*s.dst = raw
 	}
-	return d, errors.Join(errs...)
+	return d, unwrap, errors.Join(errs...)
+}
+
+// wrapKey is the one member of the object that carries, as structured
+// content, a value that is not an object: MCP clients before the
+// 2025-11-25 revision take objects alone, so toolbus's front door, and
+// other servers, wrap other values as {"result": value}.
+const wrapKey = "result"
+
+// metaOrigin is the _meta member of a tool that names the toolbus cluster
+// it comes from, as toolbus's front door marks it.
+const metaOrigin = "toolbus/origin"
+
+// metaWrapped is the _meta member of a result whose structured content
+// is such a wrapper, as toolbus's front door marks it.
+const metaWrapped = "toolbus/wrapped"
+
+// wrapped returns the schema of the wrapped value when output is exactly
+// the schema of the wrapper: an object whose one member, required, is
+// "result" (with $schema and $defs, which go back into the value's
+// schema).
+func wrapped(output any) (inner any, ok bool) {
+	s, ok := output.(map[string]any)
+	if !ok || s["type"] != "object" {
+		return nil, false
+	}
+	props, _ := s["properties"].(map[string]any)
+	required, _ := s["required"].([]any)
+	if len(props) != 1 || props[wrapKey] == nil || len(required) != 1 || required[0] != wrapKey {
+		return nil, false
+	}
+	for k := range s {
+		switch k {
+		case "type", "properties", "required", "$schema", "$defs", "definitions":
+		default:
+			return nil, false
+		}
+	}
+	inner = props[wrapKey]
+	if m, isMap := inner.(map[string]any); isMap {
+		m = maps.Clone(m)
+		for _, k := range []string{"$schema", "$defs", "definitions"} {
+			if v, ok := s[k]; ok && m[k] == nil {
+				m[k] = v
+			}
+		}
+		inner = m
+	}
+	return inner, true
 }
 
 // MethodName returns the toolbus method serving the MCP tool named tool
@@ -366,8 +469,9 @@ func MethodName(prefix, tool string) (string, bool) {
 	return schema.FitMethodName(prefix, tool)
 }
 
-// handler forwards calls of a method to the MCP tool named tool.
-func (b *Bridge) handler(tool string) worker.Handler {
+// handler forwards calls of a method to the MCP tool named tool, whose
+// structured results wrap their value when unwrap is set.
+func (b *Bridge) handler(tool string, unwrap bool) worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
 		b.mu.Lock()
 		cs, offered := b.session, b.offered[tool]
@@ -397,15 +501,17 @@ func (b *Bridge) handler(tool string) worker.Handler {
 		if res.IsError {
 			return nil, schema.NewError(schema.CodeToolError, "tool error: "+text(res), map[string]any{"content": res.Content})
 		}
-		return result(res)
+		return result(res, unwrap)
 	})
 }
 
-// result is what a successful tool result answers: its structured content,
-// else its text when all of it is text, else its content.
-func result(res *mcp.CallToolResult) (any, error) {
+// result is what a successful tool result answers: its structured
+// content (the value inside when it is a wrapper, as the tool's output
+// schema or the result's _meta "toolbus/wrapped" says), else its text
+// when all of it is text, else its content.
+func result(res *mcp.CallToolResult, unwrap bool) (any, error) {
 	if res.StructuredContent != nil {
-		return res.StructuredContent, nil
+		return structured(res, unwrap || res.Meta[metaWrapped] == true)
 	}
 	allText := len(res.Content) > 0
 	for _, c := range res.Content {
@@ -417,6 +523,33 @@ func result(res *mcp.CallToolResult) (any, error) {
 		return text(res), nil
 	}
 	return res.Content, nil
+}
+
+// structured returns the structured content of res, or the value it wraps.
+// The client decodes it into Go values, where a big integer loses digits;
+// the text of a result is most often the JSON of the same value, as the
+// server spelt it, so that text is the answer when it decodes to the same
+// value.
+func structured(res *mcp.CallToolResult, unwrap bool) (json.RawMessage, error) {
+	v := res.StructuredContent
+	if m, ok := v.(map[string]any); ok && unwrap && len(m) == 1 {
+		if inner, ok := m[wrapKey]; ok {
+			v = inner
+		}
+	}
+	if len(res.Content) == 1 {
+		if t, ok := res.Content[0].(*mcp.TextContent); ok {
+			var tv any
+			if json.Unmarshal([]byte(t.Text), &tv) == nil && reflect.DeepEqual(tv, v) {
+				return json.RawMessage(t.Text), nil
+			}
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("mcp tools/call: structured content: %w", err)
+	}
+	return b, nil
 }
 
 func text(res *mcp.CallToolResult) string {

@@ -60,6 +60,31 @@ func testServer() *mcp.Server {
 			<-ctx.Done()
 			return nil, nil, ctx.Err()
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "count"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, int, error) {
+			return nil, 5, nil
+		})
+	// pair wraps its array result as a server for older clients does.
+	s.AddTool(&mcp.Tool{Name: "pair", InputSchema: map[string]any{"type": "object"}, OutputSchema: map[string]any{
+		"type": "object", "properties": map[string]any{"result": map[string]any{"type": "array"}}, "required": []string{"result"},
+	}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `[1, 2]`}},
+			StructuredContent: map[string]any{"result": []int{1, 2}}}, nil
+	})
+	// big wraps its result as toolbus's front door does, with no output
+	// schema; the text keeps every digit.
+	s.AddTool(&mcp.Tool{Name: "big", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `12345678901234567890`}},
+				StructuredContent: map[string]any{"result": json.RawMessage(`12345678901234567890`)},
+				Meta:              mcp.Meta{"toolbus/wrapped": true}}, nil
+		})
+	// plain answers an object that merely looks like a wrapper.
+	s.AddTool(&mcp.Tool{Name: "plain", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "a result"}},
+				StructuredContent: map[string]any{"result": "x"}}, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "weird name!"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil, nil
@@ -159,15 +184,21 @@ func TestBridgeServesTools(t *testing.T) {
 	connect, _ := inMemory(t, testServer())
 	startBridge(t, rt, connect, mcpbridge.WithPrefix("ext"))
 
-	want := []string{"ext.add", "ext.boom", "ext.greet", "ext.wait", "ext.weird_name_"}
+	want := []string{"ext.add", "ext.big", "ext.boom", "ext.count", "ext.greet", "ext.pair", "ext.plain", "ext.wait", "ext.weird_name_"}
 	if got := rt.Methods(); !slices.Equal(got, want) {
 		t.Fatalf("Methods() = %v, want %v", got, want)
 	}
-	var add schema.Descriptor
+	var add, pair schema.Descriptor
 	for _, d := range rt.Descriptors() {
-		if d.Name == "ext.add" {
+		switch d.Name {
+		case "ext.add":
 			add = d
+		case "ext.pair":
+			pair = d
 		}
+	}
+	if string(pair.Result) != `{"type":"array"}` {
+		t.Errorf("result schema of ext.pair = %s, want the wrapped value's {\"type\":\"array\"}", pair.Result)
 	}
 	if add.Description != "adds a and b" || !add.RetrySafe || add.Version != "0.1.0" || len(add.Params) == 0 || len(add.Result) == 0 {
 		t.Errorf("descriptor of ext.add = %+v, want the tool's description, hints, version and schemas", add)
@@ -182,6 +213,10 @@ func TestBridgeServesTools(t *testing.T) {
 	}{
 		{"structured result", "ext.add", `{"a":2,"b":3}`, `{"sum":5}`, nil},
 		{"text result", "ext.greet", `{"name":"ada"}`, `"hello, ada"`, nil},
+		{"structured number", "ext.count", `{}`, `5`, nil},
+		{"wrapped by the output schema", "ext.pair", `{}`, `[1, 2]`, nil},
+		{"wrapped by _meta, every digit kept", "ext.big", `{}`, `12345678901234567890`, nil},
+		{"an object like a wrapper stays an object", "ext.plain", `{}`, `{"result":"x"}`, nil},
 		{"sanitized name", "ext.weird_name_", ``, `"ok"`, nil},
 		{"tool error", "ext.boom", `{}`, ``, schema.ErrTool},
 		{"positional params", "ext.greet", `["ada"]`, ``, schema.ErrInvalidParams},

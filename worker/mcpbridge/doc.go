@@ -12,6 +12,12 @@
 // toolbus tool error (-32000) carrying the tool's text; a successful one
 // answers the tool's structured content when it has some, else its text
 // (one JSON string) when all its content is text, else the content array.
+// Structured content that wraps a value that is not an object,
+// {"result": value}, is unwrapped when the tool's output schema is
+// exactly the wrapper's (the method's result schema is then the value's)
+// or the result's _meta "toolbus/wrapped" says so, as toolbus's own MCP
+// front door marks it: a toolbus cluster behind a bridge answers the
+// values its tools answered.
 //
 // When the server goes away (the process dies, the endpoint stops
 // answering) the bridge reconnects with bounded exponential backoff,
