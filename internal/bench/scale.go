@@ -196,14 +196,18 @@ func (r ScaleResult) Verdicts() []Verdict {
 func ReportScale(w io.Writer, r ScaleResult) error {
 	fmt.Fprintf(w, "scale-out: sleep %v per call, %d calls at once per worker\n", r.Sleep, r.Slots)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workers\toffered\tcalls in flight\tcalls/s\tratio\tp50\tp99\terrors\t")
+	// ideal is what a pool would serve were every slot always busy: a
+	// figure beside the ratio that does not move with the one-worker
+	// point's noise.
+	ideal := float64(r.Slots) / r.Sleep.Seconds()
+	fmt.Fprintln(tw, "workers\toffered\tcalls in flight\tcalls/s\tratio\tof ideal\tp50\tp99\terrors\t")
 	for _, p := range r.Points {
 		ratio := "-"
 		if p.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", p.Ratio)
 		}
-		fmt.Fprintf(tw, "%d\t%g×\t%d\t%.1f\t%s\t%s\t%s\t%d\t\n", p.Workers, p.Offered, p.Concurrency,
-			p.Result.Throughput, ratio, formatDuration(p.Result.P50), formatDuration(p.Result.P99), p.Result.Errors)
+		fmt.Fprintf(tw, "%d\t%g×\t%d\t%.1f\t%s\t%.2f\t%s\t%s\t%d\t\n", p.Workers, p.Offered, p.Concurrency,
+			p.Result.Throughput, ratio, p.Result.Throughput/(ideal*float64(p.Workers)), formatDuration(p.Result.P50), formatDuration(p.Result.P99), p.Result.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -384,7 +388,7 @@ func (r TwoIngressResult) Total() float64 { return r.Both[0].Throughput + r.Both
 // Verdict judges that both ingresses took calls and together served at
 // least what one did alone.
 func (r TwoIngressResult) Verdict() Verdict {
-	v := Verdict{Goal: "two ingresses: both serve, together ≥ one alone",
+	v := Verdict{Goal: fmt.Sprintf("two ingresses: both serve, together ≥ %.2f× one alone", goalTwoIngresses),
 		Got: fmt.Sprintf("%.1f + %.1f = %.1f calls/s, one alone %.1f", r.Both[0].Throughput, r.Both[1].Throughput, r.Total(), r.One.Throughput)}
 	errs := r.One.Errors + r.Both[0].Errors + r.Both[1].Errors
 	switch {
@@ -396,11 +400,17 @@ func (r TwoIngressResult) Verdict() Verdict {
 		v.Margin = "one ingress alone served nothing"
 	default:
 		ratio := r.Total() / r.One.Throughput
-		v.Pass = ratio >= 1
+		v.Pass = ratio >= goalTwoIngresses
 		v.Margin = fmt.Sprintf("%.2f× one alone", ratio)
 	}
 	return v
 }
+
+// goalTwoIngresses is the least two ingresses must serve together, as a
+// fraction of one alone. The workers bound both phases alike, so both
+// serve the same up to the noise of a run; 5% is that noise on a busy
+// two-core machine.
+const goalTwoIngresses = 0.95
 
 // TwoIngresses measures two ingresses behind the same bus: first the one
 // alone, then both at once with half the callers each.
