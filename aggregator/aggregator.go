@@ -519,8 +519,8 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 
 // exchange publishes a call on the aggregator's inbox and waits for its
 // reply, watching the progress messages of the liveness protocol: a busy
-// worker's refusal publishes the call again, for another worker, at once
-// for the first [busyAtOnce] refusals and after a short backoff then; a call whose worker went silent after acknowledging it
+// worker's refusal publishes the call again after a short backoff, for
+// another worker; a call whose worker went silent after acknowledging it
 // is published again when retry-safe, and otherwise answered -32003 at
 // once; a retry-safe call nobody acknowledged is published again after the
 // ack timeout. Every attempt shares the reply subject and the bus call id,

@@ -125,9 +125,8 @@ func WithMaxAttempts(n int) Option {
 // WithBusyWait sets how long a call may keep being refused by workers at
 // their concurrency limit (busy, see [WithHeartbeat]) before it is answered
 // -32002 with retry_after_ms and data.reason "workers_busy" (default
-// [DefaultBusyWait]). Meanwhile it is published again, for a worker with
-// room: at once for the first 16 refusals (the queue group draws another
-// worker at random each time), then after a short backoff. This keeps overload from piling up in
+// [DefaultBusyWait]). Meanwhile it is published again after a short
+// backoff, for a worker with room. This keeps overload from piling up in
 // the aggregator: calls the workers cannot take are refused quickly.
 func WithBusyWait(d time.Duration) Option {
 	return func(c *config) error {
