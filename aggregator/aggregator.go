@@ -569,7 +569,6 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	}
 	silence := time.Duration(a.misses) * a.heartbeat
 	backoff := busyBackoffMin
-	busy := 0 // busy refusals so far
 	var firstBusy time.Time
 	again := func() *schema.Error {
 		if e := publish(); e != nil {
@@ -598,12 +597,6 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				}
 				if now.Sub(firstBusy) >= a.busyWait {
 					return nil, workersBusy(c.Method, a.busyWait)
-				}
-				if busy++; busy <= busyAtOnce {
-					if e := again(); e != nil {
-						return nil, e
-					}
-					continue
 				}
 				retry.Reset(backoff)
 				backoff = min(2*backoff, busyBackoffMax)

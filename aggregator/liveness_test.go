@@ -156,19 +156,6 @@ func TestLiveness(t *testing.T) {
 			},
 			timeout: long, wantRes: `3`, wantTries: 3,
 		},
-		{
-			// The first refusals are published again at once, the
-			// later ones after a backoff; every one reaches a worker.
-			name: "many busy refusals are published again",
-			worker: func(m *nats.Msg, attempt int) {
-				if attempt < 25 {
-					progress(m, schema.ProgressBusy)
-					return
-				}
-				bus.Reply(m, schema.ReplyResult([]byte(`25`)))
-			},
-			timeout: long, wantRes: `25`, wantTries: 25,
-		},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,17 +24,6 @@ const (
 	// DefaultBusyWait is how long a call may keep being refused by busy
 	// workers before it is answered -32002.
 	DefaultBusyWait = time.Second
-	// busyAtOnce is how many busy refusals a call is published again at
-	// once, before it backs off: the queue group hands each publication
-	// to a member drawn at random, so with one free slot among N workers
-	// a call needs about N draws to find it, and a slot that frees while
-	// every waiting call sits out a backoff stays idle. With a backoff
-	// from the first refusal, 16 workers reached 0.77 of 16 × one
-	// worker's calls/s (toolbus bench scale); drawing at once about as
-	// often as there are workers in a large pool finds the slot within a
-	// millisecond or two, and a pool that is really full still sends each
-	// call into the backoff after that many cheap refusals.
-	busyAtOnce = 16
 	// busyBackoffMin and busyBackoffMax bound the wait before a call that a
 	// busy worker refused is published again.
 	busyBackoffMin = time.Millisecond
