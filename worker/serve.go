@@ -85,15 +85,16 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 			return
 		}
 	}
+	if hb.asked() {
+		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
+	}
+	// ctx is final before the probes may read it on their goroutine.
 	hb.start(func() {
 		rt.logCall(ctx, slog.LevelWarn, "canceled a call nobody listens for any more", req,
 			"unheard_beats", hb.misses, "heartbeat", hb.interval)
 		r.metrics.orphan()
 		cancelCause(ErrCallerGone)
 	})
-	if hb.asked() {
-		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
-	}
 	rt.inflight.Add(1)
 	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb)
 }

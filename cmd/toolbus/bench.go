@@ -72,6 +72,7 @@ got, when standard error is a terminal (--progress auto).`,
 		},
 	}
 	cmd.AddCommand(newBenchTenantsCmd())
+	cmd.AddCommand(newBenchScaleCmd())
 	cmd.Flags().DurationVar(&f.duration, "duration", 2*time.Second, "length of each measured round")
 	cmd.Flags().IntVar(&f.rounds, "rounds", 3, "alternating rounds per target and concurrency")
 	cmd.Flags().IntSliceVar(&f.concurrency, "concurrency", []int{1, 64}, "concurrent clients of the echo comparison")
