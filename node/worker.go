@@ -78,14 +78,9 @@ func (w *Worker) Start() error {
 	if err := w.Runtime.Start(); err != nil {
 		return err
 	}
+	// The runtime answers `toolbus status` itself (worker.WithoutStatus
+	// turns it off), so that a worker built without node is listed too.
 	w.stops = append(w.stops, w.Runtime.Shutdown)
-	// Stopped first, the status service goes before the worker drains.
-	svc, err := serveStatus(w.nc, w.cfg.prefix, bus.KindWorker, w.cfg.version, func() bus.Status { return w.Runtime.Status().Summary() })
-	if err != nil {
-		stopAll(context.Background(), &w.stops)
-		return err
-	}
-	w.stops = append(w.stops, func(context.Context) error { return svc.Stop() })
 	return nil
 }
 

@@ -30,6 +30,28 @@ type config struct {
 	announce       time.Duration         // zero: no announcements; see WithAnnounce
 	registerer     prometheus.Registerer // nil: no metrics; see WithMetrics
 	tracerProvider trace.TracerProvider  // nil: the global one; see WithTracerProvider
+	noStatus       bool                  // see WithoutStatus
+	version        string                // see WithVersion
+}
+
+// WithVersion sets the version the runtime reports in its status and its
+// announcements' status service (default: the main module's version from
+// the build information, or "dev").
+func WithVersion(v string) Option {
+	return func(c *config) error {
+		c.version = v
+		return nil
+	}
+}
+
+// WithoutStatus turns off the status service a started runtime answers on
+// the bus (default on): without it, `toolbus status` does not list the
+// worker. A program that serves the status itself uses it.
+func WithoutStatus() Option {
+	return func(c *config) error {
+		c.noStatus = true
+		return nil
+	}
 }
 
 // Option configures [New].

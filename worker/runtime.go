@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/trace"
 
@@ -79,6 +81,9 @@ type Runtime struct {
 	callsMu   sync.Mutex
 	calls     map[string]map[*context.CancelCauseFunc]struct{}
 	cancelSub *nats.Subscription
+	// statusSvc answers `toolbus status` while the runtime runs; nil
+	// before Start and with WithoutStatus.
+	statusSvc micro.Service
 	// early holds, for a while, the call ids whose cancel message came
 	// before the call: the two arrive on different subscriptions, whose
 	// handlers run concurrently, so a cancel sent right after its call may
@@ -268,7 +273,28 @@ func (rt *Runtime) Start() error {
 	rt.started = true
 	rt.flush()
 	rt.ads.start()
+	if !rt.cfg.noStatus {
+		// The status is for operators: a worker that cannot serve it
+		// still serves calls.
+		svc, err := bus.ServeStatus(rt.nc, rt.cfg.subjects, bus.KindWorker, rt.version(), func() bus.Status { return rt.Status().Summary() })
+		if err != nil {
+			rt.log.Warn("toolbus status will not list this worker: its status service did not start", "err", err)
+		} else {
+			rt.statusSvc = svc
+		}
+	}
 	return nil
+}
+
+// version is the version the runtime reports.
+func (rt *Runtime) version() string {
+	if rt.cfg.version != "" {
+		return rt.cfg.version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 // flush makes sure the server knows of new subscriptions before Start
@@ -293,6 +319,13 @@ func (rt *Runtime) flush() {
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.ads.stop()
 	rt.mu.Lock()
+	if svc := rt.statusSvc; svc != nil {
+		// Gone from `toolbus status` before it drains.
+		rt.statusSvc = nil
+		if err := svc.Stop(); err != nil {
+			rt.log.Warn("stop the status service", "err", err)
+		}
+	}
 	if !rt.closed {
 		rt.closed = true
 		for _, r := range rt.routes {

@@ -172,3 +172,31 @@ func TestReadyDisconnected(t *testing.T) {
 		t.Errorf("Shutdown: %v", err)
 	}
 }
+
+// TestStatusWithoutNode: a worker built with this package alone answers
+// `toolbus status` once started, and leaves it when it shuts down.
+func TestStatusWithoutNode(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithVersion("1.2.3"))
+	if err := c.rt.HandleFunc("echo", func(_ context.Context, req *worker.Request) (any, error) { return req.Params, nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	subjects, _ := bus.NewSubjects(bus.DefaultPrefix)
+	gather := func() []bus.Status {
+		sts, err := bus.GatherStatus(context.Background(), c.caller, subjects, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sts
+	}
+	sts := gather()
+	if len(sts) != 1 || sts[0].Kind != bus.KindWorker || sts[0].ID != c.rt.Status().ID || sts[0].Version != "1.2.3" {
+		t.Fatalf("toolbus status finds %+v, want this worker, version 1.2.3", sts)
+	}
+	if err := c.rt.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sts := gather(); len(sts) != 0 {
+		t.Errorf("after Shutdown toolbus status finds %+v, want nobody", sts)
+	}
+}

@@ -471,7 +471,7 @@ var (
 // server and the A2A agent it serves the tools of, if any.
 func newWorker(nc *nats.Conn, cfg workerConfig, log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider,
 	counters *jobs.Counters, st *bus.Startup) (*node.Worker, []bridge, error) {
-	wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log),
+	wopts := []worker.Option{worker.WithPrefix(cfg.prefix), worker.WithConcurrency(cfg.concurrency), worker.WithLogger(log), worker.WithVersion(buildVersion()),
 		worker.WithMetrics(metrics), worker.WithTracerProvider(tp)}
 	if !cfg.announce {
 		wopts = append(wopts, worker.WithoutAnnounce())
