@@ -14,6 +14,9 @@ import (
 type Target struct {
 	Name string
 	URL  string
+	// Body, when not empty, is sent to this target in place of the
+	// config's Body ([Matrix] only).
+	Body string
 }
 
 // CompareConfig says how [Compare] runs its rounds. Every round of each
@@ -41,6 +44,9 @@ type CompareConfig struct {
 	// Progress, when not nil, is planned for every round of both targets
 	// and counts their requests. Optional.
 	Progress *Progress
+	// Load runs one round ([Matrix] only): for example in a load
+	// generator process of its own. Default [Load].
+	Load func(context.Context, LoadConfig) (Result, error)
 }
 
 // Side is what one target measured at one concurrency.
