@@ -131,7 +131,7 @@ type children struct {
 type child struct {
 	name     string
 	cmd      *exec.Cmd
-	out, err string // paths of its standard output and error
+	out, err string        // paths of its standard output and error
 	done     chan struct{} // closed when the process has ended
 	waitErr  error         // why it ended, once done is closed
 	once     sync.Once
@@ -241,7 +241,7 @@ func (cs *children) stopAll() error {
 
 var (
 	serveReadyLine   = regexp.MustCompile(`toolbus bench serve ready: (http://\S+/)`)
-	natsChildReady    = regexp.MustCompile(`toolbus nats ready: (nats://\S+)`)
+	natsChildReady   = regexp.MustCompile(`toolbus nats ready: (nats://\S+)`)
 	ingressReadyLine = regexp.MustCompile(`"msg":"ingress ready","url":"(http://[^"]+)"`)
 	workerReadyLine  = regexp.MustCompile(`"msg":"(worker) ready"`)
 )

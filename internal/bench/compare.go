@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -79,63 +77,12 @@ type Comparison struct {
 // concurrency; when a round fails (ctx ended, a bad config) it returns the
 // comparisons finished so far and the error.
 func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) ([]Comparison, error) {
-	if len(cfg.Concurrency) == 0 {
-		cfg.Concurrency = []int{1, 64}
+	rows, err := Matrix(ctx, []Target{baseline, subject}, cfg)
+	out := make([]Comparison, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, pairOf(r.Concurrency, r.Sides[0], r.Sides[1]))
 	}
-	if slices.ContainsFunc(cfg.Concurrency, func(c int) bool { return c <= 0 }) {
-		return nil, errors.New("bench: compare concurrencies must be positive")
-	}
-	if cfg.Rounds < 0 {
-		return nil, errors.New("bench: compare rounds must not be negative")
-	}
-	if cfg.Rounds == 0 {
-		cfg.Rounds = 3
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = 2 * time.Second
-	}
-	cfg.Warmup = warmup(cfg.Warmup)
-	if cfg.Body == nil {
-		cfg.Body = []byte(EchoRequest)
-	}
-
-	perRound := cfg.Warmup + cfg.Duration
-	cfg.Progress.planTime(time.Duration(len(cfg.Concurrency)*cfg.Rounds*2)*perRound, "req")
-	var out []Comparison
-	for _, c := range cfg.Concurrency {
-		sides := []Target{baseline, subject}
-		rounds := make([][]Result, len(sides))
-		for range cfg.Rounds {
-			for i, t := range sides {
-				res, err := Load(ctx, LoadConfig{
-					URL:         t.URL,
-					Body:        cfg.Body,
-					Header:      cfg.Header,
-					Concurrency: c,
-					Duration:    cfg.Duration,
-					Warmup:      cfg.Warmup,
-					Client:      cfg.Client,
-					progress:    cfg.Progress,
-				})
-				if err != nil {
-					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)
-				}
-				rounds[i] = append(rounds[i], res)
-			}
-		}
-		a, b := mergeRounds(baseline, rounds[0]), mergeRounds(subject, rounds[1])
-		cmp := Comparison{
-			Concurrency: c,
-			Baseline:    a,
-			Subject:     b,
-			AddedMean:   b.Result.Mean - a.Result.Mean,
-		}
-		if a.Result.Throughput > 0 {
-			cmp.Ratio = b.Result.Throughput / a.Result.Throughput
-		}
-		out = append(out, cmp)
-	}
-	return out, nil
+	return out, err
 }
 
 func mergeRounds(t Target, rs []Result) Side {
