@@ -418,8 +418,17 @@ func runOutside(ctx context.Context, out io.Writer, p *bench.Progress, f benchFl
 	return err
 }
 
+// benchChildEnv marks the processes a bench starts. A process that has it
+// refuses to start children of its own: were the program that a bench
+// starts not the toolbus command (a test binary, say), it could otherwise
+// start benches of its own, and they more, without end.
+const benchChildEnv = "TOOLBUS_BENCH_CHILD"
+
 // newChildren prepares to start children of this program (or --binary).
 func newChildren(f benchFlags) (*children, error) {
+	if os.Getenv(benchChildEnv) != "" {
+		return nil, fmt.Errorf("bench: this process was started by a bench (%s is set) and starts no processes of its own", benchChildEnv)
+	}
 	command := f.command
 	if len(command) == 0 {
 		self, err := os.Executable()
@@ -432,7 +441,7 @@ func newChildren(f benchFlags) (*children, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &children{command: command, dir: dir}, nil
+	return &children{command: command, env: []string{benchChildEnv + "=1"}, dir: dir}, nil
 }
 
 // runInFlight starts a `toolbus dev` child that admits the calls of the

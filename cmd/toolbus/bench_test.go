@@ -60,3 +60,13 @@ func TestBenchRejectsUnknownBus(t *testing.T) {
 		t.Fatalf("bench --bus carrier-pigeon = %v, want an error naming --bus", err)
 	}
 }
+
+// TestBenchChildStartsNoChildren checks that a process a bench started
+// refuses to start targets of its own.
+func TestBenchChildStartsNoChildren(t *testing.T) {
+	t.Setenv(benchChildEnv, "1")
+	_, err := execute(t, context.Background(), "bench", "--skip-scenarios", "--skip-jobs", "--skip-ws", "--skip-overload")
+	if err == nil || !strings.Contains(err.Error(), benchChildEnv) {
+		t.Fatalf("bench in a bench's child = %v, want an error naming %s", err, benchChildEnv)
+	}
+}
