@@ -40,6 +40,7 @@ type Aggregator struct {
 	inFlight       chan struct{}
 	callers        *callerSlots
 	log            *slog.Logger
+	callLevel      slog.Level // of the per-call "call" line
 	now            func() time.Time
 
 	// inbox receives replies and progress messages; nil when liveness is
@@ -68,6 +69,7 @@ type config struct {
 	batchCap       int
 	maxInFlight    int
 	log            *slog.Logger
+	accessLog      bool
 
 	callerMaxInFlight int
 
@@ -192,6 +194,18 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithAccessLog writes the per-call "call" line (id, method, duration,
+// outcome, code) at level Info when on; when off, the default, it is
+// written at level Debug, so that nothing is logged per call at the default
+// level on the hot path. A line costs about as much as the call's own
+// bookkeeping: see BENCHMARKS.md.
+func WithAccessLog(on bool) Option {
+	return func(c *config) error {
+		c.accessLog = on
+		return nil
+	}
+}
+
 // New returns an aggregator that publishes on nc.
 func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	if nc == nil {
@@ -263,6 +277,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		inFlight:          make(chan struct{}, cfg.maxInFlight),
 		callers:           newCallerSlots(callerShare(cfg)),
 		log:               cfg.log.With("component", "aggregator"),
+		callLevel:         accessLevel(cfg.accessLog),
 		now:               time.Now,
 	}, nil
 }
@@ -503,7 +518,7 @@ func (a *Aggregator) notify(c *schema.Call, start time.Time) {
 }
 
 func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duration, err *schema.Error) {
-	if !a.log.Enabled(ctx, slog.LevelInfo) {
+	if !a.log.Enabled(ctx, a.callLevel) {
 		return
 	}
 	code := 0
@@ -512,12 +527,21 @@ func (a *Aggregator) logCall(ctx context.Context, c *schema.Call, d time.Duratio
 		code = err.Code
 		outcome = "error"
 	}
-	a.log.LogAttrs(ctx, slog.LevelInfo, "call",
+	a.log.LogAttrs(ctx, a.callLevel, "call",
 		slog.String("id", string(c.ID)),
 		slog.String("method", c.Method),
 		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 		slog.String("outcome", outcome),
 		slog.Int("code", code))
+}
+
+// accessLevel is the level of the per-call line: Info with the access log
+// on, Debug without.
+func accessLevel(on bool) slog.Level {
+	if on {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 // exchange publishes a call on the aggregator's inbox and waits for its

@@ -63,6 +63,7 @@ type Limits struct {
 type config struct {
 	limits     Limits
 	logger     *slog.Logger
+	accessLog  bool
 	ready      func(context.Context) error
 	maxTimeout time.Duration
 
@@ -159,6 +160,18 @@ func WithLogger(l *slog.Logger) Option {
 			return errors.New("ingress: nil logger")
 		}
 		c.logger = l
+		return nil
+	}
+}
+
+// WithAccessLog writes a line per HTTP request (method, path, status,
+// calls, errors, bytes, duration, remote address) at level Info when on;
+// when off, the default, the line is written at level Debug, so that
+// nothing is logged per request at the default level on the hot path. A
+// request answered with a 5xx status is logged at level Error either way.
+func WithAccessLog(on bool) Option {
+	return func(c *config) error {
+		c.accessLog = on
 		return nil
 	}
 }

@@ -39,9 +39,13 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	s.logRequest(r, "rpc", start, s.rpc(w, r))
 }
 
-// logRequest writes the request line of one HTTP request.
+// logRequest writes the request line of one HTTP request: at level Info
+// with the access log on, Debug without, Error for a 5xx status.
 func (s *Server) logRequest(r *http.Request, msg string, start time.Time, o outcome) {
-	level := slog.LevelInfo
+	level := slog.LevelDebug
+	if s.cfg.accessLog {
+		level = slog.LevelInfo
+	}
 	if o.status >= 500 {
 		level = slog.LevelError
 	}

@@ -492,11 +492,12 @@ func TestOverTheWire(t *testing.T) {
 	}
 }
 
-// TestRequestLog checks one log line per request with what it carried.
+// TestRequestLog checks one log line per request, with what it carried,
+// when the access log is on.
 func TestRequestLog(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, _ := newServer(t, WithLogger(log))
+	s, _ := newServer(t, WithLogger(log), WithAccessLog(true))
 	serve(s.Handler(), post(`[{"jsonrpc":"2.0","method":"echo","id":1},{"jsonrpc":"2.0","method":"echo"},{"jsonrpc":"2.0","method":"fail","id":2}]`))
 	serve(s.Handler(), httptest.NewRequest(http.MethodGet, "/rpc", nil))
 
@@ -521,6 +522,30 @@ func TestRequestLog(t *testing.T) {
 	}
 	if second["status"] != 405.0 {
 		t.Errorf("second line status = %v, want 405", second["status"])
+	}
+}
+
+// TestRequestLogOffByDefault checks that without the access log nothing is
+// logged per request at level Info, and that the request line is there at
+// level Debug.
+func TestRequestLogOffByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		level slog.Level
+		want  int
+	}{
+		{"info", slog.LevelInfo, 0},
+		{"debug", slog.LevelDebug, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+			s, _ := newServer(t, WithLogger(log))
+			serve(s.Handler(), post(`{"jsonrpc":"2.0","method":"echo","id":1}`))
+			if got := strings.Count(buf.String(), `"msg":"rpc"`); got != tc.want {
+				t.Errorf("request lines at level %s = %d, want %d:\n%s", tc.level, got, tc.want, buf.String())
+			}
+		})
 	}
 }
 

@@ -45,6 +45,7 @@ type ingressConfig struct {
 	callerInFlight   int
 	shutdownTimeout  time.Duration
 	jsonrpc1         bool
+	accessLog        bool
 	maxHeaderBytes   int
 	maxConnsPerAddr  int
 	maxBytes         int64
@@ -93,6 +94,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.callerInFlight, "caller-max-in-flight", 0, "calls in flight on this ingress for one authenticated caller (0: half of --max-in-flight); without auth the one anonymous caller may use all of --max-in-flight")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
+	f.BoolVar(&c.accessLog, "access-log", false, "log a line per HTTP request and per call at level info (default: at level debug, so nothing is logged per call at the default level)")
 	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", ingress.DefaultMaxHeaderBytes, "largest request line and headers in bytes (431 beyond)")
 	f.IntVar(&c.maxConnsPerAddr, "max-conns-per-addr", ingress.DefaultMaxConnsPerAddr, "connections one client IP address may have open (0: no bound, as behind a proxy)")
 	f.Int64Var(&c.maxBytes, "max-bytes-in-flight", ingress.DefaultMaxBytesInFlight, "bytes of answers the ingress holds unwritten, over all callers")
@@ -339,7 +341,8 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		aggregator.WithDefaultTimeout(c.defaultTimeout),
 		aggregator.WithMaxTimeout(c.maxTimeout),
 		aggregator.WithBatchConcurrency(c.batchConcurrency),
-		aggregator.WithMaxInFlight(c.maxInFlight))
+		aggregator.WithMaxInFlight(c.maxInFlight),
+		aggregator.WithAccessLog(c.accessLog))
 	if c.callerInFlight != 0 {
 		aggOpts = append(aggOpts, aggregator.WithCallerMaxInFlight(c.callerInFlight))
 	}
@@ -347,6 +350,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		ingress.WithLimits(c.limits),
 		ingress.WithMaxTimeout(c.maxTimeout),
 		ingress.WithJSONRPC1(c.jsonrpc1),
+		ingress.WithAccessLog(c.accessLog),
 		ingress.WithMaxHeaderBytes(c.maxHeaderBytes),
 		ingress.WithMaxConnsPerAddr(c.maxConnsPerAddr),
 		ingress.WithMaxBytesInFlight(c.maxBytes),

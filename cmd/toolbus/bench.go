@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -37,6 +35,17 @@ type benchFlags struct {
 	wsConc        int
 	cpuProfile    string
 	progress      string
+	targets       []string
+	binary        string
+	skipInFlight  bool
+
+	inflightBatches int
+	inflightCalls   int
+	inflightSleep   time.Duration
+
+	// command starts this program as a child (default: os.Executable, or
+	// --binary); tests set it to the test binary.
+	command []string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -44,17 +53,28 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure toolbus against a plain net/http handler, side by side",
-		Long: `bench starts, in this process, a plain net/http JSON-RPC echo handler and the
-one-process toolbus cluster (ingress -> NATS -> worker -> ingress), both on
-loopback ports, and loads them in alternating rounds so that both see the same
-machine. It prints throughput, latency percentiles and the ratio toolbus/plain
-at each concurrency, then a fan-out scenario (one batch of 100 sleep calls of
-100ms) and a slow-backend scenario (a batch whose one slow call outlives its
-300ms deadline), each against its target. The jobs scenario measures
-rpc.jobs.get of a finished job and rpc.jobs.submit of echo jobs in a closed
-loop, against their targets; the WebSocket scenario sends echo calls from many
-callers over one WebSocket connection and the same over HTTP. After each
-scenario that measures latencies it draws their histogram.
+		Long: `bench measures toolbus from outside: every target runs as a process of its
+own, started from this program (or --binary) on free loopback ports, and each
+round's load comes from a load generator process of its own. The echo
+comparison loads, in alternating rounds (a, b, c, d, a, b, c, d, …) so that
+all see the same machine: a plain net/http JSON-RPC echo handler, a plain
+net/http/httputil reverse proxy to it (one gateway hop), 'toolbus dev' (one
+process, embedded NATS), the split deployment ('toolbus nats', 'toolbus
+ingress' and 'toolbus worker', three processes over loopback TCP), and 10-call
+echo batches against 'toolbus dev'; --targets picks them, and dev-access-log
+adds 'toolbus dev --access-log'. It prints throughput, latency percentiles and
+the ratios at each concurrency, with PASS or MISS against each goal. The
+in-flight scenario sends ten batches of 1000 sleep calls of 3s at once to a
+'toolbus dev' child and reads its resident memory meanwhile.
+
+The other scenarios run in this process against an in-process cluster (their
+output says so): a fan-out scenario (one batch of 100 sleep calls of 100ms)
+and a slow-backend scenario (a batch whose one slow call outlives its 300ms
+deadline), the jobs scenario (rpc.jobs.get of a finished job and
+rpc.jobs.submit of echo jobs in a closed loop), the WebSocket scenario (echo
+calls from many callers over one WebSocket connection and the same over
+HTTP) and the overload scenario. After each scenario that measures latencies
+it draws their histogram. Children are stopped when the bench ends.
 
 While a scenario runs, a progress line on standard error shows how far it has
 got, when standard error is a terminal (--progress auto).`,
@@ -68,16 +88,24 @@ got, when standard error is a terminal (--progress auto).`,
 			if err != nil {
 				return err
 			}
+			if f.binary != "" {
+				f.command = []string{f.binary}
+			}
 			return runBench(ctx, cmd.OutOrStdout(), progress, f)
 		},
 	}
-	cmd.AddCommand(newBenchTenantsCmd())
-	cmd.AddCommand(newBenchScaleCmd())
+	cmd.AddCommand(newBenchTenantsCmd(), newBenchScaleCmd(), newBenchLoadCmd(), newBenchServeCmd())
 	cmd.Flags().DurationVar(&f.duration, "duration", 2*time.Second, "length of each measured round")
 	cmd.Flags().IntVar(&f.rounds, "rounds", 3, "alternating rounds per target and concurrency")
 	cmd.Flags().IntSliceVar(&f.concurrency, "concurrency", []int{1, 64}, "concurrent clients of the echo comparison")
 	cmd.Flags().IntVar(&f.repeats, "repeats", 5, "batches sent by the fan-out and slow-backend scenarios")
-	cmd.Flags().StringVar(&f.busTransport, "bus", "in-process", "how the cluster's parts reach the embedded NATS: in-process or tcp")
+	cmd.Flags().StringVar(&f.busTransport, "bus", "in-process", "how the in-process scenarios' cluster reaches its embedded NATS: in-process or tcp")
+	cmd.Flags().StringSliceVar(&f.targets, "targets", []string{"plain", "proxy", "dev", "split", "batch"}, "targets of the echo comparison: plain, proxy, dev, split, batch, dev-access-log")
+	cmd.Flags().StringVar(&f.binary, "binary", "", "toolbus program run as the targets and load generators (default: this one)")
+	cmd.Flags().BoolVar(&f.skipInFlight, "skip-inflight", false, "skip the in-flight scenario")
+	cmd.Flags().IntVar(&f.inflightBatches, "inflight-batches", 10, "batches the in-flight scenario sends at once")
+	cmd.Flags().IntVar(&f.inflightCalls, "inflight-calls", 1000, "sleep calls in each batch of the in-flight scenario")
+	cmd.Flags().DurationVar(&f.inflightSleep, "inflight-sleep", 3*time.Second, "how long each call of the in-flight scenario sleeps")
 	cmd.Flags().BoolVar(&f.skipCompare, "skip-compare", false, "skip the echo comparison")
 	cmd.Flags().BoolVar(&f.skipScenarios, "skip-scenarios", false, "skip the fan-out and slow-backend scenarios")
 	cmd.Flags().BoolVar(&f.skipJobs, "skip-jobs", false, "skip the jobs scenario")
@@ -86,7 +114,7 @@ got, when standard error is a terminal (--progress auto).`,
 	cmd.Flags().IntVar(&f.overloadCap, "overload-capacity", 32, "sleep calls the overload scenario's cluster admits in flight; it then sends ten times as many")
 	cmd.Flags().IntVar(&f.jobsConc, "jobs-concurrency", 16, "concurrent submitters of the jobs scenario")
 	cmd.Flags().IntVar(&f.wsConc, "ws-concurrency", 64, "concurrent callers of the WebSocket scenario")
-	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator included) to this file")
+	cmd.Flags().StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of this process during the in-process scenarios to this file")
 	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress line on standard error while a scenario runs: auto (when standard error is a terminal), on or off")
 	return cmd
 }
@@ -137,13 +165,20 @@ func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error 
 		return fmt.Errorf("--bus %q: want in-process or tcp", f.busTransport)
 	}
 
-	plainL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	fmt.Fprintf(out, "toolbus bench: GOMAXPROCS=%d, %s/%s, %s\n\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	var errs []error
+	if !f.skipCompare {
+		p := startProgress("echo")
+		errs = append(errs, runOutside(ctx, out, p, f))
+		p.Stop()
 	}
-	plain := &http.Server{Handler: bench.PlainEcho(), ReadHeaderTimeout: 10 * time.Second}
-	go plain.Serve(plainL)
-	defer plain.Close()
+	if !f.skipInFlight {
+		fmt.Fprintln(out)
+		errs = append(errs, runInFlight(ctx, out, f))
+	}
+	if f.skipScenarios && f.skipJobs && f.skipWS && f.skipOverload {
+		return errors.Join(errs...)
+	}
 
 	ic := defaultIngressConfig()
 	ic.maxInFlight = 100000
@@ -159,7 +194,7 @@ func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error 
 		fx.Populate(&addr, &st),
 	)
 	if err := startReady(ctx, app, st); err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	defer app.Stop(context.WithoutCancel(ctx))
 	toolbusURL := "http://" + addr.String() + "/rpc"
@@ -177,25 +212,11 @@ func runBench(ctx context.Context, out, progress io.Writer, f benchFlags) error 
 		defer pprof.StopCPUProfile()
 	}
 
-	fmt.Fprintf(out, "toolbus bench: GOMAXPROCS=%d, %s/%s, %s; bus %s\n\n", runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version(), f.busTransport)
-	var errs []error
-	if !f.skipCompare {
-		p := startProgress("echo")
-		cs, err := bench.Compare(ctx,
-			bench.Target{Name: "plain net/http", URL: "http://" + plainL.Addr().String() + "/"},
-			bench.Target{Name: "toolbus", URL: toolbusURL},
-			bench.CompareConfig{Concurrency: f.concurrency, Rounds: f.rounds, Duration: f.duration, Progress: p})
-		p.Stop()
-		if cs != nil {
-			bench.ReportCompare(out, cs)
-		}
-		errs = append(errs, err)
-	}
+	fmt.Fprintf(out, "\nin-process scenarios: the load generator and the cluster (bus %s) share this process\n\n", f.busTransport)
 	if !f.skipScenarios {
 		p := startProgress("fan-out")
 		fo, err := bench.FanOut(ctx, bench.FanOutConfig{URL: toolbusURL, Repeats: f.repeats, Progress: p})
 		p.Stop()
-		fmt.Fprintln(out)
 		bench.ReportFanOut(out, fo)
 		errs = append(errs, err)
 		p = startProgress("slow backend")

@@ -182,7 +182,6 @@ type scaleCluster struct {
 
 var _ bench.ScaleCluster = (*scaleCluster)(nil)
 
-var natsChildReady = regexp.MustCompile(`toolbus nats ready: (nats://\S+)`)
 
 // startScaleCluster starts a NATS server and one ingress from bin.
 func startScaleCluster(ctx context.Context, bin string, slots int) (*scaleCluster, error) {

@@ -56,6 +56,9 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 					return err
 				}
 			}
+			if err := servePprof(); err != nil {
+				return err
+			}
 			wc.prefix = ic.prefix
 			var addr ingressAddr
 			var emb *bus.Embedded

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -14,6 +12,9 @@ import (
 type Target struct {
 	Name string
 	URL  string
+	// Body, when not empty, is sent to this target in place of the
+	// config's Body ([Matrix] only).
+	Body string
 }
 
 // CompareConfig says how [Compare] runs its rounds. Every round of each
@@ -41,6 +42,9 @@ type CompareConfig struct {
 	// Progress, when not nil, is planned for every round of both targets
 	// and counts their requests. Optional.
 	Progress *Progress
+	// Load runs one round ([Matrix] only): for example in a load
+	// generator process of its own. Default [Load].
+	Load func(context.Context, LoadConfig) (Result, error)
 }
 
 // Side is what one target measured at one concurrency.
@@ -73,63 +77,12 @@ type Comparison struct {
 // concurrency; when a round fails (ctx ended, a bad config) it returns the
 // comparisons finished so far and the error.
 func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) ([]Comparison, error) {
-	if len(cfg.Concurrency) == 0 {
-		cfg.Concurrency = []int{1, 64}
+	rows, err := Matrix(ctx, []Target{baseline, subject}, cfg)
+	out := make([]Comparison, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, pairOf(r.Concurrency, r.Sides[0], r.Sides[1]))
 	}
-	if slices.ContainsFunc(cfg.Concurrency, func(c int) bool { return c <= 0 }) {
-		return nil, errors.New("bench: compare concurrencies must be positive")
-	}
-	if cfg.Rounds < 0 {
-		return nil, errors.New("bench: compare rounds must not be negative")
-	}
-	if cfg.Rounds == 0 {
-		cfg.Rounds = 3
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = 2 * time.Second
-	}
-	cfg.Warmup = warmup(cfg.Warmup)
-	if cfg.Body == nil {
-		cfg.Body = []byte(EchoRequest)
-	}
-
-	perRound := cfg.Warmup + cfg.Duration
-	cfg.Progress.planTime(time.Duration(len(cfg.Concurrency)*cfg.Rounds*2)*perRound, "req")
-	var out []Comparison
-	for _, c := range cfg.Concurrency {
-		sides := []Target{baseline, subject}
-		rounds := make([][]Result, len(sides))
-		for range cfg.Rounds {
-			for i, t := range sides {
-				res, err := Load(ctx, LoadConfig{
-					URL:         t.URL,
-					Body:        cfg.Body,
-					Header:      cfg.Header,
-					Concurrency: c,
-					Duration:    cfg.Duration,
-					Warmup:      cfg.Warmup,
-					Client:      cfg.Client,
-					progress:    cfg.Progress,
-				})
-				if err != nil {
-					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)
-				}
-				rounds[i] = append(rounds[i], res)
-			}
-		}
-		a, b := mergeRounds(baseline, rounds[0]), mergeRounds(subject, rounds[1])
-		cmp := Comparison{
-			Concurrency: c,
-			Baseline:    a,
-			Subject:     b,
-			AddedMean:   b.Result.Mean - a.Result.Mean,
-		}
-		if a.Result.Throughput > 0 {
-			cmp.Ratio = b.Result.Throughput / a.Result.Throughput
-		}
-		out = append(out, cmp)
-	}
-	return out, nil
+	return out, err
 }
 
 func mergeRounds(t Target, rs []Result) Side {

@@ -3,10 +3,18 @@
 //
 // [Load] is a closed-loop load generator: a fixed number of workers each
 // POST one JSON-RPC request after another to a URL for a while, check every
-// answer, and record latencies in a bounded histogram. [Compare] runs [Load]
-// against two [Target]s (a plain net/http handler, [PlainEcho], as the
-// baseline, and the toolbus ingress as the subject) in alternating rounds on
-// the same machine, so that noise from other work falls on both alike.
+// answer, and record latencies in a bounded histogram. [Matrix] runs a
+// load round against several [Target]s (the plain net/http handler
+// [PlainEcho], a reverse proxy to it, `toolbus dev`, the split deployment,
+// 10-call batches) in alternating rounds on the same machine, so that noise
+// from other work falls on all alike; its config's Load may run each round
+// in a load generator process of its own, whose [Result] comes back as
+// JSON with its histogram. [OutsideVerdicts] judges the goals on the
+// ratios of one run. [Compare] is the same for two targets.
+//
+// [InFlight] sends batches of slow calls at once, so that thousands of
+// calls are in flight in the process measured, and reads its resident
+// memory meanwhile.
 //
 // [FanOut] and [SlowBackend] send batches rather than load: a batch of slow
 // calls that should run side by side, and a batch where one call outlives its

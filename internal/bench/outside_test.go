@@ -1,0 +1,107 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMatrix checks that the targets take turns in every round, that a
+// target's own body is what it is sent, and that a Load given in the
+// config runs every round.
+func TestMatrix(t *testing.T) {
+	var tr turns
+	targets := []Target{
+		{Name: TargetPlain, URL: serve(t, tr.handler("a", PlainEcho()))},
+		{Name: TargetDev, URL: serve(t, tr.handler("b", fakeToolbus{}))},
+		{Name: TargetBatch, URL: serve(t, tr.handler("c", fakeToolbus{})), Body: EchoBatch(BatchCalls)},
+	}
+	var loads int
+	rows, err := Matrix(t.Context(), targets, CompareConfig{
+		Concurrency: []int{1, 64}, Rounds: 2, Duration: 50 * time.Millisecond, Warmup: -1,
+		Load: func(ctx context.Context, cfg LoadConfig) (Result, error) { loads++; return Load(ctx, cfg) },
+	})
+	if err != nil {
+		t.Fatalf("Matrix() error = %v, want nil", err)
+	}
+	if got, want := tr.log, slices.Repeat([]string{"a", "b", "c"}, 4); !slices.Equal(got, want) {
+		t.Errorf("order of targets = %v, want %v", got, want)
+	}
+	if loads != 12 {
+		t.Errorf("Load ran %d times, want 12", loads)
+	}
+	for _, r := range rows {
+		for _, s := range r.Sides {
+			if s.Result.Requests == 0 || s.Result.Errors != 0 {
+				t.Errorf("%s at %d: %d requests, %d errors (%v), want some and none", s.Target.Name, r.Concurrency, s.Result.Requests, s.Result.Errors, s.Result.FirstError)
+			}
+		}
+	}
+	var out strings.Builder
+	if err := ReportMatrix(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"toolbus dev added mean latency at concurrency 1", "toolbus dev echo throughput at concurrency 64",
+		"a 10-call echo batch costs ≤ 3× one call", "echo latency at concurrency 64"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("ReportMatrix lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+// TestOutsideVerdicts judges made-up rows against each goal.
+func TestOutsideVerdicts(t *testing.T) {
+	side := func(name string, rps float64, mean time.Duration) Side {
+		return Side{Target: Target{Name: name}, Result: Result{Requests: 1, Throughput: rps, Mean: mean}}
+	}
+	rows := []Row{
+		{Concurrency: 1, Sides: []Side{side(TargetPlain, 10, 100*time.Microsecond), side(TargetProxy, 5, 300*time.Microsecond),
+			side(TargetDev, 5, 150*time.Microsecond), side(TargetSplit, 4, 310*time.Microsecond)}},
+		{Concurrency: 64, Sides: []Side{side(TargetPlain, 1000, 0), side(TargetProxy, 200, 0),
+			side(TargetDev, 600, 0), side(TargetSplit, 300, 0), side(TargetBatch, 150, 0)}},
+	}
+	want := map[string]bool{
+		"toolbus dev added mean latency":           true, // +50µs
+		"toolbus split mean latency":               false,
+		"toolbus dev echo throughput":              true,  // 0.6×
+		"toolbus split echo throughput":            false, // 1.5×
+		"a 10-call echo batch costs ≤ 3× one call": false, // 4×
+	}
+	vs := OutsideVerdicts(rows)
+	if len(vs) != len(want) {
+		t.Fatalf("OutsideVerdicts() = %d verdicts, want %d: %v", len(vs), len(want), vs)
+	}
+	for _, v := range vs {
+		for prefix, pass := range want {
+			if strings.HasPrefix(v.Goal, prefix) && v.Pass != pass {
+				t.Errorf("%s: Pass = %v, want %v", v, v.Pass, pass)
+			}
+		}
+	}
+}
+
+// TestResultJSON checks that a result travels from a load generator
+// process with its histogram.
+func TestResultJSON(t *testing.T) {
+	h := new(histogram)
+	for _, d := range []time.Duration{time.Microsecond, 50 * time.Microsecond, 3 * time.Millisecond} {
+		h.record(d)
+	}
+	r := Result{Concurrency: 4, Requests: 3, Errors: 1, FirstError: http.ErrBodyNotAllowed, Elapsed: time.Second, Throughput: 3, hist: h}
+	r.setLatencies()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Result
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("Unmarshal(%s) = %v", b, err)
+	}
+	if got.P99 != r.P99 || got.Mean != r.Mean || got.Requests != 3 || got.FirstError == nil || *got.hist != *h {
+		t.Errorf("round trip = %+v, want %+v", got, r)
+	}
+}
