@@ -182,7 +182,6 @@ type scaleCluster struct {
 
 var _ bench.ScaleCluster = (*scaleCluster)(nil)
 
-
 // startScaleCluster starts a NATS server and one ingress from bin.
 func startScaleCluster(ctx context.Context, bin string, slots int) (*scaleCluster, error) {
 	dir, err := os.MkdirTemp("", "toolbus-bench-scale-")
