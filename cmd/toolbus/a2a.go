@@ -249,7 +249,7 @@ func (s *a2aSend) run(ctx context.Context, out io.Writer, msg *a2a.Message) erro
 	d.end()
 	if err != nil {
 		if errors.Is(err, a2a.ErrMethodNotFound) {
-			return fmt.Errorf("send to %s: %w (is --url, or $TOOLBUS_URL, an A2A endpoint such as the ingress's /a2a rather than /rpc?)", s.url, err)
+			return fmt.Errorf("send to %s: %w (is --url, or $TOOLBUS_A2A_SEND_URL, an A2A endpoint such as the ingress's /a2a rather than /rpc?)", s.url, err)
 		}
 		return fmt.Errorf("send to %s: %w", s.url, err)
 	}

@@ -55,9 +55,17 @@ func TestApplyEnv(t *testing.T) {
 		want    string
 		wantErr string // a part of the error message; "" for none
 	}{
-		{name: "variable sets the flag", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "300ms"},
+		{name: "variable sets the flag", path: []string{"call"}, env: map[string]string{"TOOLBUS_CALL_TIMEOUT": "300ms"},
 			flag: "timeout", want: "300ms"},
-		{name: "command line wins", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "300ms"},
+		{name: "the former name is still read", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "300ms"},
+			flag: "timeout", want: "300ms"},
+		{name: "the scoped name wins over the former", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "300ms", "TOOLBUS_CALL_TIMEOUT": "1s"},
+			flag: "timeout", want: "1s"},
+		{name: "a worker's concurrency is not a bench's", path: []string{"bench"}, env: map[string]string{"TOOLBUS_BENCH_CONCURRENCY": "8,16", "TOOLBUS_CONCURRENCY": "7"},
+			flag: "concurrency", want: "[8,16]"},
+		{name: "bench's log level is everyone's", path: []string{"bench"}, env: map[string]string{"TOOLBUS_LOG_LEVEL": "warn"},
+			flag: "log-level", want: "warn"},
+		{name: "command line wins", path: []string{"call"}, env: map[string]string{"TOOLBUS_CALL_TIMEOUT": "300ms"},
 			args: []string{"--timeout", "2s"}, flag: "timeout", want: "2s"},
 		{name: "unset variable keeps the default", path: []string{"call"},
 			flag: "url", want: "http://127.0.0.1:8080/rpc"},
@@ -71,11 +79,11 @@ func TestApplyEnv(t *testing.T) {
 			flag: "log-level", want: "debug"},
 		{name: "list flag", path: []string{"worker"}, env: map[string]string{"TOOLBUS_TOOLS": "demo,demo"},
 			flag: "tools", want: "[demo,demo]"},
-		{name: "bad duration names the variable", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "soon"},
-			flag: "timeout", wantErr: "TOOLBUS_TIMEOUT"},
+		{name: "bad duration names the variable", path: []string{"call"}, env: map[string]string{"TOOLBUS_CALL_TIMEOUT": "soon"},
+			flag: "timeout", wantErr: "TOOLBUS_CALL_TIMEOUT"},
 		{name: "bad integer names the variable", path: []string{"ingress"}, env: map[string]string{"TOOLBUS_MAX_BODY_BYTES": "lots"},
 			flag: "max-body-bytes", wantErr: "TOOLBUS_MAX_BODY_BYTES"},
-		{name: "bad value ignored when the flag is given", path: []string{"call"}, env: map[string]string{"TOOLBUS_TIMEOUT": "soon"},
+		{name: "bad value ignored when the flag is given", path: []string{"call"}, env: map[string]string{"TOOLBUS_CALL_TIMEOUT": "soon"},
 			args: []string{"--timeout=1s"}, flag: "timeout", want: "1s"},
 	}
 	for _, tt := range tests {
@@ -104,10 +112,10 @@ func TestApplyEnv(t *testing.T) {
 // TestEnvBadValueFailsCommand checks that the command line reports a bad
 // variable before doing anything.
 func TestEnvBadValueFailsCommand(t *testing.T) {
-	t.Setenv("TOOLBUS_TIMEOUT", "soon")
+	t.Setenv("TOOLBUS_CALL_TIMEOUT", "soon")
 	out, err := execute(t, context.Background(), "call", "echo")
-	if err == nil || !strings.Contains(err.Error(), "TOOLBUS_TIMEOUT") {
-		t.Fatalf("call with TOOLBUS_TIMEOUT=soon = %v (output %q), want an error naming TOOLBUS_TIMEOUT", err, out)
+	if err == nil || !strings.Contains(err.Error(), "TOOLBUS_CALL_TIMEOUT") {
+		t.Fatalf("call with TOOLBUS_CALL_TIMEOUT=soon = %v (output %q), want an error naming TOOLBUS_CALL_TIMEOUT", err, out)
 	}
 }
 
@@ -117,7 +125,8 @@ func TestEveryFlagNamesItsVariable(t *testing.T) {
 	walk = func(cmd *cobra.Command) {
 		check := func(f *pflag.Flag) {
 			seen++
-			want := "[$" + envName(f.Name) + "]"
+			name, _ := flagEnv(cmd, f)
+			want := "[$" + name + "]"
 			if !strings.HasSuffix(f.Usage, want) {
 				t.Errorf("%s --%s help = %q, want it to end in %s", cmd.CommandPath(), f.Name, f.Usage, want)
 			}
@@ -144,7 +153,8 @@ func TestHelpListsVariables(t *testing.T) {
 	}{
 		{name: "worker", args: []string{"help", "worker"}, want: []string{"[$TOOLBUS_NATS_URL]", "[$TOOLBUS_TOOLS]", "[$TOOLBUS_LOG_LEVEL]"}},
 		{name: "dev", args: []string{"help", "dev"}, want: []string{"[$TOOLBUS_NATS_LISTEN]", "[$TOOLBUS_MAX_BODY_BYTES]", "[$TOOLBUS_DATA]"}},
-		{name: "call", args: []string{"call", "--help"}, want: []string{"[$TOOLBUS_URL]", "[$TOOLBUS_TIMEOUT]"}},
+		{name: "call", args: []string{"call", "--help"}, want: []string{"[$TOOLBUS_URL]", "[$TOOLBUS_CALL_TIMEOUT]"}},
+		{name: "bench", args: []string{"bench", "--help"}, want: []string{"[$TOOLBUS_BENCH_CONCURRENCY]", "[$TOOLBUS_BENCH_DURATION]", "[$TOOLBUS_LOG_LEVEL]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
