@@ -60,7 +60,7 @@ func (s *Server) logRequest(r *http.Request, msg string, start time.Time, o outc
 		slog.Int("calls", o.calls),
 		slog.Int("errors", o.failed),
 		slog.Int("bytes", o.bytes),
-		slog.Duration("duration", time.Since(start)),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		slog.String("remote", r.RemoteAddr),
 	}
 	if o.reason != "" {

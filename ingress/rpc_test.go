@@ -517,7 +517,7 @@ func TestRequestLog(t *testing.T) {
 			t.Errorf("first line %s = %v, want %v", k, first[k], want)
 		}
 	}
-	if _, ok := first["duration"]; !ok {
+	if _, ok := first["duration_ms"]; !ok {
 		t.Errorf("first line %v has no duration", first)
 	}
 	if second["status"] != 405.0 {

@@ -145,7 +145,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "websocket",
 		slog.Int("messages", cn.messages), slog.Int("calls", cn.calls),
-		slog.Duration("duration", time.Since(start)), slog.String("remote", r.RemoteAddr),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("remote", r.RemoteAddr),
 		slog.String("reason", reason.Error()))
 }
 

@@ -129,7 +129,7 @@ func (rt *Runtime) handle(ctx context.Context, r *route, req *Request, what stri
 			Code: rpcErr.Code, Message: rpcErr.Message, TraceID: tracelog.TraceID(ctx)})
 	}
 	if rt.log.Enabled(ctx, slog.LevelDebug) {
-		rt.logCall(ctx, slog.LevelDebug, what, req, "duration", d, "code", code)
+		rt.logCall(ctx, slog.LevelDebug, what, req, "duration_ms", float64(d.Microseconds())/1000, "code", code)
 	}
 	endSpan(span, rpcErr)
 	return result, rpcErr
