@@ -103,3 +103,8 @@ func (s *Server) Trends() bus.Trends { return s.stats.Trends(0) }
 // Overview is [Server.Dashboard] without the jobs, which cost reads of the
 // job store: only what the ingress holds in memory.
 func (s *Server) Overview() dashboard.State { return s.dash.Overview(dashboard.Everything()) }
+
+// RecordJobsQueued records the depth of the jobs queue for the
+// dashboard's trends; the gateway samples it in the background, and the
+// dashboard also records it whenever an operator's view reads the jobs.
+func (s *Server) RecordJobsQueued(n int64) { s.stats.RecordJobsQueued(n) }

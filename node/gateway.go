@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
@@ -395,6 +396,8 @@ func (g *Gateway) Start(l net.Listener) error {
 			stopRunner()
 			return g.Runner.Shutdown(ctx)
 		})
+		stopSampling := g.sampleJobsQueued(callstats.TrendStep)
+		g.stops = append(g.stops, func(context.Context) error { stopSampling(); return nil })
 	}
 	svc, err := serveStatus(g.nc, g.cfg.prefix, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
 	if err != nil {
@@ -583,4 +586,38 @@ func serveStatus(nc *nats.Conn, prefix, kind, version string, snapshot func() bu
 		return nil, fmt.Errorf("%s: status service: %w", kind, err)
 	}
 	return svc, nil
+}
+
+// sampleJobsQueued records the depth of the jobs queue in the ingress's
+// trends every interval, so that the dashboard's chart of it has a
+// history whether or not anyone was watching. It returns what stops it.
+func (g *Gateway) sampleJobsQueued(interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			svc := g.jobs.svc.Load()
+			if svc == nil {
+				continue
+			}
+			sctx, scancel := context.WithTimeout(ctx, interval)
+			st, err := svc.Stats(sctx, 0)
+			scancel()
+			if err == nil {
+				g.Ingress.RecordJobsQueued(int64(st.ByState[schema.JobQueued]))
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

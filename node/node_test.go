@@ -302,3 +302,45 @@ func TestNewGatewayRefusesBadOptions(t *testing.T) {
 		t.Error("NewGateway(nil conn) = nil error, want one")
 	}
 }
+
+// TestGatewaySamplesTheJobsQueue: the gateway records the depth of the
+// jobs queue in its trends by itself, so the dashboard's chart of it has a
+// history though nobody watched.
+func TestGatewaySamplesTheJobsQueue(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	gst := bus.NewStartup(discard)
+	t.Cleanup(gst.Stop)
+	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := startGateway(t, g)
+	ready(t, gst)
+	// No worker serves it: the job stays queued.
+	if r := post(t, base+"/rpc", `{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.submit","params":{"method":"nobody.serves"}}`); r.Error != nil {
+		t.Fatalf("rpc.jobs.submit = %+v", r.Error)
+	}
+	stop := g.SampleJobsQueued(10 * time.Millisecond)
+	defer stop()
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := connect(t, e)
+	toolbustest.Eventually(t, func() bool {
+		sts, err := bus.GatherStatus(context.Background(), caller, subjects, 200*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		for _, st := range sts {
+			if st.Kind == bus.KindIngress && st.Trends != nil && len(st.Trends.JobsQueued) > 0 && st.Trends.JobsQueued[len(st.Trends.JobsQueued)-1] == 1 {
+				return true
+			}
+		}
+		return false
+	}, "the ingress's trends show the queued job")
+}
