@@ -62,10 +62,30 @@ type Status struct {
 	// Trends holds the last minutes of the process's calls, when it
 	// keeps them (an ingress does).
 	Trends *Trends `json:"trends,omitempty"`
+	// RecentErrors holds the newest error answers the process gave,
+	// newest first (an ingress gives its last [MaxStatusErrors]), so that
+	// a dashboard shows every replica's.
+	RecentErrors []ErrorStatus `json:"recent_errors,omitempty"`
 	// Extra holds anything else the process reports; [GatherStatus] puts
 	// the reason under "error" for a process that was found but whose
 	// status could not be read.
 	Extra map[string]any `json:"extra,omitempty"`
+}
+
+// MaxStatusErrors is how many recent error answers a status holds.
+const MaxStatusErrors = 20
+
+// ErrorStatus is one error answer in a [Status].
+type ErrorStatus struct {
+	Time    time.Time `json:"time"`
+	ID      string    `json:"id,omitempty"` // the JSON-RPC id as sent
+	Method  string    `json:"method"`
+	Code    int       `json:"code"`
+	Message string    `json:"message"`
+	TraceID string    `json:"trace_id,omitempty"`
+	// Caller is who the answer went to, so that a view of one caller's
+	// errors leaves out the others'; empty when unauthenticated.
+	Caller string `json:"caller,omitempty"`
 }
 
 // MethodStatus is what one process reports of one method. The rates,

@@ -108,3 +108,17 @@ func (s *Server) Overview() dashboard.State { return s.dash.Overview(dashboard.E
 // dashboard's trends; the gateway samples it in the background, and the
 // dashboard also records it whenever an operator's view reads the jobs.
 func (s *Server) RecordJobsQueued(n int64) { s.stats.RecordJobsQueued(n) }
+
+// RecentErrors returns the newest error answers of this replica, at most
+// [bus.MaxStatusErrors], newest first, for its status answer.
+func (s *Server) RecentErrors() []bus.ErrorStatus {
+	var out []bus.ErrorStatus
+	for _, e := range s.stats.RecentErrors() {
+		if len(out) == bus.MaxStatusErrors {
+			break
+		}
+		out = append(out, bus.ErrorStatus{Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code,
+			Message: e.Message, TraceID: e.TraceID, Caller: e.Caller})
+	}
+	return out
+}

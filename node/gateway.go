@@ -572,7 +572,8 @@ func ingressStatus(srv *ingress.Server) bus.Status {
 	st := srv.Overview()
 	tr := srv.Trends()
 	return bus.Status{Kind: bus.KindIngress, ID: st.Ingress.ID, Started: st.Ingress.Started, InFlight: st.Ingress.InFlight,
-		Methods: st.Methods, Trends: &tr, Extra: map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
+		RecentErrors: srv.RecentErrors(),
+		Methods:      st.Methods, Trends: &tr, Extra: map[string]any{"discovery": st.Discovery, "workers": len(st.Workers)}}
 }
 
 // serveStatus answers `toolbus status` for one part of the process.

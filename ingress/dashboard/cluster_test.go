@@ -125,3 +125,32 @@ func TestChart(t *testing.T) {
 		t.Errorf("chart = %s, want the first run from the bottom up and the lone top point as a dash", got)
 	}
 }
+
+// TestClusterErrors: the recent errors are the whole cluster's, newest
+// first, each caller seeing only its own; this replica's own status is
+// not counted twice.
+func TestClusterErrors(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	own := []ErrorState{{Time: t0.Add(2 * time.Second), ID: "1", Method: "echo", Code: -32001, Message: "timed out"}}
+	list := []bus.Status{
+		{Kind: bus.KindIngress, ID: "self", RecentErrors: []bus.ErrorStatus{{Time: t0.Add(2 * time.Second), ID: "1", Method: "echo", Code: -32001, Caller: "alice"}}},
+		{Kind: bus.KindIngress, ID: "other", RecentErrors: []bus.ErrorStatus{
+			{Time: t0.Add(3 * time.Second), ID: "7", Method: "sum", Code: 2001, Message: "bad", Caller: "alice"},
+			{Time: t0.Add(1 * time.Second), ID: "8", Method: "sum", Code: 2001, Message: "bad", Caller: "bob"},
+		}},
+		{Kind: bus.KindWorker, ID: "w", RecentErrors: []bus.ErrorStatus{{Time: t0, ID: "9", Method: "x", Caller: "alice"}}},
+	}
+	ids := func(es []ErrorState) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.ID)
+		}
+		return out
+	}
+	if got := ids(clusterErrors(own, list, "self", View{AllCallers: true})); !slices.Equal(got, []string{"7", "1", "8"}) {
+		t.Errorf("operator sees %v, want 7, 1, 8 (newest first, no worker's, self once)", got)
+	}
+	if got := ids(clusterErrors(own, list, "self", View{Caller: "alice"})); !slices.Equal(got, []string{"7", "1"}) {
+		t.Errorf("alice sees %v, want her own 7 and this replica's 1", got)
+	}
+}

@@ -165,6 +165,11 @@ func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 		q.Replica = ""
 	}
 	st.Trends = d.trends(list, v, q.Replica)
+	if q.Replica == "" {
+		// The whole cluster's errors, not only this replica's.
+		st.RecentErrors = clusterErrors(st.RecentErrors, list, d.src.ID, v)
+		st.ErrorGroups = groupErrors(st.RecentErrors)
+	}
 	if v.AllCallers {
 		st.Replicas = replicas(list, d.src.ID)
 		describeWorkers(st.Workers, list, st.Now)
@@ -312,6 +317,29 @@ func (d *Dashboard) Overview(v View) State {
 		st.RecentErrors = []ErrorState{}
 	}
 	return st
+}
+
+// clusterErrors adds to own, this replica's errors, those the other
+// ingress replicas of list report that v may see, newest first, at most
+// as many as one replica keeps.
+func clusterErrors(own []ErrorState, list []bus.Status, self string, v View) []ErrorState {
+	out := slices.Clone(own)
+	for _, s := range list {
+		if s.Kind != bus.KindIngress || s.ID == self {
+			continue
+		}
+		for _, e := range s.RecentErrors {
+			if !v.AllCallers && e.Caller != v.Caller {
+				continue
+			}
+			out = append(out, ErrorState{Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ErrorState) int { return b.Time.Compare(a.Time) })
+	if limit := max(len(own), callstats.DefaultRecentErrors); len(out) > limit {
+		out = out[:limit]
+	}
+	return out
 }
 
 // groupErrors makes one group of the errors, newest first, of each
