@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,10 @@ type Aggregator struct {
 	misses            int
 	ackTimeout        time.Duration
 	maxAttempts       int
+	// heartbeatHeader, missesHeader and ackDelayHeader are the values of
+	// the liveness headers every call carries; ackDelayHeader is empty
+	// when workers must acknowledge at once.
+	heartbeatHeader, missesHeader, ackDelayHeader string
 	retrySafePatterns []string
 	retrySafeFunc     func(method string) bool
 	methodInFlight    map[string]chan struct{}
@@ -59,6 +64,9 @@ type Aggregator struct {
 	breakers          *breakers
 	hedge             time.Duration
 	busyWait          time.Duration
+	// local runs calls in this process when it can; nil without
+	// [WithLocal].
+	local Local
 }
 
 type config struct {
@@ -76,6 +84,7 @@ type config struct {
 	heartbeat      time.Duration
 	misses         int
 	ackTimeout     time.Duration
+	ackDelay       time.Duration
 	maxAttempts    int
 	retrySafe      []string
 	retrySafeFunc  func(method string) bool
@@ -88,6 +97,7 @@ type config struct {
 	hedge          time.Duration
 	busyWait       time.Duration
 	replyPrefix    string
+	local          Local
 }
 
 // Option configures [New].
@@ -221,6 +231,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		heartbeat:      DefaultHeartbeat,
 		misses:         DefaultHeartbeatMisses,
 		ackTimeout:     DefaultAckTimeout,
+		ackDelay:       DefaultAckDelay,
 		maxAttempts:    DefaultMaxAttempts,
 		busyWait:       DefaultBusyWait,
 		idemRecords:    DefaultIdempotencyCallerMaxRecords,
@@ -234,6 +245,13 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	subjects, err := bus.NewSubjects(cfg.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: %w", err)
+	}
+	ackDelayHeader := ""
+	// Held back no longer than half the ack timeout and half the
+	// heartbeat interval, so that an ack held back is never mistaken for
+	// a missing one.
+	if d := min(cfg.ackDelay, cfg.ackTimeout/2, cfg.heartbeat/2); cfg.heartbeat > 0 && d >= time.Millisecond {
+		ackDelayHeader = strconv.FormatInt(d.Milliseconds(), 10)
 	}
 	var in *inbox
 	if cfg.heartbeat > 0 {
@@ -259,6 +277,9 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		misses:            cfg.misses,
 		ackTimeout:        cfg.ackTimeout,
 		maxAttempts:       cfg.maxAttempts,
+		heartbeatHeader:   strconv.FormatInt(cfg.heartbeat.Milliseconds(), 10),
+		missesHeader:      strconv.Itoa(cfg.misses),
+		ackDelayHeader:    ackDelayHeader,
 		retrySafePatterns: cfg.retrySafe,
 		retrySafeFunc:     cfg.retrySafeFunc,
 		methodInFlight:    methodInFlight,
@@ -268,6 +289,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		breakers:          brk,
 		hedge:             cfg.hedge,
 		busyWait:          cfg.busyWait,
+		local:             cfg.local,
 		nc:                nc,
 		subjects:          subjects,
 		defaultTimeout:    cfg.defaultTimeout,
@@ -280,6 +302,31 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		callLevel:         accessLevel(cfg.accessLog),
 		now:               time.Now,
 	}, nil
+}
+
+// Local runs calls in the aggregator's own process, beside the bus: a
+// [worker.Runtime] in the same process is one.
+type Local interface {
+	// TryInvoke runs call when it can take it at once and returns its
+	// answer with ok set, or returns ok false having run nothing. It
+	// returns by the time ctx ends.
+	TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, err *schema.Error, ok bool)
+}
+
+// WithLocal makes the aggregator hand each call to l before the bus: a call
+// l takes is answered by l, without a bus message; a call l cannot take
+// now (no handler of its method there, or none free) goes over the bus as
+// usual. Everything the aggregator checks before publishing a call (the
+// caller's, the ingress's and the method's in-flight limits, the batch's
+// concurrency, the circuit breaker, the idempotency record) it checks for
+// a local call too, and its deadline is the same. The bus's liveness
+// protocol has nothing to watch in one process: a local call ends at its
+// deadline or when its client leaves.
+func WithLocal(l Local) Option {
+	return func(c *config) error {
+		c.local = l
+		return nil
+	}
 }
 
 // callerShare is the in-flight cap of one named caller: as configured, or
@@ -423,6 +470,16 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 					"limit": "method_max_in_flight", "method": c.Method})
 		}
 	}
+	if a.local != nil {
+		if result, e, ok := a.local.TryInvoke(ctx, c); ok {
+			if e != nil && ctx.Err() != nil {
+				// Answered as the bus path answers a call whose context
+				// ended: the aggregator's own timeout, or a cancel.
+				return nil, a.ctxError(ctx, c, timeout)
+			}
+			return result, e
+		}
+	}
 	deadline, _ := ctx.Deadline()
 	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, c.TraceParent)
 	if err != nil {
@@ -557,8 +614,11 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	subject, p, closeInbox := a.inbox.open(c.Progress != nil)
 	defer closeInbox()
 	msg.Reply = subject
-	msg.Header.Set(schema.HeaderHeartbeat, strconv.FormatInt(a.heartbeat.Milliseconds(), 10))
-	msg.Header.Set(schema.HeaderHeartbeatMisses, strconv.Itoa(a.misses))
+	msg.Header[schema.HeaderHeartbeat] = []string{a.heartbeatHeader}
+	msg.Header[schema.HeaderHeartbeatMisses] = []string{a.missesHeader}
+	if a.ackDelayHeader != "" {
+		msg.Header[schema.HeaderAckDelay] = []string{a.ackDelayHeader}
+	}
 	safe := a.retrySafe(c.Method)
 
 	attempts := 0 // publications that may have run the call

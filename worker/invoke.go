@@ -88,10 +88,84 @@ func (rt *Runtime) RetrySafe(method string) bool {
 func (rt *Runtime) routeFor(method string) *route {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	return rt.routeForLocked(method)
+}
+
+// routeForLocked is [Runtime.routeFor] with rt.mu held.
+func (rt *Runtime) routeForLocked(method string) *route {
 	for _, r := range rt.routes {
 		if schema.MatchMethod(r.pattern, method) {
 			return r
 		}
 	}
 	return nil
+}
+
+// TryInvoke runs call on this runtime's handler when the runtime can take it
+// at once, in the caller's process, without the bus: the runtime is started
+// and not shutting down, a registered pattern serves call.Method, and one of
+// the method's concurrency slots is free. When it cannot, ok is false and
+// nothing ran; the caller then sends the call over the bus, where another
+// worker (or this one, once a slot is free) takes it. An aggregator given
+// this runtime with [aggregator.WithLocal] does that, which is how a
+// one-process deployment skips the bus for the tools it serves itself.
+//
+// A call taken holds its slot and counts as in flight for Shutdown, as a call
+// from the bus does, and gets the same panic recovery, error mapping, result
+// encoding, result limit, metrics and call statistics. The handler's
+// context is ctx (its deadline is the call's; [Request.Header] is nil) and
+// it runs on a goroutine of its own, so TryInvoke returns when ctx ends
+// even if the handler does not listen to it: the answer is then the
+// timeout or the cancellation, and the handler keeps its slot until it
+// returns. call.Progress, when set, receives what the handler reports
+// with [Progress].
+func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, rpcErr *schema.Error, ok bool) {
+	rt.mu.Lock()
+	if !rt.started || rt.closed {
+		rt.mu.Unlock()
+		return nil, nil, false
+	}
+	r := rt.routeForLocked(call.Method)
+	if r == nil {
+		rt.mu.Unlock()
+		return nil, nil, false
+	}
+	select {
+	case r.sem <- struct{}{}:
+	default:
+		rt.mu.Unlock()
+		return nil, nil, false
+	}
+	// Counted under the lock that Shutdown takes to close the runtime, so
+	// that its drain waits for this call.
+	rt.inflight.Add(1)
+	rt.mu.Unlock()
+
+	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
+	if dl, has := ctx.Deadline(); has {
+		req.Deadline = dl
+	}
+	hctx := invokeTrace(ctx, call.TraceParent)
+	if call.Progress != nil {
+		hctx = context.WithValue(hctx, progressKey{}, ProgressFunc(call.Progress))
+	}
+	done := make(chan localAnswer, 1)
+	go func() {
+		defer rt.release()
+		defer func() { <-r.sem }()
+		res, err := rt.handle(hctx, r, req, "call")
+		done <- localAnswer{res, err}
+	}()
+	select {
+	case a := <-done:
+		return a.result, a.err, true
+	case <-ctx.Done():
+		return nil, rt.errorFor(req, ctx.Err()), true
+	}
+}
+
+// localAnswer is what the handler of a [Runtime.TryInvoke] call answered.
+type localAnswer struct {
+	result json.RawMessage
+	err    *schema.Error
 }

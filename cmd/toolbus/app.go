@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
+	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/a2abridge"
 	"github.com/toolbus/toolbus/worker/conformtools"
@@ -46,34 +49,37 @@ type ingressConfig struct {
 	shutdownTimeout  time.Duration
 	jsonrpc1         bool
 	accessLog        bool
-	maxHeaderBytes   int
-	maxConnsPerAddr  int
-	maxBytes         int64
-	callerMaxBytes   int64
-	wsMaxInFlight    int
-	wsMaxUnsent      int64
-	wsWriteTimeout   time.Duration
-	wsPingInterval   time.Duration
-	wsPingMisses     int
-	wsOrigins        []string
-	sseHeartbeat     time.Duration
-	jobs             bool
-	jobLease         time.Duration
-	jobConcurrency   int
-	jobTTL           time.Duration
-	jobReplicas      int
-	jobMaxAttempts   int
-	jobQueueBytes    int64
-	jobCallerQueued  int64
-	jobRecordsBytes  int64
-	callbackSecret   string
-	callbackAllow    []string
-	discovery        bool
-	validate         bool
-	a2a              bool
-	a2aTextMethod    string
-	a2aPublicSkills  []string
-	toolsRetention   time.Duration
+	// local, when set, takes the calls a worker of the same process can
+	// run at once, without the bus (the dev command's --local-calls).
+	local           aggregator.Local
+	maxHeaderBytes  int
+	maxConnsPerAddr int
+	maxBytes        int64
+	callerMaxBytes  int64
+	wsMaxInFlight   int
+	wsMaxUnsent     int64
+	wsWriteTimeout  time.Duration
+	wsPingInterval  time.Duration
+	wsPingMisses    int
+	wsOrigins       []string
+	sseHeartbeat    time.Duration
+	jobs            bool
+	jobLease        time.Duration
+	jobConcurrency  int
+	jobTTL          time.Duration
+	jobReplicas     int
+	jobMaxAttempts  int
+	jobQueueBytes   int64
+	jobCallerQueued int64
+	jobRecordsBytes int64
+	callbackSecret  string
+	callbackAllow   []string
+	discovery       bool
+	validate        bool
+	a2a             bool
+	a2aTextMethod   string
+	a2aPublicSkills []string
+	toolsRetention  time.Duration
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
 	// obs is what the ingress shows of itself.
@@ -165,6 +171,9 @@ type workerConfig struct {
 	// commands the ingress serves the worker's metrics.
 	metricsListen string
 	standalone    bool
+	// local, when set, is given the runtime once it exists, for the
+	// ingress of the same process.
+	local *localWorker
 }
 
 // flags defines the worker's flags; standalone adds those that the dev
@@ -346,6 +355,9 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 	if c.callerInFlight != 0 {
 		aggOpts = append(aggOpts, aggregator.WithCallerMaxInFlight(c.callerInFlight))
 	}
+	if c.local != nil {
+		aggOpts = append(aggOpts, aggregator.WithLocal(c.local))
+	}
 	ingOpts := []ingress.Option{
 		ingress.WithLimits(c.limits),
 		ingress.WithMaxTimeout(c.maxTimeout),
@@ -454,9 +466,29 @@ func workerModule(cfg workerConfig) fx.Option {
 				return w.Shutdown(ctx)
 			},
 		})
+		if cfg.local != nil {
+			cfg.local.rt.Store(w.Runtime)
+		}
 		log.Info("worker serving", "methods", w.Runtime.Methods())
 		return nil
 	})
+}
+
+// localWorker hands the dev command's ingress the worker runtime of the
+// same process, once the worker module has made it: the aggregator's
+// [aggregator.Local]. Before that, and for a method the runtime does not
+// serve or has no free slot for, calls go over the bus.
+type localWorker struct {
+	rt atomic.Pointer[worker.Runtime]
+}
+
+// TryInvoke implements [aggregator.Local].
+func (l *localWorker) TryInvoke(ctx context.Context, call *schema.Call) (json.RawMessage, *schema.Error, bool) {
+	rt := l.rt.Load()
+	if rt == nil {
+		return nil, nil, false
+	}
+	return rt.TryInvoke(ctx, call)
 }
 
 // bridge serves the tools of a server of another protocol on a runtime:

@@ -59,10 +59,12 @@ round's load comes from a load generator process of its own. The echo
 comparison loads, in alternating rounds (a, b, c, d, a, b, c, d, …) so that
 all see the same machine: a plain net/http JSON-RPC echo handler, a plain
 net/http/httputil reverse proxy to it (one gateway hop), 'toolbus dev' (one
-process, embedded NATS), the split deployment ('toolbus nats', 'toolbus
+process, embedded NATS; it runs the demo tools' calls in the process while
+they have a free slot), the split deployment ('toolbus nats', 'toolbus
 ingress' and 'toolbus worker', three processes over loopback TCP), and 10-call
-echo batches against 'toolbus dev'; --targets picks them, and dev-access-log
-adds 'toolbus dev --access-log'. It prints throughput, latency percentiles and
+echo batches against 'toolbus dev'; --targets picks them, dev-access-log
+adds 'toolbus dev --access-log', and dev-bus and batch-bus the same two
+against 'toolbus dev --local-calls=false', every call over the embedded NATS. It prints throughput, latency percentiles and
 the ratios at each concurrency, with PASS or MISS against each goal. The
 in-flight scenario sends ten batches of 1000 sleep calls of 3s at once to a
 'toolbus dev' child and reads its resident memory meanwhile.
@@ -100,7 +102,7 @@ got, when standard error is a terminal (--progress auto).`,
 	cmd.Flags().IntSliceVar(&f.concurrency, "concurrency", []int{1, 64}, "concurrent clients of the echo comparison")
 	cmd.Flags().IntVar(&f.repeats, "repeats", 5, "batches sent by the fan-out and slow-backend scenarios")
 	cmd.Flags().StringVar(&f.busTransport, "bus", "in-process", "how the in-process scenarios' cluster reaches its embedded NATS: in-process or tcp")
-	cmd.Flags().StringSliceVar(&f.targets, "targets", []string{"plain", "proxy", "dev", "split", "batch"}, "targets of the echo comparison: plain, proxy, dev, split, batch, dev-access-log")
+	cmd.Flags().StringSliceVar(&f.targets, "targets", []string{"plain", "proxy", "dev", "split", "batch"}, "targets of the echo comparison: plain, proxy, dev, split, batch, dev-access-log, dev-bus, batch-bus")
 	cmd.Flags().StringVar(&f.binary, "binary", "", "toolbus program run as the targets and load generators (default: this one)")
 	cmd.Flags().BoolVar(&f.skipInFlight, "skip-inflight", false, "skip the in-flight scenario")
 	cmd.Flags().IntVar(&f.inflightBatches, "inflight-batches", 10, "batches the in-flight scenario sends at once")

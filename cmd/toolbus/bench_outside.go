@@ -34,6 +34,8 @@ var outsideTargets = []struct{ key, name string }{
 	{"split", bench.TargetSplit},
 	{"batch", bench.TargetBatch},
 	{"dev-access-log", bench.TargetDevAccessLog},
+	{"dev-bus", bench.TargetDevBus},
+	{"batch-bus", bench.TargetBatchBus},
 }
 
 // newBenchLoadCmd is the load generator `toolbus bench` runs as a process
@@ -259,7 +261,7 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 	want := map[string]bool{}
 	for _, k := range keys {
 		if !slicesContainsKey(k) {
-			return nil, fmt.Errorf("--targets %q: want some of plain, proxy, dev, split, batch, dev-access-log", k)
+			return nil, fmt.Errorf("--targets %q: want some of plain, proxy, dev, split, batch, dev-access-log, dev-bus, batch-bus", k)
 		}
 		want[k] = true
 	}
@@ -319,6 +321,18 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 			return nil, err
 		}
 		targets = append(targets, bench.Target{Name: bench.TargetDevAccessLog, URL: u})
+	}
+	if want["dev-bus"] || want["batch-bus"] {
+		_, u, err := cs.startDev(ctx, "dev-bus", "--local-calls=false")
+		if err != nil {
+			return nil, err
+		}
+		if want["dev-bus"] {
+			targets = append(targets, bench.Target{Name: bench.TargetDevBus, URL: u})
+		}
+		if want["batch-bus"] {
+			targets = append(targets, bench.Target{Name: bench.TargetBatchBus, URL: u, Body: bench.EchoBatch(bench.BatchCalls)})
+		}
 	}
 	for _, t := range targets {
 		if err := waitAnswers(ctx, t); err != nil {

@@ -24,6 +24,7 @@ func newDevCmd() *cobra.Command {
 		natsListen string
 		natsToken  string
 		dataDir    string
+		localCalls bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -60,6 +61,10 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 				return err
 			}
 			wc.prefix = ic.prefix
+			if localCalls {
+				wc.local = &localWorker{}
+				ic.local = wc.local
+			}
 			var addr ingressAddr
 			var emb *bus.Embedded
 			var st *bus.Startup
@@ -91,6 +96,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
 	cmd.Flags().StringVar(&natsToken, "nats-token", "", "token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
+	cmd.Flags().BoolVar(&localCalls, "local-calls", true, "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
 	return cmd
 }

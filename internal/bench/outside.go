@@ -22,6 +22,11 @@ const (
 	TargetSplit        = "toolbus split"
 	TargetBatch        = "toolbus dev, 10-call batch"
 	TargetDevAccessLog = "toolbus dev --access-log"
+	// TargetDevBus and TargetBatchBus are [TargetDev] and [TargetBatch]
+	// with every call sent over the embedded NATS server, none run in
+	// the process without the bus.
+	TargetDevBus   = "toolbus dev --local-calls=false"
+	TargetBatchBus = "toolbus dev --local-calls=false, 10-call batch"
 )
 
 // The goals of the comparison measured from outside, on a 2-core machine.
@@ -143,18 +148,23 @@ func EchoBatch(n int) string {
 // [GoalAddedMean]), [TargetSplit] against [TargetProxy]
 // ([GoalSplitOverProxy] at [GoalRatioConcurrency], a mean latency at
 // [GoalAddedMeanConcurrency] no higher), and [TargetBatch] against
-// [TargetDev] ([GoalBatchCost]). A goal whose targets did not run yields
+// [TargetDev] ([GoalBatchCost]); the same goals of [TargetDev] and
+// [TargetBatch] for [TargetDevBus] and [TargetBatchBus]. A goal whose targets did not run yields
 // no verdict; a side with errors misses.
 func OutsideVerdicts(rows []Row) []Verdict {
 	var vs []Verdict
 	for _, r := range rows {
 		plain, okPlain := r.Side(TargetPlain)
 		proxy, okProxy := r.Side(TargetProxy)
-		dev, okDev := r.Side(TargetDev)
 		split, okSplit := r.Side(TargetSplit)
-		batch, okBatch := r.Side(TargetBatch)
-		if okPlain && okDev {
-			vs = append(vs, CompareVerdicts([]Comparison{pairOf(r.Concurrency, plain, dev)})...)
+		for _, d := range [][2]string{{TargetDev, TargetBatch}, {TargetDevBus, TargetBatchBus}} {
+			dev, okDev := r.Side(d[0])
+			if okPlain && okDev {
+				vs = append(vs, CompareVerdicts([]Comparison{pairOf(r.Concurrency, plain, dev)})...)
+			}
+			if batch, okBatch := r.Side(d[1]); okDev && okBatch && r.Concurrency == GoalRatioConcurrency {
+				vs = append(vs, batchVerdict(r.Concurrency, dev, batch))
+			}
 		}
 		if okProxy && okSplit && r.Concurrency == GoalRatioConcurrency {
 			ratio := ratio(split, proxy)
@@ -180,21 +190,24 @@ func OutsideVerdicts(rows []Row) []Verdict {
 			}
 			vs = append(vs, judgeErrors(v, split, proxy))
 		}
-		if okDev && okBatch && r.Concurrency == GoalRatioConcurrency {
-			cost := 0.0
-			if batch.Result.Throughput > 0 {
-				cost = dev.Result.Throughput / batch.Result.Throughput
-			}
-			v := Verdict{
-				Goal: fmt.Sprintf("a %d-call echo batch costs ≤ %.0f× one call (req/s of single calls ÷ req/s of batches, %s, concurrency %d)", BatchCalls, GoalBatchCost, TargetDev, r.Concurrency),
-				Got:  fmt.Sprintf("%.2f×", cost),
-				Pass: cost > 0 && cost <= GoalBatchCost,
-			}
-			v.Margin = margin(v.Pass, cost, GoalBatchCost, false)
-			vs = append(vs, judgeErrors(v, dev, batch))
-		}
 	}
 	return vs
+}
+
+// batchVerdict judges [GoalBatchCost]: the requests/s of dev's single calls
+// over those of its 10-call batches.
+func batchVerdict(concurrency int, dev, batch Side) Verdict {
+	cost := 0.0
+	if batch.Result.Throughput > 0 {
+		cost = dev.Result.Throughput / batch.Result.Throughput
+	}
+	v := Verdict{
+		Goal: fmt.Sprintf("a %d-call echo batch costs ≤ %.0f× one call (req/s of single calls ÷ req/s of batches, %s, concurrency %d)", BatchCalls, GoalBatchCost, dev.Target.Name, concurrency),
+		Got:  fmt.Sprintf("%.2f×", cost),
+		Pass: cost > 0 && cost <= GoalBatchCost,
+	}
+	v.Margin = margin(v.Pass, cost, GoalBatchCost, false)
+	return judgeErrors(v, dev, batch)
 }
 
 func pairOf(c int, a, b Side) Comparison {
