@@ -18,6 +18,9 @@ const (
 	// DefaultAckTimeout is how long a retry-safe call may go unacknowledged
 	// before it is published again.
 	DefaultAckTimeout = time.Second
+	// DefaultAckDelay is how long a worker may hold back the ack of a call
+	// ([WithAckDelay]).
+	DefaultAckDelay = 20 * time.Millisecond
 	// DefaultMaxAttempts bounds how often a retry-safe call is published:
 	// the first time and once more.
 	DefaultMaxAttempts = 2
@@ -94,6 +97,25 @@ func WithAckTimeout(d time.Duration) Option {
 			return fmt.Errorf("aggregator: ack timeout must be positive, got %v", d)
 		}
 		c.ackTimeout = d
+		return nil
+	}
+}
+
+// WithAckDelay lets workers hold back the ack of a call for up to d
+// (default [DefaultAckDelay]; zero asks for the ack at once): a call
+// answered within d is then answered without an ack, one bus message
+// fewer for every short call. The price is that a worker lost within d of
+// taking a call is noticed as one that never acknowledged it: a retry-safe
+// call is published again after the ack timeout, and another is waited
+// for until its deadline. The delay asked for is at most half the ack
+// timeout ([WithAckTimeout]) and half the heartbeat interval, in whole
+// milliseconds; below a millisecond, workers acknowledge at once.
+func WithAckDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("aggregator: ack delay must not be negative, got %v", d)
+		}
+		c.ackDelay = d
 		return nil
 	}
 }

@@ -27,6 +27,12 @@ const (
 	// absent). A worker waits as many heartbeats in a row that nobody
 	// heard before it cancels the call as orphaned.
 	HeaderHeartbeatMisses = "Toolbus-Heartbeat-Misses"
+	// HeaderAckDelay, on a call message with HeaderHeartbeat, is how long
+	// in milliseconds (decimal digits) the worker may hold back its ack:
+	// a call answered within it needs no ack at all, which spares every
+	// short call one message (revision 7). A worker that does not know it
+	// acknowledges at once, which is also right.
+	HeaderAckDelay = "Toolbus-Ack-Delay"
 	// HeaderProgress, on a message on a call's reply subject, marks it as
 	// a progress message, not the reply; its value is one of the Progress
 	// constants.

@@ -33,9 +33,10 @@ const (
 )
 
 // beat sends the progress messages of one call to the aggregator that asked
-// for them with [schema.HeaderHeartbeat]: an ack when the call starts, a
-// heartbeat every interval while it runs, or a busy refusal instead of
-// either. While the call runs, its ack and heartbeats also probe whether
+// for them with [schema.HeaderHeartbeat]: an ack when the call starts (or
+// once it has run for the [schema.HeaderAckDelay] the aggregator allows,
+// so that a short call sends none), a heartbeat every interval while it
+// runs, or a busy refusal instead of either. While the call runs, its ack and heartbeats also probe whether
 // anyone still listens on the reply subject (see [probes]); after
 // misses of them in a row found nobody, the call is canceled with
 // [ErrCallerGone]. A nil *beat (nobody asked) sends nothing. Its methods
@@ -46,10 +47,16 @@ type beat struct {
 	interval time.Duration
 	misses   uint64
 	probes   *probes
+	// ackDelay is how long the ack may be held back
+	// ([schema.HeaderAckDelay]); zero for an ack at once.
+	ackDelay time.Duration
 
 	mu      sync.Mutex
 	timer   *time.Timer
 	stopped bool
+	// acked is set once a progress message has left: the ack, or a report
+	// sent before the ack was due, which stands in for it.
+	acked bool
 	// token names the call in the probe replies; empty until start.
 	token string
 	// gone cancels the call once nobody listens any more.
@@ -94,7 +101,15 @@ func (rt *Runtime) heartbeat(msg *nats.Msg) *beat {
 	if n, err := strconv.ParseUint(msg.Header.Get(schema.HeaderHeartbeatMisses), 10, 64); err == nil && n > 0 {
 		misses = min(n, maxMisses)
 	}
-	return &beat{nc: rt.nc, reply: msg.Reply, interval: d, misses: misses, probes: rt.probes}
+	b := &beat{nc: rt.nc, reply: msg.Reply, interval: d, misses: misses, probes: rt.probes}
+	if v := msg.Header.Get(schema.HeaderAckDelay); v != "" {
+		if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 {
+			// Never held back longer than a heartbeat interval: the
+			// aggregator's patience is counted in those.
+			b.ackDelay = min(time.Duration(ms)*time.Millisecond, d)
+		}
+	}
+	return b
 }
 
 // asked reports whether the aggregator speaks the liveness protocol, and
@@ -149,7 +164,13 @@ func (b *beat) start(gone func()) {
 	b.gone = gone
 	b.reconnects = b.nc.Stats().Reconnects
 	b.token = b.probes.watch(b)
+	if b.ackDelay > 0 {
+		// The ack waits: a call answered before it is due sends none.
+		b.timer = time.AfterFunc(b.ackDelay, b.tick)
+		return
+	}
 	b.send(schema.ProgressAck)
+	b.acked = true
 	b.timer = time.AfterFunc(b.interval, b.tick)
 }
 
@@ -159,7 +180,12 @@ func (b *beat) tick() {
 	if b.stopped {
 		return
 	}
-	b.send(schema.ProgressBeat)
+	if b.acked {
+		b.send(schema.ProgressBeat)
+	} else {
+		b.send(schema.ProgressAck)
+		b.acked = true
+	}
 	b.timer.Reset(b.interval)
 }
 
@@ -200,6 +226,12 @@ func (b *beat) flush() {
 func (b *beat) sendReportLocked(body []byte) {
 	b.pending = nil
 	b.lastReport = time.Now()
+	if !b.acked {
+		// The aggregator takes any progress message for the ack; the
+		// report must still not come before it.
+		b.send(schema.ProgressAck)
+		b.acked = true
+	}
 	b.sendBody(schema.ProgressReport, body)
 	if b.timer != nil {
 		b.timer.Reset(b.interval)
