@@ -46,24 +46,24 @@ type Aggregator struct {
 
 	// inbox receives replies and progress messages; nil when liveness is
 	// off, and calls then wait on NATS requests of their own.
-	inbox             *inbox
-	heartbeat         time.Duration
-	misses            int
-	ackTimeout        time.Duration
-	maxAttempts       int
+	inbox       *inbox
+	heartbeat   time.Duration
+	misses      int
+	ackTimeout  time.Duration
+	maxAttempts int
 	// heartbeatHeader, missesHeader and ackDelayHeader are the values of
 	// the liveness headers every call carries; ackDelayHeader is empty
 	// when workers must acknowledge at once.
 	heartbeatHeader, missesHeader, ackDelayHeader string
-	retrySafePatterns []string
-	retrySafeFunc     func(method string) bool
-	methodInFlight    map[string]chan struct{}
-	idem              *IdempotencyStore
-	idemQuota         *idemLedger
-	idemFailOpen      bool
-	breakers          *breakers
-	hedge             time.Duration
-	busyWait          time.Duration
+	retrySafePatterns                             []string
+	retrySafeFunc                                 func(method string) bool
+	methodInFlight                                map[string]chan struct{}
+	idem                                          *IdempotencyStore
+	idemQuota                                     *idemLedger
+	idemFailOpen                                  bool
+	breakers                                      *breakers
+	hedge                                         time.Duration
+	busyWait                                      time.Duration
 	// local runs calls in this process when it can; nil without
 	// [WithLocal].
 	local Local
