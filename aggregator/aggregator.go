@@ -259,7 +259,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		if cfg.replyPrefix != "" {
 			prefix = cfg.replyPrefix + "." + nuid.Next()
 		}
-		if in, err = newInbox(nc, prefix); err != nil {
+		if in, err = newInbox(nc, prefix, subjects); err != nil {
 			return nil, err
 		}
 	}
@@ -611,7 +611,7 @@ func accessLevel(on bool) slog.Level {
 // so the first reply of any of them answers the call, and a cancel
 // message reaches all of them.
 func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.Duration, msg *nats.Msg, callID string) ([]byte, *schema.Error) {
-	subject, p, closeInbox := a.inbox.open(c.Progress != nil)
+	subject, p, closeInbox := a.inbox.open(c.Method, c.Progress != nil)
 	defer closeInbox()
 	msg.Reply = subject
 	msg.Header[schema.HeaderHeartbeat] = []string{a.heartbeatHeader}
@@ -622,7 +622,26 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	safe := a.retrySafe(c.Method)
 
 	attempts := 0 // publications that may have run the call
+	// refused is set while the call waits to be published again after a
+	// busy refusal; direct while its latest publication went to one
+	// worker's direct subject rather than to the queue group.
+	refused, direct := false, false
+	publishDirect := func(to string) *schema.Error {
+		d := *msg
+		d.Subject = to + "." + c.Method
+		if err := a.nc.PublishMsg(&d); err != nil {
+			return a.requestError(ctx, c, timeout, err)
+		}
+		direct = true
+		return nil
+	}
+	// publish sends the call to a slot a reply lately named free, or else
+	// to the queue group.
 	publish := func() *schema.Error {
+		if to, ok := a.inbox.takeFree(c.Method); ok {
+			return publishDirect(to)
+		}
+		direct = false
 		if err := a.nc.PublishMsg(msg); err != nil {
 			return a.requestError(ctx, c, timeout, err)
 		}
@@ -669,6 +688,14 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	for {
 		select {
 		case m := <-p.reply:
+			if direct && bus.NoResponders(m) {
+				// The worker named by a free slot has gone: nothing
+				// ran, so the queue group has the call again.
+				if e := publish(); e != nil {
+					return nil, e
+				}
+				continue
+			}
 			if attempts > 1 {
 				// Another attempt may still be running somewhere.
 				a.cancelCall(c, callID)
@@ -684,7 +711,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 			return a.readReply(c, m, attempts)
 		case v := <-p.progress:
 			ack.Stop()
-			if v == schema.ProgressBusy {
+			if isBusy(v) {
 				live.Stop()
 				now := time.Now()
 				if firstBusy.IsZero() {
@@ -693,14 +720,52 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				if now.Sub(firstBusy) >= a.busyWait {
 					return nil, workersBusy(c.Method, a.busyWait)
 				}
-				retry.Reset(backoff)
-				backoff = min(2*backoff, busyBackoffMax)
+				// Published again at once to a slot a reply named
+				// free, else at the first one a reply names, or
+				// after the backoff, whichever comes first.
+				if to, ok := a.inbox.takeFree(c.Method); ok {
+					if e := publishDirect(to); e != nil {
+						return nil, e
+					}
+					continue
+				}
+				if !refused {
+					refused = true
+					a.inbox.refuse(p)
+				}
+				if v == progressBusyDirect {
+					// The worker will name its next free slot: the
+					// backoff is only the fallback.
+					retry.Reset(busyBackoffMax)
+				} else {
+					retry.Reset(backoff)
+					backoff = min(2*backoff, busyBackoffMax)
+				}
 				continue
 			}
 			live.Reset(silence)
+		case to := <-p.direct:
+			if !refused {
+				// Offered as the backoff ran out: another refused call
+				// may take the slot.
+				a.inbox.freed(c.Method, to, 1)
+				continue
+			}
+			refused = false
+			retry.Stop()
+			if e := publishDirect(to); e != nil {
+				return nil, e
+			}
+			if safe && attempts < a.maxAttempts {
+				ack.Reset(a.ackTimeout)
+			}
 		case r := <-p.report:
 			c.Progress(r.Percent, r.Message)
 		case <-retry.C:
+			if refused {
+				refused = false
+				a.inbox.unrefuse(p)
+			}
 			if e := again(); e != nil {
 				return nil, e
 			}
@@ -792,12 +857,31 @@ func workerLost(method string, silence time.Duration, attempts int) *schema.Erro
 // keeps its reply subject across its attempts, so whichever worker answers
 // first is heard.
 type inbox struct {
-	prefix string
-	sub    *nats.Subscription
+	prefix   string
+	subjects bus.Subjects
+	sub      *nats.Subscription
 
 	mu      sync.Mutex
 	waiting map[string]*pending
+	// refused holds, by method, the calls that a busy worker refused and
+	// that wait to be published again, oldest first: a reply that says
+	// its worker has free slots sends them there (rule 10).
+	refused map[string][]*pending
+	// free holds, by method, the free slots replies named that no
+	// refused call took, oldest first: the next calls of the method go
+	// there rather than to a random member of the queue group.
+	free map[string][]freeSlot
 }
+
+// freeSlot is a slot a worker named free at a time.
+type freeSlot struct {
+	direct string
+	at     time.Time
+}
+
+// freeSlotTTL is how long a free slot a reply named is believed: after
+// it, another call has likely taken it.
+const freeSlotTTL = 100 * time.Millisecond
 
 // pending is what one call waits on.
 type pending struct {
@@ -810,10 +894,15 @@ type pending struct {
 	// report holds the latest progress report not yet read, replaced in
 	// the same way; nil when the call does not want reports.
 	report chan schema.JobProgress
+	// method is the call's; direct receives the direct subject of a
+	// worker with a free slot for it while the call waits after a busy
+	// refusal (rule 10).
+	method string
+	direct chan string
 }
 
-func newInbox(nc *nats.Conn, prefix string) (*inbox, error) {
-	in := &inbox{prefix: prefix + ".", waiting: map[string]*pending{}}
+func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, error) {
+	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, free: map[string][]freeSlot{}}
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
@@ -829,9 +918,9 @@ func newInbox(nc *nats.Conn, prefix string) (*inbox, error) {
 
 // open returns a fresh reply subject and what its messages arrive on,
 // progress reports too when reports is set; close forgets it.
-func (in *inbox) open(reports bool) (subject string, p *pending, close func()) {
+func (in *inbox) open(method string, reports bool) (subject string, p *pending, close func()) {
 	token := nuid.Next()
-	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1)}
+	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1), method: method, direct: make(chan string, 1)}
 	if reports {
 		p.report = make(chan schema.JobProgress, 1)
 	}
@@ -841,8 +930,101 @@ func (in *inbox) open(reports bool) (subject string, p *pending, close func()) {
 	return in.prefix + token, p, func() {
 		in.mu.Lock()
 		delete(in.waiting, token)
+		in.unrefuseLocked(p)
 		in.mu.Unlock()
 	}
+}
+
+// refuse records that p was refused by a busy worker and waits to be
+// published again.
+func (in *inbox) refuse(p *pending) {
+	in.mu.Lock()
+	in.refused[p.method] = append(in.refused[p.method], p)
+	in.mu.Unlock()
+}
+
+// unrefuse takes p off the refused calls, when it is still there.
+func (in *inbox) unrefuse(p *pending) {
+	in.mu.Lock()
+	in.unrefuseLocked(p)
+	in.mu.Unlock()
+}
+
+func (in *inbox) unrefuseLocked(p *pending) {
+	q := in.refused[p.method]
+	for i, w := range q {
+		if w == p {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(in.refused, p.method)
+	} else {
+		in.refused[p.method] = q
+	}
+}
+
+// freed hands direct, the subject of a worker with n free slots for
+// method, to up to n of the calls of method refused for want of room,
+// oldest first.
+func (in *inbox) freed(method, direct string, n int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	q := in.refused[method]
+	for n > 0 && len(q) > 0 {
+		p := q[0]
+		q = q[1:]
+		select {
+		case p.direct <- direct:
+			n--
+		default:
+		}
+	}
+	if len(q) == 0 {
+		delete(in.refused, method)
+	} else {
+		in.refused[method] = q
+	}
+	if n == 0 {
+		return
+	}
+	now := time.Now()
+	f := in.free[method]
+	for ; n > 0; n-- {
+		f = append(f, freeSlot{direct: direct, at: now})
+	}
+	if len(f) > maxFreeOffered {
+		f = f[len(f)-maxFreeOffered:]
+	}
+	in.free[method] = f
+}
+
+// takeFree returns the direct subject of a worker a reply lately named
+// with a free slot for method, and forgets that slot; false when none is
+// known.
+func (in *inbox) takeFree(method string) (string, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	f := in.free[method]
+	if len(f) == 0 {
+		return "", false
+	}
+	now := time.Now()
+	for len(f) > 0 && now.Sub(f[0].at) > freeSlotTTL {
+		f = f[1:]
+	}
+	if len(f) == 0 {
+		delete(in.free, method)
+		return "", false
+	}
+	to := f[0].direct
+	if f = f[1:]; len(f) == 0 {
+		delete(in.free, method)
+	} else {
+		in.free[method] = f
+	}
+	return to, true
 }
 
 func (in *inbox) deliver(msg *nats.Msg) {
@@ -854,6 +1036,9 @@ func (in *inbox) deliver(msg *nats.Msg) {
 		return // a late answer, or one of a call already answered
 	}
 	if v := msg.Header.Get(schema.HeaderProgress); v != "" {
+		if v == schema.ProgressBusy && in.subjects.IsDirect(msg.Header.Get(schema.HeaderDirect)) {
+			v = progressBusyDirect
+		}
 		if v == schema.ProgressReport && p.report != nil {
 			// A report the aggregator cannot read is still a sign of
 			// life; only its content is dropped.
@@ -868,7 +1053,7 @@ func (in *inbox) deliver(msg *nats.Msg) {
 			// this goroutine sends, so the second send cannot block.
 			select {
 			case old := <-p.progress:
-				if old == schema.ProgressBusy && v != schema.ProgressBusy {
+				if isBusy(old) && !isBusy(v) {
 					v = old // a refusal must not be lost behind a beat
 				}
 			default:
@@ -881,7 +1066,22 @@ func (in *inbox) deliver(msg *nats.Msg) {
 	case p.reply <- msg:
 	default:
 	}
+	if d := msg.Header.Get(schema.HeaderDirect); d != "" && in.subjects.IsDirect(d) {
+		if n, err := strconv.Atoi(msg.Header.Get(schema.HeaderFree)); err == nil && n > 0 {
+			in.freed(p.method, d, min(n, maxFreeOffered))
+		}
+	}
 }
+
+// progressBusyDirect is how the inbox hands on a busy refusal from a
+// worker that names its free slots on its replies (rule 10).
+const progressBusyDirect = schema.ProgressBusy + "+direct"
+
+func isBusy(v string) bool { return v == schema.ProgressBusy || v == progressBusyDirect }
+
+// maxFreeOffered bounds the free slots one reply may claim, whatever its
+// header says.
+const maxFreeOffered = 64
 
 // offer puts v in ch, a channel of one that only the caller sends on,
 // replacing a value not yet read.

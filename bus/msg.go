@@ -49,13 +49,19 @@ func ReadCall(msg *nats.Msg) (*schema.CallEnvelope, time.Time, error) {
 
 // Reply answers a call message with a reply envelope. It does nothing for a
 // notification (a message without a reply subject).
-func Reply(msg *nats.Msg, r *schema.ReplyEnvelope) error {
+func Reply(msg *nats.Msg, r *schema.ReplyEnvelope) error { return ReplyWith(msg, r, nil) }
+
+// ReplyWith is [Reply] with the headers h on the reply, when not nil.
+func ReplyWith(msg *nats.Msg, r *schema.ReplyEnvelope, h nats.Header) error {
 	if msg.Reply == "" {
 		return nil
 	}
 	data, err := schema.MarshalReply(r)
 	if err != nil {
 		return err
+	}
+	if h != nil {
+		return msg.RespondMsg(&nats.Msg{Subject: msg.Reply, Data: data, Header: h})
 	}
 	return msg.Respond(data)
 }

@@ -79,6 +79,42 @@ func (s Subjects) Method(subject string) (string, bool) {
 	return subject[len(p):], true
 }
 
+// Direct returns the subject prefix of the calls sent to the one worker
+// runtime named id rather than to the queue group, "<prefix>.direct.<id>":
+// a call of method m goes to Direct(id) + "." + m. A worker under load
+// names it in [schema.HeaderDirect] with the free slots it has, so that an
+// aggregator holding calls that busy workers refused sends one there at
+// once (PROTOCOL.md, rule 10).
+func (s Subjects) Direct(id string) string { return s.prefix + ".direct." + id }
+
+// DirectMethod returns the method of a subject under direct (a value of
+// [Subjects.Direct]), or false when subject is not one.
+func (s Subjects) DirectMethod(direct, subject string) (string, bool) {
+	if len(subject) <= len(direct)+1 || !strings.HasPrefix(subject, direct) || subject[len(direct)] != '.' {
+		return "", false
+	}
+	return subject[len(direct)+1:], true
+}
+
+// IsDirect reports whether v names a worker's direct subject of this
+// prefix: "<prefix>.direct." and one token of A-Z a-z 0-9 _ -. An
+// aggregator sends calls only to such a subject, whatever a worker's
+// header says.
+func (s Subjects) IsDirect(v string) bool {
+	p := s.prefix + ".direct."
+	if !strings.HasPrefix(v, p) || len(v) == len(p) || len(v) > len(p)+64 {
+		return false
+	}
+	for _, r := range v[len(p):] {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // Cancel returns the subject on which the aggregator announces that a call
 // it is still waiting for was canceled by its client; the body is the call's
 // [schema.HeaderCallID]. Every worker subscribes to it (no queue group) and

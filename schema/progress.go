@@ -33,6 +33,16 @@ const (
 	// short call one message (revision 7). A worker that does not know it
 	// acknowledges at once, which is also right.
 	HeaderAckDelay = "Toolbus-Ack-Delay"
+	// HeaderDirect, on a reply or a busy refusal, names the subject prefix
+	// on which the worker that sent it takes calls of its own, outside
+	// the queue group ("<prefix>.direct.<id>"), and HeaderFree how many
+	// calls of the message's method it has room for now (decimal
+	// digits). A worker sends them while it is under load, so that an
+	// aggregator holding calls that busy workers refused sends one to
+	// the slot that just freed instead of to a random member of the
+	// queue group (revision 7, rule 10).
+	HeaderDirect = "Toolbus-Direct"
+	HeaderFree   = "Toolbus-Free"
 	// HeaderProgress, on a message on a call's reply subject, marks it as
 	// a progress message, not the reply; its value is one of the Progress
 	// constants.

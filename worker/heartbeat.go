@@ -142,11 +142,19 @@ func (b *beat) sendBody(v string, body []byte) {
 	_ = b.nc.PublishMsg(msg)
 }
 
-// busy refuses the call: the worker has no room for it.
-func (b *beat) busy() {
-	if b != nil {
-		b.send(schema.ProgressBusy)
+// busy refuses the call: the worker has no room for it. direct, when not
+// empty, is the runtime's direct subject: it tells the aggregator that
+// this worker names its free slots on its replies (rule 10), so that the
+// refused call may wait for one rather than be published again soon.
+func (b *beat) busy(direct string) {
+	if b == nil {
+		return
 	}
+	msg := &nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{schema.ProgressBusy}}}
+	if direct != "" {
+		msg.Header[schema.HeaderDirect] = []string{direct}
+	}
+	_ = b.nc.PublishMsg(msg)
 }
 
 // start acknowledges the call and sends a heartbeat every interval until

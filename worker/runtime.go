@@ -93,6 +93,14 @@ type Runtime struct {
 	// calls that asked for heartbeats.
 	probes *probes
 
+	// direct is the subject prefix of the calls sent to this runtime
+	// alone (rule 10), "" until Start has subscribed to it; directSub
+	// and directDone are its subscription and when it has delivered its
+	// last message.
+	direct     string
+	directSub  *nats.Subscription
+	directDone chan struct{}
+
 	// ads advertises the tools in discovery; nil when it is off.
 	ads *advertiser
 }
@@ -103,6 +111,9 @@ type route struct {
 	subject string
 	handler Handler
 	sem     chan struct{} // one token per running call
+	// pressed is when (Unix nanoseconds) the route last refused a call
+	// for want of room; see [pressure].
+	pressed atomic.Int64
 	// retrySafe is set by [RetrySafe]: the method may run again after an
 	// interrupted job.
 	retrySafe bool
@@ -250,8 +261,11 @@ func (rt *Runtime) Start() error {
 	if err := rt.subscribeProbes(); err != nil {
 		return fmt.Errorf("worker: subscribe to probe replies: %w", err)
 	}
+	// Before the routes: a call they deliver may read rt.direct.
+	rt.subscribeDirect()
 	for i, r := range rt.routes {
 		if err := rt.subscribe(r); err != nil {
+			rt.unsubscribeDirect()
 			for _, prev := range rt.routes[:i] {
 				if err := prev.sub.Unsubscribe(); err != nil {
 					rt.log.Warn("unsubscribe after a failed start", "subject", prev.subject, "err", err)
@@ -263,6 +277,7 @@ func (rt *Runtime) Start() error {
 		}
 	}
 	if err := rt.subscribeCancels(); err != nil {
+		rt.unsubscribeDirect()
 		for _, r := range rt.routes {
 			r.sub.Unsubscribe()
 			r.sub, r.done = nil, nil
@@ -328,6 +343,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	if !rt.closed {
 		rt.closed = true
+		if rt.directSub != nil {
+			if err := bus.DrainSubscription(rt.nc, rt.directSub); err != nil {
+				rt.log.Warn("drain subscription", "subject", rt.directSub.Subject, "err", err)
+			}
+		}
 		for _, r := range rt.routes {
 			if r.sub == nil {
 				continue
@@ -341,8 +361,16 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		}
 	}
 	routes := slices.Clone(rt.routes)
+	directDone := rt.directDone
 	rt.mu.Unlock()
 
+	if directDone != nil {
+		select {
+		case <-directDone:
+		case <-ctx.Done():
+			return rt.abort(ctx)
+		}
+	}
 	for _, r := range routes {
 		if r.done == nil {
 			continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,10 +37,34 @@ var nullResult = json.RawMessage("null")
 // when those find that nobody listens for the answer any more, the
 // handler's context is canceled with [ErrCallerGone].
 func (rt *Runtime) receive(r *route, msg *nats.Msg) {
+	method, _ := rt.cfg.subjects.Method(msg.Subject)
+	rt.receiveMethod(r, msg, method)
+}
+
+// receiveDirect runs on the direct subscription's delivery goroutine: a
+// call sent to this runtime rather than to the queue group (rule 10),
+// served as a call from the queue group is, by the route of its method.
+func (rt *Runtime) receiveDirect(msg *nats.Msg) {
+	method, _ := rt.cfg.subjects.DirectMethod(rt.direct, msg.Subject)
+	r := rt.routeFor(method)
+	if r == nil {
+		if method == "" {
+			method = msg.Subject
+		}
+		rt.reply(remoteTrace(rt.ctx, msg.Header), msg, nil, nil, schema.NewError(schema.CodeMethodNotFound,
+			"method not found: the worker the call was sent to does not serve "+method, map[string]any{"method": method}))
+		return
+	}
+	rt.receiveMethod(r, msg, method)
+}
+
+// receiveMethod is receive for a call of method, "" when its subject names
+// none.
+func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 	// The call's trace context comes first, so that even the log line of
 	// a call that cannot be decoded names its trace.
 	ctx := remoteTrace(rt.ctx, msg.Header)
-	req, rpcErr := rt.readRequest(msg)
+	req, rpcErr := rt.readRequest(msg, method)
 	if rpcErr != nil {
 		rt.logCall(ctx, slog.LevelWarn, "undecodable call", nil, "subject", msg.Subject, "err", rpcErr.Message)
 		r.metrics.refuse(refusedInvalid)
@@ -72,7 +97,8 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 			untrack()
 			cancel()
 			r.metrics.refuse(refusedBusy)
-			hb.busy()
+			r.pressed.Store(time.Now().UnixNano())
+			hb.busy(rt.direct)
 			return
 		}
 		select {
@@ -101,11 +127,34 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 
 func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request, hb *beat) {
 	defer rt.release()
-	defer func() { <-r.sem }()
 	defer cancel()
 	result, rpcErr := rt.handle(ctx, r, req, "call")
 	hb.stop()
-	rt.reply(ctx, msg, req, result, rpcErr)
+	// The slot is free before the reply leaves, so that a call sent to
+	// this worker on the strength of the reply's free count finds it so.
+	<-r.sem
+	rt.replyFree(ctx, msg, req, result, rpcErr, rt.freeSlots(r, hb))
+}
+
+// pressure is how long after refusing a call for want of room a worker
+// still tells, on its replies, which slots are free (rule 10): only
+// under load is it worth the headers.
+const pressure = time.Second
+
+// freeSlots returns the headers that tell the aggregator of a call how
+// many more calls of r's method this runtime has room for, and where to
+// send them; nil when the runtime takes no direct calls, the aggregator
+// does not speak the liveness protocol, or r has refused no call for
+// want of room lately.
+func (rt *Runtime) freeSlots(r *route, hb *beat) nats.Header {
+	if rt.direct == "" || !hb.asked() || time.Since(time.Unix(0, r.pressed.Load())) > pressure {
+		return nil
+	}
+	free := cap(r.sem) - len(r.sem)
+	if free <= 0 {
+		return nil
+	}
+	return nats.Header{schema.HeaderDirect: []string{rt.direct}, schema.HeaderFree: []string{strconv.Itoa(free)}}
 }
 
 // handle runs r's handler for req inside the call's span and accounts for
@@ -221,13 +270,12 @@ func (rt *Runtime) maxResultBytes() int64 {
 
 // readRequest decodes a call message into a Request, or returns the -32600
 // error it is answered with.
-func (rt *Runtime) readRequest(msg *nats.Msg) (*Request, *schema.Error) {
+func (rt *Runtime) readRequest(msg *nats.Msg, method string) (*Request, *schema.Error) {
 	env, deadline, err := bus.ReadCall(msg)
 	if err != nil {
 		return nil, schema.NewError(schema.CodeInvalidRequest, "invalid request: cannot decode the call: "+err.Error(), nil)
 	}
-	method, ok := rt.cfg.subjects.Method(msg.Subject)
-	if !ok || env.Method != method {
+	if method == "" || env.Method != method {
 		return nil, schema.NewError(schema.CodeInvalidRequest,
 			fmt.Sprintf("invalid request: the call envelope names method %q but was published for %q", env.Method, method), nil)
 	}
@@ -250,6 +298,11 @@ func (rt *Runtime) readRequest(msg *nats.Msg) (*Request, *schema.Error) {
 // could not be decoded. A notification is not answered, but its error is
 // logged so that it is never lost without a trace. ctx serves the log lines.
 func (rt *Runtime) reply(ctx context.Context, msg *nats.Msg, req *Request, result json.RawMessage, rpcErr *schema.Error) {
+	rt.replyFree(ctx, msg, req, result, rpcErr, nil)
+}
+
+// replyFree is reply with the headers of free, when not nil.
+func (rt *Runtime) replyFree(ctx context.Context, msg *nats.Msg, req *Request, result json.RawMessage, rpcErr *schema.Error, free nats.Header) {
 	if msg.Reply == "" {
 		if rpcErr != nil && req != nil {
 			rt.logCall(ctx, slog.LevelWarn, "notification failed", req, "code", rpcErr.Code, "message", rpcErr.Message)
@@ -260,11 +313,11 @@ func (rt *Runtime) reply(ctx context.Context, msg *nats.Msg, req *Request, resul
 	if rpcErr != nil {
 		env = schema.ReplyError(validData(rpcErr))
 	}
-	err := bus.Reply(msg, env)
+	err := bus.ReplyWith(msg, env, free)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Only an error's own data or a limit set above the server's can
 		// get here; the caller still learns which limit it hit.
-		err = bus.Reply(msg, schema.ReplyError(schema.LimitError("max_payload", rt.nc.MaxPayload(), -1)))
+		err = bus.ReplyWith(msg, schema.ReplyError(schema.LimitError("max_payload", rt.nc.MaxPayload(), -1)), free)
 	}
 	if err != nil {
 		rt.logCall(ctx, slog.LevelError, "cannot send a reply", req, "subject", msg.Subject, "err", err)
@@ -577,6 +630,34 @@ func (rt *Runtime) subscribe(r *route) error {
 	}
 	r.sub, r.done = sub, done
 	return nil
+}
+
+// subscribeDirect joins the queue group on this runtime's own direct
+// subject (rule 10). rt.mu must be held. Without it the worker still
+// serves every call from the queue group; it only never names a free slot.
+func (rt *Runtime) subscribeDirect() {
+	direct := rt.cfg.subjects.Direct(rt.id)
+	sub, err := rt.nc.QueueSubscribe(direct+".>", rt.cfg.subjects.QueueGroup(), rt.receiveDirect)
+	if err != nil {
+		rt.log.Warn("calls sent to this worker alone will not reach it; it serves the queue group only", "subject", direct+".>", "err", err)
+		return
+	}
+	done := make(chan struct{})
+	markDone := sync.OnceFunc(func() { close(done) })
+	sub.SetClosedHandler(func(string) { markDone() })
+	if !sub.IsValid() {
+		markDone()
+	}
+	rt.direct, rt.directSub, rt.directDone = direct, sub, done
+}
+
+// unsubscribeDirect undoes subscribeDirect after a failed start. rt.mu
+// must be held.
+func (rt *Runtime) unsubscribeDirect() {
+	if rt.directSub != nil {
+		rt.directSub.Unsubscribe()
+	}
+	rt.direct, rt.directSub, rt.directDone = "", nil, nil
 }
 
 // release ends the accounting of one call.
