@@ -419,6 +419,8 @@ func TestSecureRefusals(t *testing.T) {
 		{"worker", worker, c.workerErrs, "publish a call", pub("toolbus.call.echo")},
 		{"worker", worker, c.workerErrs, "subscribe to every call outside the queue group", sub("toolbus.call.>", "")},
 		{"worker", worker, c.workerErrs, "subscribe to calls in a queue group of its own", sub("toolbus.call.>", "thieves")},
+		{"worker", worker, c.workerErrs, "subscribe to every worker's direct calls outside the queue group", sub("toolbus.direct.>", "")},
+		{"worker", worker, c.workerErrs, "publish a call to a worker's direct subject", pub("toolbus.direct.w1.echo")},
 		{"worker", worker, c.workerErrs, "read the ingress's replies", sub("_INBOX.>", "")},
 		{"worker", worker, c.workerErrs, "answer a call it did not receive", pub("_INBOX.someone.reply")},
 		{"worker", worker, c.workerErrs, "read the idempotency bucket", pub("$JS.API.STREAM.INFO.KV_toolbus_idem")},
@@ -647,6 +649,10 @@ func TestSecureFamilyCredential(t *testing.T) {
 		}},
 		{"take every call", func() error {
 			_, err := mathNC.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(*nats.Msg) {})
+			return err
+		}},
+		{"take echo calls sent to other workers alone", func() error {
+			_, err := mathNC.QueueSubscribe("toolbus.direct.*.echo", "toolbus-workers", func(*nats.Msg) {})
 			return err
 		}},
 		{"read the other workers' replies", func() error { _, err := mathNC.Subscribe(bus.WorkerInboxPrefix+".>", func(*nats.Msg) {}); return err }},

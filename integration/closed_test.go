@@ -198,6 +198,7 @@ func TestBusClosed(t *testing.T) {
 	common := []attempt{
 		{"subscribe to toolbus.call.> outside the queue group", subscribe("toolbus.call.>", "")},
 		{"subscribe to toolbus.call.> in a queue group of its own", subscribe("toolbus.call.>", "eavesdroppers")},
+		{"subscribe to every worker's direct calls (toolbus.direct.>) outside the queue group", subscribe("toolbus.direct.>", "")},
 		{"subscribe to _INBOX.> (every caller's answers)", subscribe("_INBOX.>", "")},
 		{"publish on _INBOX.>", publish("_INBOX."+nuid.Next(), []byte(`{}`))},
 		{"answer a call it did not receive", answerForeign},

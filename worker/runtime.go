@@ -94,12 +94,8 @@ type Runtime struct {
 	probes *probes
 
 	// direct is the subject prefix of the calls sent to this runtime
-	// alone (rule 10), "" until Start has subscribed to it; directSub
-	// and directDone are its subscription and when it has delivered its
-	// last message.
-	direct     string
-	directSub  *nats.Subscription
-	directDone chan struct{}
+	// alone (rule 10): each route also subscribes under it.
+	direct string
 
 	// ads advertises the tools in discovery; nil when it is off.
 	ads *advertiser
@@ -124,10 +120,12 @@ type route struct {
 	// span is how the spans of its calls start.
 	span spanStart
 
-	// sub and done are set under Runtime.mu when the route subscribes; done
-	// is closed when the subscription has delivered its last message.
-	sub  *nats.Subscription
-	done chan struct{}
+	// sub and dsub (on the runtime's direct subject, rule 10; nil when
+	// NATS refused it) are set under Runtime.mu when the route
+	// subscribes; done is closed when both have delivered their last
+	// message.
+	sub, dsub *nats.Subscription
+	done      chan struct{}
 }
 
 // New returns a runtime that serves calls on nc. The runtime never closes
@@ -158,6 +156,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	// The runtime's context spans its whole life rather than any request,
 	// so it starts from the background context.
 	ctx, cancel := context.WithCancel(context.Background())
+	id := nuid.Next()
 	rt := &Runtime{
 		nc:      nc,
 		cfg:     cfg,
@@ -165,7 +164,8 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 		tracer:  newTracer(cfg.tracerProvider),
 		metrics: m,
 		stats:   callstats.New(),
-		id:      nuid.Next(),
+		id:      id,
+		direct:  cfg.subjects.Direct(id),
 		host:    host,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -261,26 +261,18 @@ func (rt *Runtime) Start() error {
 	if err := rt.subscribeProbes(); err != nil {
 		return fmt.Errorf("worker: subscribe to probe replies: %w", err)
 	}
-	// Before the routes: a call they deliver may read rt.direct.
-	rt.subscribeDirect()
 	for i, r := range rt.routes {
 		if err := rt.subscribe(r); err != nil {
-			rt.unsubscribeDirect()
 			for _, prev := range rt.routes[:i] {
-				if err := prev.sub.Unsubscribe(); err != nil {
-					rt.log.Warn("unsubscribe after a failed start", "subject", prev.subject, "err", err)
-				}
-				prev.sub, prev.done = nil, nil
+				prev.unsubscribe(rt.log)
 			}
 			rt.unsubscribeProbes()
 			return err
 		}
 	}
 	if err := rt.subscribeCancels(); err != nil {
-		rt.unsubscribeDirect()
 		for _, r := range rt.routes {
-			r.sub.Unsubscribe()
-			r.sub, r.done = nil, nil
+			r.unsubscribe(rt.log)
 		}
 		rt.unsubscribeProbes()
 		return fmt.Errorf("worker: subscribe to cancels: %w", err)
@@ -343,11 +335,6 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	if !rt.closed {
 		rt.closed = true
-		if rt.directSub != nil {
-			if err := bus.DrainSubscription(rt.nc, rt.directSub); err != nil {
-				rt.log.Warn("drain subscription", "subject", rt.directSub.Subject, "err", err)
-			}
-		}
 		for _, r := range rt.routes {
 			if r.sub == nil {
 				continue
@@ -358,19 +345,16 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			if err := bus.DrainSubscription(rt.nc, r.sub); err != nil {
 				rt.log.Warn("drain subscription", "subject", r.subject, "err", err)
 			}
+			if r.dsub != nil {
+				if err := bus.DrainSubscription(rt.nc, r.dsub); err != nil {
+					rt.log.Warn("drain subscription", "subject", r.dsub.Subject, "err", err)
+				}
+			}
 		}
 	}
 	routes := slices.Clone(rt.routes)
-	directDone := rt.directDone
 	rt.mu.Unlock()
 
-	if directDone != nil {
-		select {
-		case <-directDone:
-		case <-ctx.Done():
-			return rt.abort(ctx)
-		}
-	}
 	for _, r := range routes {
 		if r.done == nil {
 			continue

@@ -41,23 +41,6 @@ func (rt *Runtime) receive(r *route, msg *nats.Msg) {
 	rt.receiveMethod(r, msg, method)
 }
 
-// receiveDirect runs on the direct subscription's delivery goroutine: a
-// call sent to this runtime rather than to the queue group (rule 10),
-// served as a call from the queue group is, by the route of its method.
-func (rt *Runtime) receiveDirect(msg *nats.Msg) {
-	method, _ := rt.cfg.subjects.DirectMethod(rt.direct, msg.Subject)
-	r := rt.routeFor(method)
-	if r == nil {
-		if method == "" {
-			method = msg.Subject
-		}
-		rt.reply(remoteTrace(rt.ctx, msg.Header), msg, nil, nil, schema.NewError(schema.CodeMethodNotFound,
-			"method not found: the worker the call was sent to does not serve "+method, map[string]any{"method": method}))
-		return
-	}
-	rt.receiveMethod(r, msg, method)
-}
-
 // receiveMethod is receive for a call of method, "" when its subject names
 // none.
 func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
@@ -613,51 +596,63 @@ func (rt *Runtime) logCall(ctx context.Context, level slog.Level, msg string, re
 	rt.log.Log(ctx, level, msg, append(all, args...)...)
 }
 
-// subscribe makes r's queue subscription. rt.mu must be held.
+// subscribe makes r's queue subscriptions: on the method's subject and on
+// the runtime's direct subject (rule 10). rt.mu must be held. A direct
+// subscription that NATS refuses (permissions that predate rule 10) only
+// means that calls sent there come back no-responders, and the
+// aggregator sends them to the queue group instead.
 func (rt *Runtime) subscribe(r *route) error {
+	// done closes once both subscriptions have closed; each says so
+	// once, whether through its closed handler or, when it closed before
+	// the handler was set, through IsValid.
+	var open sync.WaitGroup
+	open.Add(2)
+	done := make(chan struct{})
+	go func() {
+		open.Wait()
+		close(done)
+	}()
 	sub, err := rt.nc.QueueSubscribe(r.subject, rt.cfg.subjects.QueueGroup(), func(msg *nats.Msg) {
 		rt.receive(r, msg)
 	})
 	if err != nil {
 		return fmt.Errorf("worker: subscribe %s: %w", r.subject, err)
 	}
-	done := make(chan struct{})
-	markDone := sync.OnceFunc(func() { close(done) })
-	sub.SetClosedHandler(func(string) { markDone() })
+	closedSub := sync.OnceFunc(open.Done)
+	sub.SetClosedHandler(func(string) { closedSub() })
 	if !sub.IsValid() {
-		// The connection closed before the handler was set.
-		markDone()
+		closedSub()
 	}
-	r.sub, r.done = sub, done
+	dsub, err := rt.nc.QueueSubscribe(rt.direct+"."+r.pattern, rt.cfg.subjects.QueueGroup(), func(msg *nats.Msg) {
+		method, _ := rt.cfg.subjects.DirectMethod(rt.direct, msg.Subject)
+		rt.receiveMethod(r, msg, method)
+	})
+	if err != nil {
+		rt.log.Warn("calls sent to this worker alone will come back to the queue group", "subject", rt.direct+"."+r.pattern, "err", err)
+		dsub = nil
+		open.Done()
+	} else {
+		closedDsub := sync.OnceFunc(open.Done)
+		dsub.SetClosedHandler(func(string) { closedDsub() })
+		if !dsub.IsValid() {
+			closedDsub()
+		}
+	}
+	r.sub, r.dsub, r.done = sub, dsub, done
 	return nil
 }
 
-// subscribeDirect joins the queue group on this runtime's own direct
-// subject (rule 10). rt.mu must be held. Without it the worker still
-// serves every call from the queue group; it only never names a free slot.
-func (rt *Runtime) subscribeDirect() {
-	direct := rt.cfg.subjects.Direct(rt.id)
-	sub, err := rt.nc.QueueSubscribe(direct+".>", rt.cfg.subjects.QueueGroup(), rt.receiveDirect)
-	if err != nil {
-		rt.log.Warn("calls sent to this worker alone will not reach it; it serves the queue group only", "subject", direct+".>", "err", err)
-		return
+// unsubscribe undoes subscribe after a failed start.
+func (r *route) unsubscribe(log *slog.Logger) {
+	for _, s := range []*nats.Subscription{r.sub, r.dsub} {
+		if s == nil {
+			continue
+		}
+		if err := s.Unsubscribe(); err != nil {
+			log.Warn("unsubscribe after a failed start", "subject", s.Subject, "err", err)
+		}
 	}
-	done := make(chan struct{})
-	markDone := sync.OnceFunc(func() { close(done) })
-	sub.SetClosedHandler(func(string) { markDone() })
-	if !sub.IsValid() {
-		markDone()
-	}
-	rt.direct, rt.directSub, rt.directDone = direct, sub, done
-}
-
-// unsubscribeDirect undoes subscribeDirect after a failed start. rt.mu
-// must be held.
-func (rt *Runtime) unsubscribeDirect() {
-	if rt.directSub != nil {
-		rt.directSub.Unsubscribe()
-	}
-	rt.direct, rt.directSub, rt.directDone = "", nil, nil
+	r.sub, r.dsub, r.done = nil, nil, nil
 }
 
 // release ends the accounting of one call.
