@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -647,6 +648,9 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		}
 		return nil
 	}
+	if a.inbox.pressed(c.Method) {
+		msg.Header[schema.HeaderNameFree] = nameFree
+	}
 	if e := publish(); e != nil {
 		return nil, e
 	}
@@ -674,7 +678,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		ack.Stop()
 	}
 	silence := time.Duration(a.misses) * a.heartbeat
-	backoff := busyBackoffMin
+	backoff, namedBackoff := busyBackoffMin, busyBackoffMax
 	var firstBusy time.Time
 	again := func() *schema.Error {
 		if e := publish(); e != nil {
@@ -717,6 +721,9 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				if firstBusy.IsZero() {
 					firstBusy = now
 				}
+				// From now on the call's workers name the slots
+				// they free.
+				msg.Header[schema.HeaderNameFree] = nameFree
 				if now.Sub(firstBusy) >= a.busyWait {
 					return nil, workersBusy(c.Method, a.busyWait)
 				}
@@ -731,12 +738,13 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				}
 				if !refused {
 					refused = true
-					a.inbox.refuse(p)
+					a.inbox.refuse(p, firstBusy)
 				}
 				if v == progressBusyDirect {
-					// The worker will name its next free slot: the
-					// backoff is only the fallback.
-					retry.Reset(busyBackoffMax)
+					// The workers name their free slots: the backoff
+					// is only the fallback, for a slot nobody names.
+					retry.Reset(namedBackoff)
+					namedBackoff = min(2*namedBackoff, namedFallbackMax)
 				} else {
 					retry.Reset(backoff)
 					backoff = min(2*backoff, busyBackoffMax)
@@ -867,6 +875,9 @@ type inbox struct {
 	// that wait to be published again, oldest first: a reply that says
 	// its worker has free slots sends them there (rule 10).
 	refused map[string][]*pending
+	// pressed holds, by method, when a call was last refused or sent to
+	// a slot named free.
+	pressedAt map[string]time.Time
 	// free holds, by method, the free slots replies named that no
 	// refused call took, oldest first: the next calls of the method go
 	// there rather than to a random member of the queue group.
@@ -899,10 +910,13 @@ type pending struct {
 	// refusal (rule 10).
 	method string
 	direct chan string
+	// since is when a busy worker first refused the call, while it
+	// waits in line; guarded by the inbox's mu.
+	since time.Time
 }
 
 func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, error) {
-	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, free: map[string][]freeSlot{}}
+	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}}
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
@@ -935,13 +949,40 @@ func (in *inbox) open(method string, reports bool) (subject string, p *pending, 
 	}
 }
 
-// refuse records that p was refused by a busy worker and waits to be
-// published again.
-func (in *inbox) refuse(p *pending) {
+// refuse records that p, first refused by a busy worker at since, waits
+// to be published again, in line by since: a call refused again after a
+// slot named free was taken under it keeps its place.
+func (in *inbox) refuse(p *pending, since time.Time) {
 	in.mu.Lock()
-	in.refused[p.method] = append(in.refused[p.method], p)
-	in.mu.Unlock()
+	defer in.mu.Unlock()
+	p.since = since
+	in.pressedAt[p.method] = time.Now()
+	q := in.refused[p.method]
+	i := len(q)
+	for i > 0 && q[i-1].since.After(since) {
+		i--
+	}
+	in.refused[p.method] = slices.Insert(q, i, p)
 }
+
+// pressed reports whether calls of method were refused by busy workers,
+// or sent to slots replies named free, within the last [pressedFor]:
+// the calls of method then ask their workers to name the slots their
+// replies free ([schema.HeaderNameFree]).
+func (in *inbox) pressed(method string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	at, ok := in.pressedAt[method]
+	if ok && time.Since(at) > pressedFor {
+		delete(in.pressedAt, method)
+		return false
+	}
+	return ok
+}
+
+// pressedFor is how long calls ask for free slots after the last refusal
+// or the last call sent to a slot named free.
+const pressedFor = time.Second
 
 // unrefuse takes p off the refused calls, when it is still there.
 func (in *inbox) unrefuse(p *pending) {
@@ -1019,6 +1060,7 @@ func (in *inbox) takeFree(method string) (string, bool) {
 		return "", false
 	}
 	to := f[0].direct
+	in.pressedAt[method] = now
 	if f = f[1:]; len(f) == 0 {
 		delete(in.free, method)
 	} else {
@@ -1072,6 +1114,9 @@ func (in *inbox) deliver(msg *nats.Msg) {
 		}
 	}
 }
+
+// nameFree is the value of [schema.HeaderNameFree].
+var nameFree = []string{"1"}
 
 // progressBusyDirect is how the inbox hands on a busy refusal from a
 // worker that names its free slots on its replies (rule 10).

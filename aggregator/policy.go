@@ -31,6 +31,11 @@ const (
 	// busy worker refused is published again.
 	busyBackoffMin = time.Millisecond
 	busyBackoffMax = 50 * time.Millisecond
+	// namedFallbackMax bounds the wait, doubling from busyBackoffMax,
+	// before a refused call is published again to the queue group when
+	// its workers name their free slots (rule 10): a reply naming one
+	// normally sends it on long before.
+	namedFallbackMax = 200 * time.Millisecond
 )
 
 // WithHeartbeat sets the liveness of calls: every call asks its worker

@@ -37,12 +37,19 @@ const (
 	// on which the worker that sent it takes calls of its own, outside
 	// the queue group ("<prefix>.direct.<id>"), and HeaderFree how many
 	// calls of the message's method it has room for now (decimal
-	// digits). A worker sends them while it is under load, so that an
+	// digits). A worker sends them on a reply when the call asked with
+	// HeaderNameFree, and HeaderDirect alone on a busy refusal, so that an
 	// aggregator holding calls that busy workers refused sends one to
 	// the slot that just freed instead of to a random member of the
 	// queue group (revision 7, rule 10).
 	HeaderDirect = "Toolbus-Direct"
 	HeaderFree   = "Toolbus-Free"
+	// HeaderNameFree, on a call message, asks the worker to name on its
+	// reply, with HeaderDirect and HeaderFree, the slot the reply frees.
+	// An aggregator asks while busy workers refuse calls of the method,
+	// or while it sends calls to the slots named, and not otherwise: the
+	// headers are worth their cost only under load.
+	HeaderNameFree = "Toolbus-Name-Free"
 	// HeaderProgress, on a message on a call's reply subject, marks it as
 	// a progress message, not the reply; its value is one of the Progress
 	// constants.

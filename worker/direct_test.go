@@ -14,10 +14,10 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// Under load a worker names its free slots (PROTOCOL.md, rule 10): its busy
-// refusal carries its direct subject, the replies it sends while it was
-// refusing calls say where and how many slots are free, and a call sent to
-// that subject is served like one from the queue group.
+// A worker names its free slots (PROTOCOL.md, rule 10): its busy refusal
+// carries its direct subject, the reply of a call that asked with
+// Toolbus-Name-Free names the slot it frees, and a call sent to that
+// subject is served like one from the queue group.
 func TestWorkerNamesItsFreeSlots(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithConcurrency(1))
 	release := make(chan struct{})
@@ -58,6 +58,7 @@ func TestWorkerNamesItsFreeSlots(t *testing.T) {
 		msg.Subject = subject
 		msg.Reply = inbox + "." + token
 		msg.Header.Set(schema.HeaderHeartbeat, "60000")
+		msg.Header.Set(schema.HeaderNameFree, "1")
 		if err := c.caller.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestWorkerNamesItsFreeSlots(t *testing.T) {
 	}
 }
 
-// A worker that refused nothing lately sends plain replies: the headers
+// A call that does not ask for free slots gets a plain reply: the headers
 // cost nothing when there is no load.
 func TestWorkerWithoutLoadNamesNoSlots(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})

@@ -107,9 +107,6 @@ type route struct {
 	subject string
 	handler Handler
 	sem     chan struct{} // one token per running call
-	// pressed is when (Unix nanoseconds) the route last refused a call
-	// for want of room; see [pressure].
-	pressed atomic.Int64
 	// retrySafe is set by [RetrySafe]: the method may run again after an
 	// interrupted job.
 	retrySafe bool

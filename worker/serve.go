@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -80,7 +79,6 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 			untrack()
 			cancel()
 			r.metrics.refuse(refusedBusy)
-			r.pressed.Store(time.Now().UnixNano())
 			hb.busy(rt.direct)
 			return
 		}
@@ -116,28 +114,25 @@ func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats
 	// The slot is free before the reply leaves, so that a call sent to
 	// this worker on the strength of the reply's free count finds it so.
 	<-r.sem
-	rt.replyFree(ctx, msg, req, result, rpcErr, rt.freeSlots(r, hb))
+	rt.replyFree(ctx, msg, req, result, rpcErr, rt.freeSlots(r, msg))
 }
 
-// pressure is how long after refusing a call for want of room a worker
-// still tells, on its replies, which slots are free (rule 10): only
-// under load is it worth the headers.
-const pressure = time.Second
-
-// freeSlots returns the headers that tell the aggregator of a call how
-// many more calls of r's method this runtime has room for, and where to
-// send them; nil when the runtime takes no direct calls, the aggregator
-// does not speak the liveness protocol, or r has refused no call for
-// want of room lately.
-func (rt *Runtime) freeSlots(r *route, hb *beat) nats.Header {
-	if rt.direct == "" || !hb.asked() || time.Since(time.Unix(0, r.pressed.Load())) > pressure {
+// freeSlots returns the headers that tell the aggregator of the call msg
+// where to send its next call of r's method: the slot the reply frees
+// (rule 10). nil when the call did not ask with [schema.HeaderNameFree],
+// or another call has taken the slot already.
+func (rt *Runtime) freeSlots(r *route, msg *nats.Msg) nats.Header {
+	if msg.Header.Get(schema.HeaderNameFree) == "" {
 		return nil
 	}
-	free := cap(r.sem) - len(r.sem)
-	if free <= 0 {
+	// The reply names the one slot it frees, if no other call has taken
+	// it yet: a reply for every call that ends gives each free slot to
+	// one aggregator once, where a count of all the free slots on every
+	// reply would promise the same slot many times over.
+	if cap(r.sem)-len(r.sem) <= 0 {
 		return nil
 	}
-	return nats.Header{schema.HeaderDirect: []string{rt.direct}, schema.HeaderFree: []string{strconv.Itoa(free)}}
+	return nats.Header{schema.HeaderDirect: []string{rt.direct}, schema.HeaderFree: []string{"1"}}
 }
 
 // handle runs r's handler for req inside the call's span and accounts for
