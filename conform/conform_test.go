@@ -17,6 +17,18 @@ import (
 // rules. It returns the report and what the kit printed.
 func runKit(t *testing.T, only []string, faults ...fault) (*conform.Report, string) {
 	t.Helper()
+	list := []string{"none"}
+	for _, f := range faults {
+		list = append(list, string(f))
+	}
+	return runKitOn(t, only, foreignEnv+"="+strings.Join(list, ","))
+}
+
+// runKitOn runs the kit against the test binary started with env, which
+// makes it a worker (see TestMain), on a NATS server of its own; only
+// limits the rules.
+func runKitOn(t *testing.T, only []string, env string) (*conform.Report, string) {
+	t.Helper()
 	e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -27,15 +39,11 @@ func runKit(t *testing.T, only []string, faults ...fault) (*conform.Report, stri
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	list := []string{"none"}
-	for _, f := range faults {
-		list = append(list, string(f))
-	}
 	var out, workerOut bytes.Buffer
 	rep, err := conform.Run(context.Background(), conform.Config{
 		Conn:         nc,
 		Command:      []string{os.Args[0]},
-		Env:          []string{"TOOLBUS_NATS_URL=" + e.ClientURL(), "TOOLBUS_NATS_TOKEN=" + e.Token(), foreignEnv + "=" + strings.Join(list, ",")},
+		Env:          []string{"TOOLBUS_NATS_URL=" + e.ClientURL(), "TOOLBUS_NATS_TOKEN=" + e.Token(), env},
 		Out:          &out,
 		WorkerOutput: &workerOut,
 		Only:         only,
@@ -67,6 +75,24 @@ func TestForeignWorkerConforms(t *testing.T) {
 			t.Errorf("rule %s: %v (ran: %v), want %v", key, res.Status, ok, want)
 		}
 	}
+	// It ignores Toolbus-Ack-Delay, as a worker older than revision 7.
+	if res, _ := rep.Result("ack-delay"); !strings.Contains(res.Note, "acknowledges at once") {
+		t.Errorf("rule ack-delay note %q, want it to say that the worker acknowledges at once", res.Note)
+	}
+}
+
+// TestGoWorkerHoldsBackTheAck runs the rules of rule 8 against toolbus's
+// own worker runtime, which holds back the ack for Toolbus-Ack-Delay.
+func TestGoWorkerHoldsBackTheAck(t *testing.T) {
+	rep, _ := runKitOn(t, []string{"liveness", "ack-delay"}, goWorkerEnv+"=1")
+	for _, key := range []string{"liveness", "ack-delay"} {
+		if res, ok := rep.Result(key); !ok || res.Status != conform.Pass {
+			t.Errorf("rule %s: %v (ran: %v), want PASS", key, res.Status, ok)
+		}
+	}
+	if res, _ := rep.Result("ack-delay"); !strings.Contains(res.Note, "holds back the ack") {
+		t.Errorf("rule ack-delay note %q, want it to say that the worker holds back the ack", res.Note)
+	}
 }
 
 func TestBrokenWorkersFail(t *testing.T) {
@@ -78,6 +104,7 @@ func TestBrokenWorkersFail(t *testing.T) {
 		{"drops the id", dropID, "envelope"},
 		{"ignores cancel", ignoreCancel, "cancel"},
 		{"never acks", neverAck, "liveness"},
+		{"holds back the ack for good", holdAck, "ack-delay"},
 		{"answers a crash with success", crashSucceeds, "crash"},
 		{"runs late calls", runLate, "late"},
 		{"leaves without saying so", noLeaving, "drain"},

@@ -72,6 +72,7 @@
 //	unreadable    §4       a payload that is not a call envelope is refused, never run
 //	late          rule 3   a call past its deadline is not run
 //	liveness      rule 8   ack, then a heartbeat every interval, nothing after the reply; none unasked
+//	ack-delay     rule 8   an ack held back for Toolbus-Ack-Delay still comes, once and first, while a longer call runs
 //	deadline      §2       the handler stops at Toolbus-Deadline
 //	cancel        rule 7   a cancel message stops the running call
 //	busy          rule 8   a call over the concurrency limit is refused busy at once

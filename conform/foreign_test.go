@@ -4,8 +4,9 @@ package conform_test
 // and msgpack and nothing of toolbus: a stand-in for a worker in another
 // language. It serves the conformance toolset of package conform, speaks
 // rules 1 to 8 (with progress reports) and discovery, and leaves rule 9
-// (orphans) out, as the document allows. Its faults turn it into the
-// broken workers the kit must catch.
+// (orphans) and the held-back ack of revision 7 (Toolbus-Ack-Delay) out,
+// as the document allows. Its faults turn it into the broken workers the
+// kit must catch.
 
 import (
 	"bytes"
@@ -37,6 +38,10 @@ const (
 	runLate fault = "run-late"
 	// noLeaving: no leaving announcement on shutdown.
 	noLeaving fault = "no-leaving"
+	// holdAck: a call that allows its ack to be held back
+	// (Toolbus-Ack-Delay) gets no progress message at all, as if the
+	// delay never ended.
+	holdAck fault = "hold-ack"
 )
 
 // foreign is the worker.
@@ -243,6 +248,9 @@ func (w *foreign) receive(m *nats.Msg) {
 	if ms, err := strconv.Atoi(m.Header.Get("Toolbus-Heartbeat")); err == nil && ms > 0 && m.Reply != "" {
 		beats = min(max(time.Duration(ms)*time.Millisecond, 10*time.Millisecond), time.Minute)
 	}
+	// Otherwise it ignores Toolbus-Ack-Delay and acknowledges at once,
+	// as a worker older than revision 7 does.
+	held := w.faults[holdAck] && m.Header.Get("Toolbus-Ack-Delay") != ""
 	if env.method == "conform.serial" {
 		select {
 		case w.serial <- struct{}{}:
@@ -282,14 +290,14 @@ func (w *foreign) receive(m *nats.Msg) {
 			}()
 		}
 		var stopBeats func()
-		if beats > 0 {
+		if beats > 0 && !held {
 			if !w.faults[neverAck] {
 				w.progress(m, "ack", nil)
 			}
 			stopBeats = w.beat(m, beats)
 		}
 		reply := w.run(ctx, env, func(percent float64, message string) {
-			if beats > 0 {
+			if beats > 0 && !held {
 				b, _ := json.Marshal(map[string]any{"percent": percent, "message": message})
 				w.progress(m, "report", b)
 			}

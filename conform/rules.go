@@ -55,6 +55,7 @@ var rules = []rule{
 	{"unreadable", "§4", "a payload that is not a call envelope is refused, never run", checkUnreadable},
 	{"late", "rule 3", "a call already past its Toolbus-Deadline is not run", checkLate},
 	{"liveness", "rule 8", "ack at once, a heartbeat every interval, nothing after the reply, nothing unasked", checkLiveness},
+	{"ack-delay", "rule 8", "an ack held back for Toolbus-Ack-Delay still comes, once and first, while a longer call runs", checkAckDelay},
 	{"deadline", "§2", "the handler stops when Toolbus-Deadline passes", checkDeadline},
 	{"cancel", "rule 7", "a cancel message naming the call's Toolbus-Call-Id stops it", checkCancel},
 	{"busy", "rule 8", "a call over the method's concurrency is refused busy at once", checkBusy},
@@ -730,6 +731,118 @@ func checkLiveness(_ context.Context, s *session, r rule) Result {
 		note += "; they carry a reply subject (rule 9)"
 	}
 	return r.pass(note)
+}
+
+// The calls of the ack-delay rule. The long one allows the ack to be held
+// back half a heartbeat interval, the most toolbus's aggregator allows,
+// and runs twenty times as long; the quick one allows seconds, so that a
+// worker on a busy machine still answers conform.echo within the delay
+// and the note says what the worker does, not how loaded the machine is.
+const (
+	ackDelay       = heartbeat / 2
+	ackDelaySleep  = 20 * ackDelay
+	quickHeartbeat = 4 * time.Second
+	quickAckDelay  = quickHeartbeat / 2
+)
+
+func checkAckDelay(_ context.Context, s *session, r rule) Result {
+	live, _, err := s.liveness()
+	if err != nil {
+		return r.fail("", "", err.Error())
+	}
+	if !live.acks {
+		return r.skip(live.why + "; Toolbus-Ack-Delay only says when that ack may come")
+	}
+	result := fmt.Sprintf(`{"slept_ms":%d}`, ackDelaySleep.Milliseconds())
+	long := call{method: "conform.sleep", id: s.id(), params: fmt.Sprintf(`{"ms":%d}`, ackDelaySleep.Milliseconds()),
+		heartbeat: heartbeat, misses: misses, ackDelay: ackDelay, callID: nuid.Next(), deadline: time.Now().Add(30 * time.Second)}
+	want := fmt.Sprintf("one ack, the first progress message, while the call runs (held back %v at most), a beat every %v after it, nothing after the reply, then result %s",
+		ackDelay, heartbeat, result)
+	x, h, ok, err := s.roundTrip(long, ackDelaySleep+answerWait)
+	if err != nil {
+		return r.fail(long.String(), want, err.Error())
+	}
+	defer x.close()
+	if !ok {
+		return r.fail(long.String(), want, "no reply within "+(ackDelaySleep+answerWait).String())
+	}
+	x.listen(quiet)
+	if rep, err := decode(h.msg); err != nil || rep.Error != nil || !sameJSON(rep.Result, []byte(result)) {
+		return r.fail(long.String(), want, describe(h.msg))
+	}
+	ack, problem := ackedOnce(x, h)
+	if problem != "" {
+		return r.fail(long.String(), want, problem)
+	}
+	if ack == nil {
+		return r.fail(long.String(), want, fmt.Sprintf(
+			"no progress message while the call ran %v, %d times the delay, although the worker acknowledges a call without Toolbus-Ack-Delay: "+
+				"an ack may wait for the delay, not for the reply; without one the aggregator cannot tell the call from one no worker took",
+			ackDelaySleep, ackDelaySleep/ackDelay))
+	}
+	longest, last := time.Duration(0), ack.at
+	gap := func(at time.Time) { longest, last = max(longest, at.Sub(last)), at }
+	for _, p := range x.progress {
+		if p.at.After(ack.at) {
+			gap(p.at)
+		}
+	}
+	gap(h.at)
+	if longest >= misses*heartbeat {
+		return r.fail(long.String(), want, fmt.Sprintf("a silence of %v between progress messages after the ack: the aggregator would take the worker for lost", longest.Round(time.Millisecond)))
+	}
+	heldFor := ack.at.Sub(x.sentAt).Round(time.Millisecond)
+
+	quick := call{method: "conform.echo", id: s.id(), params: `["quick"]`, heartbeat: quickHeartbeat, ackDelay: quickAckDelay, callID: nuid.Next()}
+	want = echoWant + ", and no progress message but perhaps an ack before it (a worker may acknowledge at once)"
+	y, qh, ok, err := s.roundTrip(quick, answerWait)
+	if err != nil {
+		return r.fail(quick.String(), want, err.Error())
+	}
+	defer y.close()
+	if !ok {
+		return r.fail(quick.String(), want, fmt.Sprintf("nothing within %v", answerWait))
+	}
+	if p := echoProblem(quick, qh); p != "" {
+		return r.fail(quick.String(), want, p)
+	}
+	y.listen(quiet)
+	quickAck, problem := ackedOnce(y, qh)
+	if problem != "" {
+		return r.fail(quick.String(), want, problem)
+	}
+	if quickAck != nil {
+		return r.pass(fmt.Sprintf("it acknowledges at once, which is allowed (a worker that does not know Toolbus-Ack-Delay does): conform.echo got an ack %v after the call, before its reply; the ack of conform.sleep came %v after the call",
+			y.since(*quickAck), heldFor))
+	}
+	return r.pass(fmt.Sprintf("it holds back the ack: conform.echo got its reply alone, and the ack of conform.sleep came %v after the call", heldFor))
+}
+
+// ackedOnce checks the progress messages of a call whose reply is reply:
+// at most one ack, coming first, then beats and reports, none after the
+// reply. It returns the ack, nil when none came, or what is wrong.
+func ackedOnce(x *exchange, reply heard) (*heard, string) {
+	var ack *heard
+	for i, p := range x.progress {
+		kind := p.msg.Header.Get(schema.HeaderProgress)
+		switch {
+		case p.at.After(reply.at):
+			return nil, fmt.Sprintf("%s %v after the call, after the reply (%v)", describe(p.msg), x.since(p), x.since(reply))
+		case i == 0 && kind != schema.ProgressAck:
+			return nil, "the first progress message is " + describe(p.msg) + ", not the ack"
+		case kind == schema.ProgressAck && ack != nil:
+			return nil, fmt.Sprintf("a second ack %v after the call", x.since(p))
+		case kind == schema.ProgressAck:
+			ack = &x.progress[i]
+		case kind == schema.ProgressBeat, kind == schema.ProgressReport:
+		default:
+			return nil, "an unknown progress message: " + describe(p.msg)
+		}
+		if kind != schema.ProgressReport && len(p.msg.Data) > 0 {
+			return nil, describe(p.msg) + ": an ack or beat has an empty body"
+		}
+	}
+	return ack, ""
 }
 
 func checkDeadline(_ context.Context, s *session, r rule) Result {

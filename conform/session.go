@@ -123,11 +123,12 @@ type call struct {
 	id     string
 	params string
 	caller string
-	// deadline, heartbeat and misses set the headers of the same names
-	// when not zero; callID sets Toolbus-Call-Id.
+	// deadline, heartbeat, misses and ackDelay set the headers of the
+	// same names when not zero; callID sets Toolbus-Call-Id.
 	deadline  time.Time
 	heartbeat time.Duration
 	misses    int
+	ackDelay  time.Duration
 	callID    string
 	// payload, when not nil, is sent in place of the encoded envelope.
 	payload []byte
@@ -153,6 +154,9 @@ func (c call) String() string {
 	}
 	if c.heartbeat > 0 {
 		parts = append(parts, fmt.Sprintf("Toolbus-Heartbeat %d", c.heartbeat.Milliseconds()))
+	}
+	if c.ackDelay > 0 {
+		parts = append(parts, fmt.Sprintf("Toolbus-Ack-Delay %d", c.ackDelay.Milliseconds()))
 	}
 	if c.callID != "" {
 		parts = append(parts, "Toolbus-Call-Id "+c.callID)
@@ -208,6 +212,9 @@ func (s *session) send(c call) (*exchange, error) {
 	}
 	if c.misses > 0 {
 		msg.Header.Set(schema.HeaderHeartbeatMisses, strconv.Itoa(c.misses))
+	}
+	if c.ackDelay > 0 {
+		msg.Header.Set(schema.HeaderAckDelay, strconv.FormatInt(c.ackDelay.Milliseconds(), 10))
 	}
 	if c.callID != "" {
 		msg.Header.Set(schema.HeaderCallID, c.callID)

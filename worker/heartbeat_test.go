@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +196,111 @@ func TestProgressReports(t *testing.T) {
 	step <- struct{}{}
 	if m := next(t, sub); m.Header.Get(schema.HeaderProgress) != "" {
 		t.Fatalf("message %q with %s %q to a caller that asked for none", m.Data, schema.HeaderProgress, m.Header.Get(schema.HeaderProgress))
+	}
+}
+
+// TestAckDelay checks what a call that asks for heartbeats gets before its
+// reply when its aggregator allows the ack to be held back
+// (Toolbus-Ack-Delay, rule 8): nothing for a call answered within the
+// delay, otherwise exactly one ack, before anything else. No case depends
+// on how fast the machine is: a delay or an interval the test must not
+// wait for is a minute long, and the handler of a call that must be
+// acknowledged blocks until the test has seen what it waits for.
+func TestAckDelay(t *testing.T) {
+	const minute = "60000"
+	tests := []struct {
+		name string
+		// heartbeat and ackDelay are the headers' values; ackDelay is
+		// not sent when empty.
+		heartbeat, ackDelay string
+		// quick handlers answer at once; the others block until the
+		// test has read want.
+		quick bool
+		// report makes the handler report progress before it blocks.
+		report bool
+		// want are the progress messages that come before the reply
+		// (for a quick handler) or while the handler blocks.
+		want []string
+	}{
+		{name: "a call answered within the delay sends no ack", heartbeat: minute, ackDelay: minute, quick: true},
+		{name: "a call that outlasts the delay sends one ack, then beats", heartbeat: "20", ackDelay: "10",
+			want: []string{schema.ProgressAck, schema.ProgressBeat, schema.ProgressBeat, schema.ProgressBeat}},
+		{name: "a report before the ack is due comes after an ack", heartbeat: minute, ackDelay: minute, report: true,
+			want: []string{schema.ProgressAck, schema.ProgressReport}},
+		{name: "without the header the ack comes at once", heartbeat: minute,
+			want: []string{schema.ProgressAck}},
+		{name: "a delay of zero asks for the ack at once", heartbeat: minute, ackDelay: "0",
+			want: []string{schema.ProgressAck}},
+		{name: "a negative delay is ignored", heartbeat: minute, ackDelay: "-20",
+			want: []string{schema.ProgressAck}},
+		{name: "a delay that is not a number is ignored", heartbeat: minute, ackDelay: "20ms",
+			want: []string{schema.ProgressAck}},
+		// Held back ten minutes, the ack would come long after the
+		// first beat was due, and after next gives up.
+		{name: "a delay longer than the interval is cut to it", heartbeat: "20", ackDelay: "600000",
+			want: []string{schema.ProgressAck, schema.ProgressBeat}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, bus.EmbeddedConfig{})
+			release := make(chan struct{})
+			// Registered after the runtime's shutdown, so run before it:
+			// a test that failed early does not leave the handler
+			// blocking the shutdown.
+			free := sync.OnceFunc(func() { close(release) })
+			t.Cleanup(free)
+			if err := c.rt.HandleFunc("m", func(ctx context.Context, _ *worker.Request) (any, error) {
+				if tc.report {
+					worker.Progress(ctx, 10, "started")
+				}
+				if !tc.quick {
+					<-release
+				}
+				return "done", nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			c.start(t)
+			msg := callMsg(t, "m", "", time.Time{})
+			if tc.ackDelay != "" {
+				msg.Header.Set(schema.HeaderAckDelay, tc.ackDelay)
+			}
+			sub := watchFrom(t, c.caller, msg, tc.heartbeat)
+			var got []string
+			for len(got) < len(tc.want) {
+				m := next(t, sub)
+				kind := m.Header.Get(schema.HeaderProgress)
+				if kind == "" {
+					t.Fatalf("reply after progress messages %q, want %q first", got, tc.want)
+				}
+				got = append(got, kind)
+				if kind != tc.want[len(got)-1] {
+					t.Fatalf("progress messages %q, want %q", got, tc.want)
+				}
+				if kind == schema.ProgressReport {
+					if p, err := schema.UnmarshalProgress(m.Data); err != nil || p != (schema.JobProgress{Percent: 10, Message: "started"}) {
+						t.Fatalf("report %q = %+v, %v, want {10 started}", m.Data, p, err)
+					}
+				}
+			}
+			free()
+			// Only beats may come between the messages read and the
+			// reply, and none for a quick call: the one ack, if any, has
+			// come.
+			for {
+				m := next(t, sub)
+				kind := m.Header.Get(schema.HeaderProgress)
+				if kind == "" {
+					r, err := bus.ReadReply(m)
+					if err != nil || string(r.Result) != `"done"` {
+						t.Fatalf("reply = %v, %v, want \"done\"", r, err)
+					}
+					break
+				}
+				if kind != schema.ProgressBeat || tc.quick {
+					t.Fatalf("progress message %q after %q, want only beats before the reply", kind, got)
+				}
+			}
+		})
 	}
 }
