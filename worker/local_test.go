@@ -85,6 +85,20 @@ func (s *stubborn) ServeCall(_ context.Context, req *worker.Request) (any, error
 	return "released", nil
 }
 
+// holds waits until s holds the call whose answer comes on answer, and
+// fails the test when the answer comes first or nothing does within
+// [testwait.Limit].
+func (s *stubborn) holds(t *testing.T, answer <-chan localAnswer) {
+	t.Helper()
+	select {
+	case <-s.started:
+	case a := <-answer:
+		t.Fatalf("TryInvoke = %s, %v, %v before the handler held the call", a.result, a.err, a.ok)
+	case <-time.After(testwait.Limit):
+		t.Fatalf("gave up waiting for the handler to hold the call (%v)", testwait.Limit)
+	}
+}
+
 // slotFreed waits until a quick call of method is taken, which it is only
 // once the held call has given its slot back.
 func slotFreed(t *testing.T, rt *worker.Runtime, method string) {
@@ -215,7 +229,7 @@ func TestTryInvokeFullSlots(t *testing.T) {
 	}
 	c.start(t)
 	held := tryAsync(context.Background(), c.rt, localCall("one", `"hold"`))
-	<-s.started
+	s.holds(t, held)
 	if got := value(t, reg, "toolbus_worker_in_flight", only("one")); got != 1 {
 		t.Errorf("in_flight{one} while a local call runs = %v, want 1", got)
 	}
@@ -281,11 +295,20 @@ func TestTryInvokeReturnsWhenContextEnds(t *testing.T) {
 			ctx, cancel, end := tc.ctx()
 			defer cancel()
 			answer := tryAsync(ctx, c.rt, localCall("one", `"hold"`))
-			<-s.started
 			if end != nil {
+				s.holds(t, answer)
 				end()
 			}
 			a := await(t, answer, "TryInvoke to return after its context ended")
+			if end == nil {
+				// The deadline may pass before the handler starts; it
+				// starts all the same, as its call has the slot.
+				select {
+				case <-s.started:
+				case <-time.After(testwait.Limit):
+					t.Fatalf("gave up waiting for the handler to start (%v)", testwait.Limit)
+				}
+			}
 			if !a.ok || a.result != nil || code(a.err) != tc.code {
 				t.Fatalf("TryInvoke = %s, %v, %v; want error %d, ok true", a.result, a.err, a.ok, tc.code)
 			}
@@ -328,7 +351,7 @@ func TestShutdownWaitsForLocalCalls(t *testing.T) {
 	}
 	c.start(t)
 	held := tryAsync(context.Background(), c.rt, localCall("one", `"hold"`))
-	<-s.started
+	s.holds(t, held)
 
 	// Shutdown's goroutine reads whether the handler has finished as
 	// Shutdown returns, so that a Shutdown that did not wait is caught
