@@ -26,20 +26,20 @@ func TestAckDelayHeader(t *testing.T) {
 		opts []aggregator.Option
 		want string // "" for no header
 	}{
-		{name: "default", want: "20"},
+		{name: "none by default", want: ""},
 		{name: "zero asks for the ack at once", opts: []aggregator.Option{aggregator.WithAckDelay(0)}, want: ""},
 		{name: "set", opts: []aggregator.Option{aggregator.WithAckDelay(100 * time.Millisecond)}, want: "100"},
 		{name: "half the ack timeout at most",
 			opts: []aggregator.Option{aggregator.WithAckDelay(time.Second), aggregator.WithAckTimeout(300 * time.Millisecond)}, want: "150"},
 		{name: "half the heartbeat at most",
 			opts: []aggregator.Option{aggregator.WithAckDelay(time.Second), aggregator.WithHeartbeat(100*time.Millisecond, 3)}, want: "50"},
-		{name: "the default cut by a short ack timeout",
-			opts: []aggregator.Option{aggregator.WithAckTimeout(30 * time.Millisecond)}, want: "15"},
+		{name: "cut by a short ack timeout",
+			opts: []aggregator.Option{aggregator.WithAckDelay(20 * time.Millisecond), aggregator.WithAckTimeout(30 * time.Millisecond)}, want: "15"},
 		{name: "whole milliseconds", opts: []aggregator.Option{aggregator.WithAckDelay(1999 * time.Microsecond)}, want: "1"},
 		{name: "below a millisecond none", opts: []aggregator.Option{aggregator.WithAckDelay(999 * time.Microsecond)}, want: ""},
 		{name: "a millisecond ack timeout leaves none",
-			opts: []aggregator.Option{aggregator.WithAckTimeout(time.Millisecond)}, want: ""},
-		{name: "none without liveness", opts: []aggregator.Option{aggregator.WithHeartbeat(0, 1)}, want: ""},
+			opts: []aggregator.Option{aggregator.WithAckDelay(20 * time.Millisecond), aggregator.WithAckTimeout(time.Millisecond)}, want: ""},
+		{name: "none without liveness", opts: []aggregator.Option{aggregator.WithAckDelay(20 * time.Millisecond), aggregator.WithHeartbeat(0, 1)}, want: ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestAckDelayLiveness(t *testing.T) {
 				}
 				tc.worker(m, time.Duration(ms)*time.Millisecond)
 			})
-			a := newAgg(t, ac, append([]aggregator.Option{aggregator.WithRetrySafe("idem.*")}, tc.opts...)...)
+			a := newAgg(t, ac, append([]aggregator.Option{aggregator.WithRetrySafe("idem.*"), aggregator.WithAckDelay(20 * time.Millisecond)}, tc.opts...)...)
 			c := call(`1`, "idem.m", "")
 			c.Timeout = time.Minute
 			r := schema.Collect(context.Background(), a, []schema.Call{c})[0]
@@ -222,10 +222,10 @@ func TestAckDelayWithTheGoWorker(t *testing.T) {
 	})
 	t.Run("slow", func(t *testing.T) {
 		sub := watch(t, "slow")
-		// The default delay, 20ms; a silence of 20 beats of 250ms
-		// before the worker is taken for lost, which no busy machine
-		// reaches.
-		a := newAgg(t, ac, aggregator.WithReplyPrefix("slow"), aggregator.WithHeartbeat(250*time.Millisecond, 20))
+		// A delay of 20ms; a silence of 20 beats of 250ms before the
+		// worker is taken for lost, which no busy machine reaches.
+		a := newAgg(t, ac, aggregator.WithReplyPrefix("slow"), aggregator.WithHeartbeat(250*time.Millisecond, 20),
+			aggregator.WithAckDelay(20*time.Millisecond))
 		done := make(chan schema.Response, 1)
 		go func() { done <- schema.Collect(context.Background(), a, []schema.Call{call(`1`, "slow", "")})[0] }()
 		got := kinds(t, sub, func(kind string) bool { return kind == schema.ProgressBeat })

@@ -107,19 +107,26 @@ func (rt *Runtime) routeForLocked(method string) *route {
 // the method's concurrency slots is free. When it cannot, ok is false and
 // nothing ran; the caller then sends the call over the bus, where another
 // worker (or this one, once a slot is free) takes it. An aggregator given
-// this runtime with [aggregator.WithLocal] does that, which is how a
+// this runtime with aggregator.WithLocal does that, which is how a
 // one-process deployment skips the bus for the tools it serves itself.
 //
 // A call taken holds its slot and counts as in flight for Shutdown, as a call
 // from the bus does, and gets the same panic recovery, error mapping, result
 // encoding, result limit, metrics and call statistics. The handler's
-// context is ctx (its deadline is the call's; [Request.Header] is nil) and
-// it runs on a goroutine of its own, so TryInvoke returns when ctx ends
-// even if the handler does not listen to it: the answer is then the
-// timeout or the cancellation, and the handler keeps its slot until it
-// returns. call.Progress, when set, receives what the handler reports
-// with [Progress].
+// context ends at ctx's end (its deadline is the call's; [Request.Header] is
+// nil) and when a Shutdown runs out of time. The handler runs on a
+// goroutine of its own, so TryInvoke returns when its context ends even if
+// the handler does not listen to it: the answer is then the timeout, the
+// cancellation, or -32003 for the shutdown, and the handler keeps its slot
+// until it returns. A ctx that has already ended is answered so without
+// running the handler. call.Progress, when set, receives what the handler
+// reports with [Progress], on TryInvoke's goroutine and never after
+// TryInvoke returns; a report replaces one not yet handed on.
 func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, rpcErr *schema.Error, ok bool) {
+	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
+	if err := ctx.Err(); err != nil {
+		return nil, rt.errorFor(req, err), true
+	}
 	rt.mu.Lock()
 	if !rt.started || rt.closed {
 		rt.mu.Unlock()
@@ -141,26 +148,60 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	rt.inflight.Add(1)
 	rt.mu.Unlock()
 
-	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
 	if dl, has := ctx.Deadline(); has {
 		req.Deadline = dl
 	}
-	hctx := invokeTrace(ctx, call.TraceParent)
+	hctx, cancel := context.WithCancel(invokeTrace(ctx, call.TraceParent))
+	defer cancel()
+	// A Shutdown out of time cancels the runtime's context, and with it
+	// every handler's, local ones too.
+	defer context.AfterFunc(rt.ctx, cancel)()
+	var reports chan schema.JobProgress
 	if call.Progress != nil {
-		hctx = context.WithValue(hctx, progressKey{}, ProgressFunc(call.Progress))
+		reports = make(chan schema.JobProgress, 1)
+		hctx = context.WithValue(hctx, progressKey{}, ProgressFunc(func(percent float64, message string) {
+			offer(reports, schema.JobProgress{Percent: percent, Message: message})
+		}))
 	}
 	done := make(chan localAnswer, 1)
 	go func() {
 		defer rt.release()
-		defer func() { <-r.sem }()
 		res, err := rt.handle(hctx, r, req, "call")
+		// The slot is free before the answer leaves, so that the
+		// caller's next call finds it so.
+		<-r.sem
 		done <- localAnswer{res, err}
 	}()
-	select {
-	case a := <-done:
-		return a.result, a.err, true
-	case <-ctx.Done():
-		return nil, rt.errorFor(req, ctx.Err()), true
+	for {
+		select {
+		case a := <-done:
+			select {
+			case p := <-reports:
+				call.Progress(p.Percent, p.Message)
+			default:
+			}
+			return a.result, a.err, true
+		case p := <-reports:
+			call.Progress(p.Percent, p.Message)
+		case <-hctx.Done():
+			return nil, rt.errorFor(req, hctx.Err()), true
+		}
+	}
+}
+
+// offer puts v in ch, a channel of one, replacing a value not yet read.
+// Callers may send concurrently: a value is then dropped, never blocked on.
+func offer[T any](ch chan T, v T) {
+	for range 2 {
+		select {
+		case ch <- v:
+			return
+		default:
+		}
+		select {
+		case <-ch:
+		default:
+		}
 	}
 }
 

@@ -397,12 +397,18 @@ func TestShutdownWaitsForLocalCalls(t *testing.T) {
 }
 
 // TestTryInvokeProgress checks that what a handler reports with
-// [worker.Progress] reaches call.Progress, clamped and cut as for Invoke.
+// [worker.Progress] reaches call.Progress, clamped and cut as for Invoke,
+// on TryInvoke's goroutine. A report replaces one not yet handed on, so the
+// handler waits for each to arrive before the next; the last, sent just
+// before the handler returns, still arrives before the answer.
 func TestTryInvokeProgress(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})
+	seen := make(chan struct{}, 1)
 	if err := c.rt.HandleFunc("build", func(ctx context.Context, _ *worker.Request) (any, error) {
 		worker.Progress(ctx, -5, "start")
+		<-seen
 		worker.Progress(ctx, 42.5, "half")
+		<-seen
 		worker.Progress(ctx, 150, string(make([]byte, 2000)))
 		return "built", nil
 	}); err != nil {
@@ -415,7 +421,10 @@ func TestTryInvokeProgress(t *testing.T) {
 	}
 	var got []report
 	call := localCall("build", "")
-	call.Progress = func(p float64, m string) { got = append(got, report{p, len(m)}) }
+	call.Progress = func(p float64, m string) {
+		got = append(got, report{p, len(m)})
+		seen <- struct{}{}
+	}
 	res, rpcErr, ok := c.rt.TryInvoke(context.Background(), call)
 	if !ok || rpcErr != nil || string(res) != `"built"` {
 		t.Fatalf("TryInvoke(build) = %s, %v, %v; want \"built\", ok true", res, rpcErr, ok)
@@ -463,5 +472,88 @@ func TestTryInvokeRequest(t *testing.T) {
 	}
 	if req.Header != nil {
 		t.Errorf("Request.Header = %v, want nil", req.Header)
+	}
+}
+
+// TestTryInvokeShutdownOutOfTime checks that a Shutdown that runs out of
+// time cancels the context of a local call's handler, as it does for a
+// call from the bus, and that TryInvoke then answers -32003.
+func TestTryInvokeShutdownOutOfTime(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	started := make(chan struct{})
+	if err := c.rt.HandleFunc("wait", func(ctx context.Context, _ *worker.Request) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	answer := tryAsync(context.Background(), c.rt, localCall("wait", ""))
+	<-started
+	out, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.rt.Shutdown(out); err == nil {
+		t.Fatal("Shutdown with an ended context returned no error while a call ran")
+	}
+	a := await(t, answer, "the local call's answer after the shutdown")
+	if !a.ok || code(a.err) != schema.CodeUnavailable {
+		t.Fatalf("local call at a shutdown out of time = %s, %v, %v; want -32003", a.result, a.err, a.ok)
+	}
+}
+
+// TestTryInvokeEndedContext checks that a call whose context has already
+// ended is answered so without running its handler.
+func TestTryInvokeEndedContext(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	var runs atomic.Int64
+	if err := c.rt.HandleFunc("count", func(context.Context, *worker.Request) (any, error) {
+		runs.Add(1)
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, rpcErr, ok := c.rt.TryInvoke(ctx, localCall("count", ""))
+	if !ok || res != nil || code(rpcErr) != schema.CodeCanceled {
+		t.Fatalf("TryInvoke with an ended context = %s, %v, %v; want -32004, ok true", res, rpcErr, ok)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times, want none", n)
+	}
+}
+
+// TestTryInvokeNoProgressAfterAnswer checks that a report the handler
+// makes after TryInvoke returned (its context ended first) never reaches
+// call.Progress.
+func TestTryInvokeNoProgressAfterAnswer(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	started, report, reported := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	if err := c.rt.HandleFunc("late", func(ctx context.Context, _ *worker.Request) (any, error) {
+		close(started)
+		<-report
+		worker.Progress(ctx, 50, "too late")
+		close(reported)
+		return "done", nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	var calls atomic.Int64
+	call := localCall("late", "")
+	call.Progress = func(float64, string) { calls.Add(1) }
+	ctx, cancel := context.WithCancel(context.Background())
+	answer := tryAsync(ctx, c.rt, call)
+	<-started
+	cancel()
+	if a := await(t, answer, "the canceled call's answer"); code(a.err) != schema.CodeCanceled {
+		t.Fatalf("canceled local call = %s, %v; want -32004", a.result, a.err)
+	}
+	close(report)
+	<-reported
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("call.Progress was called %d times after the answer, want none", n)
 	}
 }
