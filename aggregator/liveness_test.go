@@ -279,12 +279,30 @@ func TestProgressReports(t *testing.T) {
 			if got := <-seen; got != (schema.JobProgress{Percent: 10, Message: "started"}) {
 				t.Errorf("first report = %+v, want {10 started}", got)
 			}
-			// Reports alone, with no beat, outlive the silence that
-			// marks a worker lost (3 x 20ms) several times over.
-			for i := range 20 {
-				time.Sleep(10 * time.Millisecond)
-				report(m, fmt.Sprintf(`{"percent":%d}`, 11+i))
+			// From here on reports alone, with no beat, keep the call
+			// alive, for many times the silence that marks a worker lost
+			// (3 x 50ms): a report every 10ms, also while the test
+			// waits for the aggregator to hand them on, so that the
+			// call's only silences are the reports' own intervals.
+			stop, stopped := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(stopped)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+					report(m, fmt.Sprintf(`{"percent":%d}`, 11+i%80))
+				}
+			}()
+			for got := range seen {
+				if got.Percent >= 40 {
+					break
+				}
 			}
+			close(stop)
+			<-stopped
 			report(m, `{"percent":99,"message":"almost"}`)
 			for got := range seen {
 				if got.Percent == 99 {
@@ -294,7 +312,7 @@ func TestProgressReports(t *testing.T) {
 			bus.Reply(m, schema.ReplyResult([]byte(`"done"`)))
 		}()
 	})
-	a := newAgg(t, ac, aggregator.WithHeartbeat(20*time.Millisecond, 3))
+	a := newAgg(t, ac, aggregator.WithHeartbeat(50*time.Millisecond, 3))
 	c := call(`1`, "report", "")
 	c.Timeout = time.Minute
 	c.Progress = func(percent float64, message string) { seen <- schema.JobProgress{Percent: percent, Message: message} }

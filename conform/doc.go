@@ -73,6 +73,7 @@
 //	late          rule 3   a call past its deadline is not run
 //	liveness      rule 8   ack, then a heartbeat every interval, nothing after the reply; none unasked
 //	ack-delay     rule 8   an ack held back for Toolbus-Ack-Delay still comes, once and first, while a longer call runs
+//	free-slots    rule 10  a reply asked with Toolbus-Name-Free names the worker's direct subject, and a call sent there is served
 //	deadline      §2       the handler stops at Toolbus-Deadline
 //	cancel        rule 7   a cancel message stops the running call
 //	busy          rule 8   a call over the concurrency limit is refused busy at once

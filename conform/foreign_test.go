@@ -42,6 +42,10 @@ const (
 	// (Toolbus-Ack-Delay) gets no progress message at all, as if the
 	// delay never ended.
 	holdAck fault = "hold-ack"
+	// badDirect: a reply asked for its free slot (Toolbus-Name-Free)
+	// names a subject outside <prefix>.direct., which the worker does
+	// not even listen on.
+	badDirect fault = "bad-direct"
 )
 
 // foreign is the worker.
@@ -216,6 +220,11 @@ func (w *foreign) respond(m *nats.Msg, r replyEnvelope) {
 	r.V = 1
 	b, err := msgpack.Marshal(r)
 	if err != nil {
+		return
+	}
+	if w.faults[badDirect] && m.Header.Get("Toolbus-Name-Free") != "" {
+		_ = w.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: b,
+			Header: nats.Header{"Toolbus-Direct": {w.prefix + ".jobs.cancel"}, "Toolbus-Free": {"1"}}})
 		return
 	}
 	_ = w.nc.Publish(m.Reply, b)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,7 @@ var rules = []rule{
 	{"late", "rule 3", "a call already past its Toolbus-Deadline is not run", checkLate},
 	{"liveness", "rule 8", "ack at once, a heartbeat every interval, nothing after the reply, nothing unasked", checkLiveness},
 	{"ack-delay", "rule 8", "an ack held back for Toolbus-Ack-Delay still comes, once and first, while a longer call runs", checkAckDelay},
+	{"free-slots", "rule 10", "a reply asked with Toolbus-Name-Free names the worker's direct subject, and a call sent there is served", checkFreeSlots},
 	{"deadline", "§2", "the handler stops when Toolbus-Deadline passes", checkDeadline},
 	{"cancel", "rule 7", "a cancel message naming the call's Toolbus-Call-Id stops it", checkCancel},
 	{"busy", "rule 8", "a call over the method's concurrency is refused busy at once", checkBusy},
@@ -816,6 +818,67 @@ func checkAckDelay(_ context.Context, s *session, r rule) Result {
 			y.since(*quickAck), heldFor))
 	}
 	return r.pass(fmt.Sprintf("it holds back the ack: conform.echo got its reply alone, and the ack of conform.sleep came %v after the call", heldFor))
+}
+
+func checkFreeSlots(_ context.Context, s *session, r rule) Result {
+	live, _, err := s.liveness()
+	if err != nil {
+		return r.fail("", "", err.Error())
+	}
+	if !live.acks {
+		return r.skip(live.why + "; rule 10 builds on rule 8's busy refusals")
+	}
+	asked := call{method: "conform.echo", id: s.id(), params: `["free"]`, heartbeat: heartbeat, misses: misses, callID: nuid.Next(), nameFree: true}
+	want := echoWant + ", with Toolbus-Direct: " + s.prefix + ".direct.<id> and Toolbus-Free: 1 when the worker follows rule 10"
+	x, h, ok, err := s.roundTrip(asked, answerWait)
+	if err != nil {
+		return r.fail(asked.String(), want, err.Error())
+	}
+	defer x.close()
+	if !ok {
+		return r.fail(asked.String(), want, fmt.Sprintf("nothing within %v", answerWait))
+	}
+	if p := echoProblem(asked, h); p != "" {
+		return r.fail(asked.String(), want, p)
+	}
+	direct, free := h.msg.Header.Get(schema.HeaderDirect), h.msg.Header.Get(schema.HeaderFree)
+	if direct == "" && free == "" {
+		return r.skip("the reply names no free slot: the worker does not follow rule 10, which is optional (calls reach it through the queue group, refused ones after a backoff)")
+	}
+	if !isDirect(s.prefix, direct) {
+		return r.fail(asked.String(), want, fmt.Sprintf("Toolbus-Direct %q: not %s.direct. and one token of A-Z a-z 0-9 _ - (at most 64 bytes); an aggregator sends nothing there", direct, s.prefix))
+	}
+	if n, err := strconv.Atoi(free); err != nil || n < 1 {
+		return r.fail(asked.String(), want, fmt.Sprintf("Toolbus-Free %q beside Toolbus-Direct: want a positive count, 1 for the slot the reply frees", free))
+	}
+	sent := call{method: "conform.echo", id: s.id(), params: `["direct"]`, heartbeat: heartbeat, misses: misses, callID: nuid.Next(), subject: direct + ".conform.echo"}
+	y, dh, ok, err := s.roundTrip(sent, answerWait)
+	if err != nil {
+		return r.fail(sent.String(), echoWant, err.Error())
+	}
+	defer y.close()
+	if !ok {
+		return r.fail(sent.String(), echoWant, fmt.Sprintf("nothing within %v", answerWait))
+	}
+	if p := echoProblem(sent, dh); p != "" {
+		return r.fail(sent.String(), echoWant+", as from the queue group", p)
+	}
+	return r.pass(fmt.Sprintf("the reply named %s with Toolbus-Free %s, and conform.echo sent there was answered", direct, free))
+}
+
+// isDirect reports whether v is a direct subject of rule 10 under prefix:
+// "<prefix>.direct." and one token of A-Z a-z 0-9 _ -, at most 64 bytes.
+func isDirect(prefix, v string) bool {
+	id, ok := strings.CutPrefix(v, prefix+".direct.")
+	if !ok || id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // ackedOnce checks the progress messages of a call whose reply is reply:

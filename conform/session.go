@@ -130,6 +130,10 @@ type call struct {
 	misses    int
 	ackDelay  time.Duration
 	callID    string
+	// nameFree sets Toolbus-Name-Free (rule 10); subject, when set, is
+	// the subject published on in place of the method's.
+	nameFree bool
+	subject  string
 	// payload, when not nil, is sent in place of the encoded envelope.
 	payload []byte
 	// reply, when set, is the reply subject, on which nobody listens.
@@ -157,6 +161,12 @@ func (c call) String() string {
 	}
 	if c.ackDelay > 0 {
 		parts = append(parts, fmt.Sprintf("Toolbus-Ack-Delay %d", c.ackDelay.Milliseconds()))
+	}
+	if c.nameFree {
+		parts = append(parts, "Toolbus-Name-Free 1")
+	}
+	if c.subject != "" {
+		parts = append(parts, "on "+c.subject)
 	}
 	if c.callID != "" {
 		parts = append(parts, "Toolbus-Call-Id "+c.callID)
@@ -204,6 +214,12 @@ func (s *session) send(c call) (*exchange, error) {
 		}
 	}
 	msg := &nats.Msg{Subject: s.subject(c.method), Data: data, Header: nats.Header{}}
+	if c.subject != "" {
+		msg.Subject = c.subject
+	}
+	if c.nameFree {
+		msg.Header.Set(schema.HeaderNameFree, "1")
+	}
 	if !c.deadline.IsZero() {
 		msg.Header.Set(schema.HeaderDeadline, schema.FormatDeadline(c.deadline))
 	}
