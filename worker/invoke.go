@@ -151,11 +151,11 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	if dl, has := ctx.Deadline(); has {
 		req.Deadline = dl
 	}
+	// The handler's context ends with ctx, when TryInvoke returns, and
+	// when a Shutdown out of time cancels the runtime's context (the
+	// select below watches that).
 	hctx, cancel := context.WithCancel(invokeTrace(ctx, call.TraceParent))
 	defer cancel()
-	// A Shutdown out of time cancels the runtime's context, and with it
-	// every handler's, local ones too.
-	defer context.AfterFunc(rt.ctx, cancel)()
 	var reports chan schema.JobProgress
 	if call.Progress != nil {
 		reports = make(chan schema.JobProgress, 1)
@@ -185,6 +185,9 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 			call.Progress(p.Percent, p.Message)
 		case <-hctx.Done():
 			return nil, rt.errorFor(req, hctx.Err()), true
+		case <-rt.ctx.Done():
+			cancel()
+			return nil, unavailable(), true
 		}
 	}
 }
