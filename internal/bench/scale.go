@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -65,6 +67,11 @@ type ScalePoint struct {
 	// Ratio is Result's throughput over Workers times the one-worker
 	// throughput at the same offered load; 0 when there is none.
 	Ratio float64
+	// Idle is the share of the machine's CPU time that was idle while
+	// the point ran, from 0 to 1; negative when it could not be read
+	// (it is read from /proc/stat, on Linux). A point with little idle
+	// time measures the machine's CPU, not the dispatch.
+	Idle float64
 }
 
 // ScaleResult is what [Scale] measured.
@@ -133,9 +140,15 @@ func Scale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		}
 		for _, o := range cfg.Offered {
 			conc := max(int(math.Round(o*float64(n*cfg.Slots))), 1)
+			before, okBefore := readCPUTimes()
 			r, err := Load(ctx, LoadConfig{URL: cfg.URL, Body: body, Concurrency: conc,
 				Warmup: cfg.Warmup, Duration: cfg.Duration, progress: cfg.Progress})
-			res.Points = append(res.Points, ScalePoint{Workers: n, Offered: o, Concurrency: conc, Result: r})
+			after, okAfter := readCPUTimes()
+			idle := -1.0
+			if okBefore && okAfter && after.total > before.total {
+				idle = float64(after.idle-before.idle) / float64(after.total-before.total)
+			}
+			res.Points = append(res.Points, ScalePoint{Workers: n, Offered: o, Concurrency: conc, Result: r, Idle: idle})
 			if err != nil {
 				return res, err
 			}
@@ -185,6 +198,10 @@ func (r ScaleResult) Verdicts() []Verdict {
 			v.Margin = fmt.Sprintf("%.2f to spare", p.Ratio-GoalScaleRatio)
 		default:
 			v.Margin = fmt.Sprintf("missed by %.2f", GoalScaleRatio-p.Ratio)
+			if p.Idle >= 0 && p.Idle < scaleBusyIdle {
+				v.Margin += fmt.Sprintf("; the machine's CPU was %.0f%% idle meanwhile, so this point measures the CPU the %d worker processes, the ingress and the load share, not how calls are dispatched",
+					100*p.Idle, p.Workers)
+			}
 		}
 		vs = append(vs, v)
 	}
@@ -200,14 +217,18 @@ func ReportScale(w io.Writer, r ScaleResult) error {
 	// figure beside the ratio that does not move with the one-worker
 	// point's noise.
 	ideal := float64(r.Slots) / r.Sleep.Seconds()
-	fmt.Fprintln(tw, "workers\toffered\tcalls in flight\tcalls/s\tratio\tof ideal\tp50\tp99\terrors\t")
+	fmt.Fprintln(tw, "workers\toffered\tcalls in flight\tcalls/s\tratio\tof ideal\tp50\tp99\terrors\tcpu idle\t")
 	for _, p := range r.Points {
 		ratio := "-"
 		if p.Ratio > 0 {
 			ratio = fmt.Sprintf("%.2f", p.Ratio)
 		}
-		fmt.Fprintf(tw, "%d\t%g×\t%d\t%.1f\t%s\t%.2f\t%s\t%s\t%d\t\n", p.Workers, p.Offered, p.Concurrency,
-			p.Result.Throughput, ratio, p.Result.Throughput/(ideal*float64(p.Workers)), formatDuration(p.Result.P50), formatDuration(p.Result.P99), p.Result.Errors)
+		idle := "-"
+		if p.Idle >= 0 {
+			idle = fmt.Sprintf("%.0f%%", 100*p.Idle)
+		}
+		fmt.Fprintf(tw, "%d\t%g×\t%d\t%.1f\t%s\t%.2f\t%s\t%s\t%d\t%s\t\n", p.Workers, p.Offered, p.Concurrency,
+			p.Result.Throughput, ratio, p.Result.Throughput/(ideal*float64(p.Workers)), formatDuration(p.Result.P50), formatDuration(p.Result.P99), p.Result.Errors, idle)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -473,4 +494,43 @@ func ReportFirstCall(w io.Writer, r FirstCallResult, sleep time.Duration) error 
 	_, err := fmt.Fprintf(w, "a new worker's first call: %s from its start to the first answer, %s less the %v sleep (%d calls answered with an error before)\n",
 		formatDuration(r.ToAnswer), formatDuration(r.ToCall), sleep, r.Refused)
 	return err
+}
+
+// scaleBusyIdle is the idle share of the CPU below which a missed scale
+// point is said to be bound by the machine's CPU.
+const scaleBusyIdle = 0.1
+
+// cpuTimes are the machine's CPU time counters, in clock ticks: all of
+// them, and the idle ones (idle and iowait).
+type cpuTimes struct{ total, idle uint64 }
+
+// readCPUTimes reads the first line of /proc/stat; false where there is
+// none, or it cannot be read.
+func readCPUTimes() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var t cpuTimes
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		// guest and guest_nice (the 9th and 10th) are already in user
+		// and nice.
+		if i >= 8 {
+			break
+		}
+		t.total += n
+		if i == 3 || i == 4 {
+			t.idle += n
+		}
+	}
+	return t, true
 }

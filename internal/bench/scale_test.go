@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,39 @@ func TestFirstCall(t *testing.T) {
 	}
 	if r.ToAnswer < r.ToCall {
 		t.Errorf("FirstCall = %+v, want ToAnswer ≥ ToCall", r)
+	}
+}
+
+// A missed point whose machine had little idle CPU says so: it measured
+// the CPU, not the dispatch. One with idle CPU, or none read, does not.
+func TestScaleVerdictNamesABusyCPU(t *testing.T) {
+	r := ScaleResult{Points: []ScalePoint{
+		{Workers: 1, Offered: 2, Result: Result{Throughput: 80}, Idle: 0.5},
+		{Workers: 4, Offered: 2, Result: Result{Throughput: 200}, Idle: 0.02},
+		{Workers: 8, Offered: 2, Result: Result{Throughput: 400}, Idle: 0.4},
+		{Workers: 16, Offered: 2, Result: Result{Throughput: 800}, Idle: -1},
+	}}
+	r.setRatios()
+	vs := r.Verdicts()
+	if len(vs) != 3 {
+		t.Fatalf("Verdicts = %v, want 3", vs)
+	}
+	for i, busy := range []bool{true, false, false} {
+		if got := strings.Contains(vs[i].Margin, "% idle"); vs[i].Pass || got != busy {
+			t.Errorf("verdict %v: want a miss that names the idle CPU: %v", vs[i], busy)
+		}
+	}
+}
+
+func TestReadCPUTimes(t *testing.T) {
+	a, ok := readCPUTimes()
+	if !ok {
+		if _, err := os.Stat("/proc/stat"); err == nil {
+			t.Fatal("readCPUTimes cannot read /proc/stat, which exists")
+		}
+		t.Skip("no /proc/stat on this system")
+	}
+	if a.total == 0 || a.idle > a.total {
+		t.Fatalf("cpu times %+v: want a total above the idle part", a)
 	}
 }
