@@ -46,7 +46,9 @@ nats'), an ingress ('toolbus ingress') and as many workers ('toolbus worker
 with the demo tool sleep. For each pool size of --workers it offers each load
 of --offered, a multiple of the pool's capacity (workers × --concurrency calls
 at once), as that many concurrent callers, and prints calls/s, p50 and p99,
-the ratio to the pool size times one worker's calls/s in the same run, and the
+the ratio to the pool size times one worker's calls/s in the same run, how
+idle the machine's CPU was meanwhile (a point on a CPU with no idle time
+measures the machine, not the dispatch, and its MISS says so), and the
 curve of those ratios as a chart, with PASS or MISS against 0.9 at 2×. Then it
 measures how soon a worker started on a cluster with none takes its first
 call, and two ingresses behind the same NATS server serving together.
