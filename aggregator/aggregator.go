@@ -957,6 +957,7 @@ func (in *inbox) refuse(p *pending, since time.Time) {
 	defer in.mu.Unlock()
 	p.since = since
 	in.pressedAt[p.method] = time.Now()
+	in.sweepLocked()
 	q := in.refused[p.method]
 	i := len(q)
 	for i > 0 && q[i-1].since.After(since) {
@@ -1039,6 +1040,33 @@ func (in *inbox) freed(method, direct string, n int) {
 		f = f[len(f)-maxFreeOffered:]
 	}
 	in.free[method] = f
+	in.sweepLocked()
+}
+
+// maxMethodsTracked is how many methods the inbox keeps pressure and free
+// slots for before it sweeps out those gone stale: a worker that serves a
+// pattern may be called by many names, and the maps must not grow with
+// them.
+const maxMethodsTracked = 1024
+
+// sweepLocked forgets the pressure and the free slots gone stale, once
+// either map holds more than maxMethodsTracked methods. in.mu must be
+// held.
+func (in *inbox) sweepLocked() {
+	if len(in.pressedAt) <= maxMethodsTracked && len(in.free) <= maxMethodsTracked {
+		return
+	}
+	now := time.Now()
+	for m, at := range in.pressedAt {
+		if now.Sub(at) > pressedFor {
+			delete(in.pressedAt, m)
+		}
+	}
+	for m, f := range in.free {
+		if len(f) == 0 || now.Sub(f[len(f)-1].at) > freeSlotTTL {
+			delete(in.free, m)
+		}
+	}
 }
 
 // takeFree returns the direct subject of a worker a reply lately named
