@@ -627,13 +627,14 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 	// busy refusal; direct while its latest publication went to one
 	// worker's direct subject rather than to the queue group.
 	refused, direct := false, false
+	var directTo string // the direct subject of the latest publication
 	publishDirect := func(to string) *schema.Error {
 		d := *msg
 		d.Subject = to + "." + c.Method
 		if err := a.nc.PublishMsg(&d); err != nil {
 			return a.requestError(ctx, c, timeout, err)
 		}
-		direct = true
+		direct, directTo = true, to
 		return nil
 	}
 	// publish sends the call to a slot a reply lately named free, or else
@@ -693,8 +694,11 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		select {
 		case m := <-p.reply:
 			if direct && bus.NoResponders(m) {
-				// The worker named by a free slot has gone: nothing
-				// ran, so the queue group has the call again.
+				// The worker named by a free slot has gone, or NATS
+				// refused its direct subscription: nothing ran, so the
+				// queue group has the call again, and the slots that
+				// worker names are not believed for a while.
+				a.inbox.unheard(directTo)
 				if e := publish(); e != nil {
 					return nil, e
 				}
@@ -882,6 +886,9 @@ type inbox struct {
 	// refused call took, oldest first: the next calls of the method go
 	// there rather than to a random member of the queue group.
 	free map[string][]freeSlot
+	// deaf holds the direct subjects that a call sent to reached nobody,
+	// with when: the slots they name are not believed for deafFor.
+	deaf map[string]time.Time
 }
 
 // freeSlot is a slot a worker named free at a time.
@@ -916,7 +923,7 @@ type pending struct {
 }
 
 func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, error) {
-	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}}
+	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}, deaf: map[string]time.Time{}}
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
@@ -1013,6 +1020,12 @@ func (in *inbox) unrefuseLocked(p *pending) {
 func (in *inbox) freed(method, direct string, n int) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if at, ok := in.deaf[direct]; ok {
+		if time.Since(at) < deafFor {
+			return
+		}
+		delete(in.deaf, direct)
+	}
 	q := in.refused[method]
 	for n > 0 && len(q) > 0 {
 		p := q[0]
@@ -1042,6 +1055,41 @@ func (in *inbox) freed(method, direct string, n int) {
 	in.free[method] = f
 	in.sweepLocked()
 }
+
+// unheard records that a call sent to direct reached nobody: its worker
+// is gone, or cannot subscribe there (NATS permissions older than rule
+// 10). The slots it names are ignored for [deafFor], and those already
+// named are forgotten.
+func (in *inbox) unheard(direct string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.deaf[direct] = time.Now()
+	for m, f := range in.free {
+		kept := f[:0]
+		for _, slot := range f {
+			if slot.direct != direct {
+				kept = append(kept, slot)
+			}
+		}
+		if len(kept) == 0 {
+			delete(in.free, m)
+		} else {
+			in.free[m] = kept
+		}
+	}
+	if len(in.deaf) > maxMethodsTracked {
+		now := time.Now()
+		for d, at := range in.deaf {
+			if now.Sub(at) >= deafFor {
+				delete(in.deaf, d)
+			}
+		}
+	}
+}
+
+// deafFor is how long the free slots of a worker whose direct subject
+// reached nobody are ignored.
+const deafFor = time.Minute
 
 // maxMethodsTracked is how many methods the inbox keeps pressure and free
 // slots for before it sweeps out those gone stale: a worker that serves a

@@ -17,7 +17,7 @@ func TestInboxForgetsStaleMethods(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := &inbox{subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{},
-		pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}}
+		pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}, deaf: map[string]time.Time{}}
 	stale := time.Now().Add(-time.Hour)
 	for i := range 3 * maxMethodsTracked {
 		m := fmt.Sprintf("math.m%d", i)

@@ -139,7 +139,9 @@ func TestFreedSlotMustBeADirectSubject(t *testing.T) {
 }
 
 // A slot named free whose worker is gone answers no-responders: the call
-// goes to the queue group instead, and nothing of it is lost.
+// goes to the queue group instead, nothing of it is lost, and the slots
+// that worker names are not believed any more (a worker whose NATS
+// permissions refuse its direct subscription names them all the same).
 func TestFreedSlotOfAGoneWorker(t *testing.T) {
 	ac, wc := setup(t)
 	a := newAgg(t, ac)
@@ -158,11 +160,19 @@ func TestFreedSlotOfAGoneWorker(t *testing.T) {
 	if err := wc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
+	before := ac.Stats().OutMsgs
+	for i := range 4 {
 		r := dispatchOne(a, call("1", "hold", `{}`))
 		if r.Error != nil || string(r.Result) != `"queue"` {
 			t.Fatalf("call %d = %+v, %+v; want the queue group's result", i, r, r.Error)
 		}
+	}
+	// One message per call to the queue group, and one to the gone
+	// worker's direct subject: the second call's, on the slot the first
+	// reply named. After its no-responders, the slots named there are
+	// ignored.
+	if n := ac.Stats().OutMsgs - before; n != 5 {
+		t.Fatalf("the aggregator published %d messages for 4 calls, want 5 (one direct attempt, then none)", n)
 	}
 }
 
