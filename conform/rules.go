@@ -141,6 +141,20 @@ func (s *session) alive() string {
 	return ""
 }
 
+// echo sends the conform.echo call c and checks its reply with
+// echoProblem. It returns the exchange, to be closed by the caller when
+// not nil, the reply, and what went wrong, or "".
+func (s *session) echo(c call) (*exchange, heard, string) {
+	x, h, ok, err := s.roundTrip(c, answerWait)
+	switch {
+	case err != nil:
+		return nil, heard{}, err.Error()
+	case !ok:
+		return x, heard{}, fmt.Sprintf("nothing within %v", answerWait)
+	}
+	return x, h, echoProblem(c, h)
+}
+
 // echoProblem checks the reply h to the conform.echo call c; it returns
 // what is wrong, or "".
 func echoProblem(c call, h heard) string {
@@ -797,15 +811,11 @@ func checkAckDelay(_ context.Context, s *session, r rule) Result {
 
 	quick := call{method: "conform.echo", id: s.id(), params: `["quick"]`, heartbeat: quickHeartbeat, ackDelay: quickAckDelay, callID: nuid.Next()}
 	want = echoWant + ", and no progress message but perhaps an ack before it (a worker may acknowledge at once)"
-	y, qh, ok, err := s.roundTrip(quick, answerWait)
-	if err != nil {
-		return r.fail(quick.String(), want, err.Error())
+	y, qh, p := s.echo(quick)
+	if y != nil {
+		defer y.close()
 	}
-	defer y.close()
-	if !ok {
-		return r.fail(quick.String(), want, fmt.Sprintf("nothing within %v", answerWait))
-	}
-	if p := echoProblem(quick, qh); p != "" {
+	if p != "" {
 		return r.fail(quick.String(), want, p)
 	}
 	y.listen(quiet)
@@ -830,15 +840,11 @@ func checkFreeSlots(_ context.Context, s *session, r rule) Result {
 	}
 	asked := call{method: "conform.echo", id: s.id(), params: `["free"]`, heartbeat: heartbeat, misses: misses, callID: nuid.Next(), nameFree: true}
 	want := echoWant + ", with Toolbus-Direct: " + s.prefix + ".direct.<id> and Toolbus-Free: 1 when the worker follows rule 10"
-	x, h, ok, err := s.roundTrip(asked, answerWait)
-	if err != nil {
-		return r.fail(asked.String(), want, err.Error())
+	x, h, p := s.echo(asked)
+	if x != nil {
+		defer x.close()
 	}
-	defer x.close()
-	if !ok {
-		return r.fail(asked.String(), want, fmt.Sprintf("nothing within %v", answerWait))
-	}
-	if p := echoProblem(asked, h); p != "" {
+	if p != "" {
 		return r.fail(asked.String(), want, p)
 	}
 	direct, free := h.msg.Header.Get(schema.HeaderDirect), h.msg.Header.Get(schema.HeaderFree)
@@ -852,15 +858,11 @@ func checkFreeSlots(_ context.Context, s *session, r rule) Result {
 		return r.fail(asked.String(), want, fmt.Sprintf("Toolbus-Free %q beside Toolbus-Direct: want a positive count, 1 for the slot the reply frees", free))
 	}
 	sent := call{method: "conform.echo", id: s.id(), params: `["direct"]`, heartbeat: heartbeat, misses: misses, callID: nuid.Next(), subject: direct + ".conform.echo"}
-	y, dh, ok, err := s.roundTrip(sent, answerWait)
-	if err != nil {
-		return r.fail(sent.String(), echoWant, err.Error())
+	y, _, p := s.echo(sent)
+	if y != nil {
+		defer y.close()
 	}
-	defer y.close()
-	if !ok {
-		return r.fail(sent.String(), echoWant, fmt.Sprintf("nothing within %v", answerWait))
-	}
-	if p := echoProblem(sent, dh); p != "" {
+	if p != "" {
 		return r.fail(sent.String(), echoWant+", as from the queue group", p)
 	}
 	return r.pass(fmt.Sprintf("the reply named %s with Toolbus-Free %s, and conform.echo sent there was answered", direct, free))
