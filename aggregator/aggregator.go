@@ -17,6 +17,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/latest"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -1161,7 +1162,7 @@ func (in *inbox) deliver(msg *nats.Msg) {
 			// A report the aggregator cannot read is still a sign of
 			// life; only its content is dropped.
 			if r, err := schema.UnmarshalProgress(msg.Data); err == nil {
-				offer(p.report, r)
+				latest.Offer(p.report, r)
 			}
 		}
 		select {
@@ -1203,20 +1204,6 @@ func isBusy(v string) bool { return v == schema.ProgressBusy || v == progressBus
 // maxFreeOffered bounds the free slots one reply may claim, whatever its
 // header says.
 const maxFreeOffered = 64
-
-// offer puts v in ch, a channel of one that only the caller sends on,
-// replacing a value not yet read.
-func offer[T any](ch chan T, v T) {
-	select {
-	case ch <- v:
-	default:
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- v
-	}
-}
 
 // RetrySafe reports whether calls of method may run more than once: it
 // matches a pattern of [WithRetrySafe], or the test of

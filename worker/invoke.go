@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 
+	"github.com/toolbus/toolbus/internal/latest"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -160,7 +161,7 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	if call.Progress != nil {
 		reports = make(chan schema.JobProgress, 1)
 		hctx = context.WithValue(hctx, progressKey{}, ProgressFunc(func(percent float64, message string) {
-			offer(reports, schema.JobProgress{Percent: percent, Message: message})
+			latest.Offer(reports, schema.JobProgress{Percent: percent, Message: message})
 		}))
 	}
 	done := make(chan localAnswer, 1)
@@ -188,22 +189,6 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 		case <-rt.ctx.Done():
 			cancel()
 			return nil, unavailable(), true
-		}
-	}
-}
-
-// offer puts v in ch, a channel of one, replacing a value not yet read.
-// Callers may send concurrently: a value is then dropped, never blocked on.
-func offer[T any](ch chan T, v T) {
-	for range 2 {
-		select {
-		case ch <- v:
-			return
-		default:
-		}
-		select {
-		case <-ch:
-		default:
 		}
 	}
 }
