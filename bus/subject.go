@@ -34,12 +34,17 @@ func (s Subjects) Prefix() string { return s.prefix }
 // names of several clusters' streams and buckets stay apart.
 func (s Subjects) Token() string {
 	return strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
+		if tokenRune(r) {
 			return r
 		}
 		return '_'
 	}, s.prefix)
+}
+
+// tokenRune reports whether r is one of A-Z a-z 0-9 _ -, the characters of
+// stream names and of a worker's id in its direct subject.
+func tokenRune(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_'
 }
 
 // Call returns the subject a call of method is published on. It fails for a
@@ -106,9 +111,7 @@ func (s Subjects) IsDirect(v string) bool {
 		return false
 	}
 	for _, r := range v[len(p):] {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9', r == '-', r == '_':
-		default:
+		if !tokenRune(r) {
 			return false
 		}
 	}
