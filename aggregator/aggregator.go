@@ -613,7 +613,7 @@ func accessLevel(on bool) slog.Level {
 // so the first reply of any of them answers the call, and a cancel
 // message reaches all of them.
 func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.Duration, msg *nats.Msg, callID string) ([]byte, *schema.Error) {
-	subject, p, closeInbox := a.inbox.open(c.Method, c.Progress != nil)
+	subject, p, asked, closeInbox := a.inbox.open(c.Method, c.Progress != nil)
 	defer closeInbox()
 	msg.Reply = subject
 	msg.Header[schema.HeaderHeartbeat] = []string{a.heartbeatHeader}
@@ -639,10 +639,13 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		return nil
 	}
 	// publish sends the call to a slot a reply lately named free, or else
-	// to the queue group.
+	// to the queue group. Slots are named only while the method's calls
+	// ask for them (asked), so only then is there one to look for.
 	publish := func() *schema.Error {
-		if to, ok := a.inbox.takeFree(c.Method); ok {
-			return publishDirect(to)
+		if asked {
+			if to, ok := a.inbox.takeFree(c.Method); ok {
+				return publishDirect(to)
+			}
 		}
 		direct = false
 		if err := a.nc.PublishMsg(msg); err != nil {
@@ -650,7 +653,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		}
 		return nil
 	}
-	if a.inbox.pressed(c.Method) {
+	if asked {
 		msg.Header[schema.HeaderNameFree] = nameFree
 	}
 	if e := publish(); e != nil {
@@ -728,6 +731,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				}
 				// From now on the call's workers name the slots
 				// they free.
+				asked = true
 				msg.Header[schema.HeaderNameFree] = nameFree
 				if now.Sub(firstBusy) >= a.busyWait {
 					return nil, workersBusy(c.Method, a.busyWait)
@@ -940,7 +944,7 @@ func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, erro
 
 // open returns a fresh reply subject and what its messages arrive on,
 // progress reports too when reports is set; close forgets it.
-func (in *inbox) open(method string, reports bool) (subject string, p *pending, close func()) {
+func (in *inbox) open(method string, reports bool) (subject string, p *pending, pressed bool, close func()) {
 	token := nuid.Next()
 	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1), method: method, direct: make(chan string, 1)}
 	if reports {
@@ -948,8 +952,9 @@ func (in *inbox) open(method string, reports bool) (subject string, p *pending, 
 	}
 	in.mu.Lock()
 	in.waiting[token] = p
+	pressed = in.pressedLocked(method)
 	in.mu.Unlock()
-	return in.prefix + token, p, func() {
+	return in.prefix + token, p, pressed, func() {
 		in.mu.Lock()
 		delete(in.waiting, token)
 		in.unrefuseLocked(p)
@@ -981,6 +986,11 @@ func (in *inbox) refuse(p *pending, since time.Time) {
 func (in *inbox) pressed(method string) bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.pressedLocked(method)
+}
+
+// pressedLocked is pressed with in.mu held.
+func (in *inbox) pressedLocked(method string) bool {
 	at, ok := in.pressedAt[method]
 	if ok && time.Since(at) > pressedFor {
 		delete(in.pressedAt, method)

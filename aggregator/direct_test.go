@@ -147,7 +147,13 @@ func TestFreedSlotOfAGoneWorker(t *testing.T) {
 	a := newAgg(t, ac)
 	var calls atomic.Int64
 	qsub, err := wc.QueueSubscribe("toolbus.call.hold", "toolbus-workers", func(m *nats.Msg) {
-		calls.Add(1)
+		if calls.Add(1) == 1 {
+			// A refusal first, so that the method's calls ask for
+			// free slots from now on.
+			wc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: nats.Header{
+				schema.HeaderProgress: []string{schema.ProgressBusy}, schema.HeaderDirect: []string{"toolbus.direct.gone"}}})
+			return
+		}
 		// Every answer names a free slot of a worker that never
 		// subscribed to its direct subject.
 		reply(m, schema.ReplyResult(json.RawMessage(`"queue"`)), nats.Header{
@@ -167,12 +173,12 @@ func TestFreedSlotOfAGoneWorker(t *testing.T) {
 			t.Fatalf("call %d = %+v, %+v; want the queue group's result", i, r, r.Error)
 		}
 	}
-	// One message per call to the queue group, and one to the gone
-	// worker's direct subject: the second call's, on the slot the first
-	// reply named. After its no-responders, the slots named there are
-	// ignored.
-	if n := ac.Stats().OutMsgs - before; n != 5 {
-		t.Fatalf("the aggregator published %d messages for 4 calls, want 5 (one direct attempt, then none)", n)
+	// One message per call to the queue group, one more for the first
+	// call (refused, then published again), and one to the gone worker's
+	// direct subject: the second call's, on the slot the first reply
+	// named. After its no-responders, the slots named there are ignored.
+	if n := ac.Stats().OutMsgs - before; n != 6 {
+		t.Fatalf("the aggregator published %d messages for 4 calls, want 6 (one refusal, one direct attempt, then none)", n)
 	}
 }
 
