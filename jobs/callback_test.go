@@ -220,6 +220,8 @@ func TestNotifyURLRefused(t *testing.T) {
 	})
 	s := newService(t, js, jobs.WithCallbackSecret([]byte("0123456789abcdef-secret")), n.option(),
 		jobs.WithCallbackAllow("127.0.0.1:9000", "hooks.internal:8443"))
+	// namedRange marks a host name refused: its error data names no range.
+	const namedRange = "(a name)"
 	for _, tc := range []struct {
 		name, url string
 		kind      string // the range refused; "" when accepted
@@ -240,9 +242,11 @@ func TestNotifyURLRefused(t *testing.T) {
 		{"multicast", "http://224.0.0.1/", "multicast"},
 		{"unspecified", "http://0.0.0.0:4222/", "unspecified"},
 		{"broadcast", "http://255.255.255.255/", "broadcast"},
-		{"name inside", "https://inside.test/hook", "private"},
-		{"name of the metadata address", "http://meta.test/", "link-local"},
-		{"allowed name on another port", "https://hooks.internal/hook", "private"},
+		// Of a name the caller learns only the rule: not whether it
+		// resolves, nor to which range (namedRange).
+		{"name inside", "https://inside.test/hook", namedRange},
+		{"name of the metadata address", "http://meta.test/", namedRange},
+		{"allowed name on another port", "https://hooks.internal/hook", namedRange},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, fmt.Sprintf(`{"method":"echo","notify_url":%q}`, tc.url))
@@ -255,17 +259,31 @@ func TestNotifyURLRefused(t *testing.T) {
 			if !isErr(rpcErr, schema.ErrInvalidParams) {
 				t.Fatalf("submit with %s = %v, want -32602", tc.url, rpcErr)
 			}
-			if d := errorData(t, rpcErr); d["field"] != "notify_url" || d["range"] != tc.kind {
-				t.Errorf("error data = %s, want field notify_url and range %q", rpcErr.Data, tc.kind)
+			var want any = tc.kind
+			if tc.kind == namedRange {
+				want = nil
+			}
+			if d := errorData(t, rpcErr); d["field"] != "notify_url" || d["range"] != want {
+				t.Errorf("error data = %s, want field notify_url and range %v", rpcErr.Data, want)
 			}
 			if !strings.Contains(rpcErr.Message, "--callback-allow") {
 				t.Errorf("message %q does not name the allowlist flag", rpcErr.Message)
 			}
 		})
 	}
-	_, rpcErr := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","notify_url":"http://nowhere.test/"}`)
-	if !isErr(rpcErr, schema.ErrInvalidParams) || !strings.Contains(rpcErr.Message, "does not resolve") {
-		t.Errorf("submit with a name that does not resolve = %v, want -32602 saying so", rpcErr)
+	// A name that does not resolve and one that resolves inside are
+	// refused in the same words: the answer is no oracle of the
+	// operator's names.
+	_, nowhere := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","notify_url":"http://same.test/"}`)
+	_, inside := rpc(t, s, "", schema.MethodJobsSubmit, `{"method":"echo","notify_url":"http://inside.test/"}`)
+	if !isErr(nowhere, schema.ErrInvalidParams) || !isErr(inside, schema.ErrInvalidParams) {
+		t.Fatalf("submit with a name that does not resolve = %v, with one inside = %v, want -32602 for both", nowhere, inside)
+	}
+	if got, want := strings.ReplaceAll(nowhere.Message, "same.test", "inside.test"), inside.Message; got != want {
+		t.Errorf("refusal of a name that does not resolve = %q, of a name inside = %q, want the same words", got, want)
+	}
+	if got, want := string(nowhere.Data), strings.ReplaceAll(string(inside.Data), "inside.test", "same.test"); got != want {
+		t.Errorf("refusal data of a name that does not resolve = %s, of a name inside = %s, want the same", got, want)
 	}
 }
 

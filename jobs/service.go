@@ -268,18 +268,30 @@ func (s *Service) checkNotifyURL(ctx context.Context, raw string) *schema.Error 
 	switch {
 	case err == nil:
 	case errors.As(err, &blocked):
-		reason := blocked.Reason() + "; job callbacks reach loopback, private, link-local and other internal " +
-			"addresses only when the operator allows them with --callback-allow"
-		return schema.NewError(schema.CodeInvalidParams, "invalid params: notify_url: "+reason,
-			map[string]string{"field": "notify_url", "reason": reason, "range": blocked.Range.Kind})
+		s.log.Info("notify_url refused", "host", u.Hostname(), "err", blocked)
+		data := map[string]string{"field": "notify_url"}
+		if r := blocked.CallerRange(); r != "" {
+			data["range"] = r
+		}
+		return notifyRefused(blocked.Reason(), data)
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-		return invalidParams("notify_url", "host "+u.Hostname()+" does not resolve; give a host name that resolves in DNS")
+		s.log.Info("notify_url refused: its host does not resolve", "host", u.Hostname(), "err", err)
+		return notifyRefused(egress.NameRule(u.Hostname()), map[string]string{"field": "notify_url"})
 	case egress.Classify(err) == egress.ClassDNS:
 		s.log.Info("notify_url not resolved at submit; its callback is checked when it connects", "host", u.Hostname(), "err", err)
 	default:
 		return invalidParams("notify_url", "must be an absolute http or https URL with a valid port")
 	}
 	return nil
+}
+
+// notifyRefused is the caller's error for a notify_url whose host the
+// callback rule refuses: it names the rule, and of a host name neither
+// whether it resolves nor where to (the operator's log has that).
+func notifyRefused(why string, data map[string]string) *schema.Error {
+	reason := why + "; job callbacks reach only hosts with public addresses, unless the operator allows others with --callback-allow"
+	data["reason"] = reason
+	return schema.NewError(schema.CodeInvalidParams, "invalid params: notify_url: "+reason, data)
 }
 
 // notifyLookupTimeout bounds resolving a notify_url's host at submit.

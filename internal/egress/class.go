@@ -127,16 +127,36 @@ func (e *BlockedError) Error() string {
 	return fmt.Sprintf("egress: %s resolves to %s, %s, which is not allowed", e.Host, e.Addr, e.article())
 }
 
-// Reason says what was refused in words fit for the caller that asked: an
-// address the caller wrote is named with its range ("127.0.0.1 is a
-// loopback address (127.0.0.0/8)"), but what a name resolves to is not
-// told ("db.internal resolves to a private address"), since that is the
-// operator's network's business.
+// Reason says what was refused in words fit for the caller that asked.
+// An address the caller wrote is named with its range ("127.0.0.1 is a
+// loopback address (127.0.0.0/8)"): the caller knows it already. Of a
+// name only the rule is told ("db.internal is not a public host"), the
+// same words a name that does not resolve gets ([NameRule]): whether a
+// name resolves inside, and to which range, is the operator's network's
+// business, and belongs in the operator's log ([BlockedError.Error]).
 func (e *BlockedError) Reason() string {
 	if e.literal() {
 		return fmt.Sprintf("%s is %s", e.Host, e.article())
 	}
-	return fmt.Sprintf("%s resolves to %s address", e.Host, an(e.Range.Kind))
+	return NameRule(e.Host)
+}
+
+// NameRule is what a caller is told of a host name that an outbound
+// request may not reach, whether it resolves to a refused address or does
+// not resolve at all, so that the answer tells an outsider nothing about
+// the names of the operator's network.
+func NameRule(host string) string {
+	return host + " is not a public host"
+}
+
+// CallerRange returns the kind of the range refused, for the caller's
+// error data, or "" when e's host is a name (the caller is not told what
+// it resolves to).
+func (e *BlockedError) CallerRange() string {
+	if e.literal() {
+		return e.Range.Kind
+	}
+	return ""
 }
 
 func (e *BlockedError) literal() bool {

@@ -271,7 +271,7 @@ func TestBlockedErrorReason(t *testing.T) {
 		{"127.0.0.1:80", "127.0.0.1 is a loopback address (127.0.0.0/8)"},
 		{"[::ffff:169.254.169.254]:80", "::ffff:169.254.169.254 is a link-local address (169.254.0.0/16)"},
 		{"100.64.1.1:80", "100.64.1.1 is a CGNAT address (100.64.0.0/10)"},
-		{"db.internal:80", "db.internal resolves to a private address"},
+		{"db.internal:80", "db.internal is not a public host"},
 	} {
 		_, err := g.DialContext(context.Background(), "tcp", tc.address)
 		var blocked *egress.BlockedError
