@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,13 +73,40 @@ type Cluster struct {
 	names map[testcontainers.Container]string
 }
 
+// StartOption changes the cluster [Start] brings up.
+type StartOption func(*startConfig)
+
+type startConfig struct {
+	// secureConf replaces deploy/nats/cluster-secure.conf when not nil.
+	secureConf []byte
+	// users are the NATS users given passwords beside [deploy.Users].
+	users []string
+}
+
+// WithNATSUsers runs the NATS nodes with conf in place of the shipped
+// deploy/nats/cluster-secure.conf (it may include cluster.conf, which sits
+// beside it) and gives users passwords beside the ingress's and the
+// workers': conf reads each from the environment variable
+// [deploy.PasswordVar] names, and [Cluster.Credentials] holds it. By
+// default the shipped file runs, with its two users.
+func WithNATSUsers(conf []byte, users ...string) StartOption {
+	return func(c *startConfig) {
+		c.secureConf = conf
+		c.users = append(c.users, users...)
+	}
+}
+
 // Start brings up a cluster: the NATS nodes, then the ingress replicas
 // (the first creates the job stream with three replicas), then the
 // workers, each waited for until it is ready. It fails the test if any
 // part does not come up within a few minutes.
-func Start(t *testing.T) *Cluster {
+func Start(t *testing.T, opts ...StartOption) *Cluster {
 	t.Helper()
 	began := time.Now()
+	var cfg startConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -92,7 +120,7 @@ func Start(t *testing.T) *Cluster {
 	if err != nil {
 		t.Fatalf("network: %v", err)
 	}
-	creds, err := deploy.NewCredentials()
+	creds, err := deploy.NewCredentials(slices.Concat(deploy.Users, cfg.users)...)
 	if err != nil {
 		t.Fatalf("NATS credentials: %v", err)
 	}
@@ -115,7 +143,7 @@ func Start(t *testing.T) *Cluster {
 	// The NATS nodes start together: a JetStream cluster is healthy only
 	// once a majority of it is up.
 	var files []testcontainers.ContainerFile
-	for _, f := range natsConfig(t) {
+	for _, f := range natsConfig(t, cfg.secureConf) {
 		files = append(files, testcontainers.ContainerFile{HostFilePath: f, ContainerFilePath: "/etc/nats/" + filepath.Base(f), FileMode: 0o644})
 	}
 	c.NATS = c.startAll(ctx, NATSNodes, true, func(i int) testcontainers.ContainerRequest {
@@ -251,8 +279,9 @@ func (c *Cluster) start(ctx context.Context, req testcontainers.ContainerRequest
 
 // natsConfig returns the paths of deploy/nats/cluster-secure.conf and of
 // cluster.conf, which it includes: the configuration the compose file and
-// the Kubernetes values run too.
-func natsConfig(t *testing.T) []string {
+// the Kubernetes values run too. When secure is not nil, the first path is
+// that of a file of the test's holding secure instead.
+func natsConfig(t *testing.T, secure []byte) []string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "deploy", "nats")
@@ -263,6 +292,12 @@ func natsConfig(t *testing.T) []string {
 			t.Fatalf("NATS configuration: %v", err)
 		}
 		out = append(out, p)
+	}
+	if secure != nil {
+		out[0] = filepath.Join(t.TempDir(), "cluster-secure.conf")
+		if err := os.WriteFile(out[0], secure, 0o644); err != nil {
+			t.Fatalf("NATS configuration: %v", err)
+		}
 	}
 	return out
 }

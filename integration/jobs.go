@@ -19,6 +19,9 @@ type Job struct {
 	State    string          `json:"state"`
 	Attempts int             `json:"attempts"`
 	Result   json.RawMessage `json:"result"`
+	// Progress is the latest progress report of a running job, null
+	// until its worker sends one.
+	Progress json.RawMessage `json:"progress"`
 	Error    *struct {
 		Code int `json:"code"`
 		Data struct {
