@@ -91,10 +91,8 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	if !ok {
 		return nil, false, NewError(CodeParseError, "parse error: empty body", nil)
 	}
-	if lim.MaxDepth > 0 {
-		if d := depth(body, lim.MaxDepth); d > lim.MaxDepth {
-			return nil, false, LimitError("max_depth", int64(lim.MaxDepth), -1)
-		}
+	if err := CheckDepth(body, lim.MaxDepth); err != nil {
+		return nil, false, err
 	}
 	if !json.Valid(body) {
 		return nil, false, NewError(CodeParseError, "parse error: invalid JSON", parseErrorData(body))
@@ -146,6 +144,19 @@ func firstByte(b []byte) (byte, bool) {
 		return 0, false
 	}
 	return b[i], true
+}
+
+// CheckDepth returns the error a body nested deeper than max arrays and
+// objects is answered with ([CodeLimitExceeded], limit max_depth), or nil
+// when it is not; max <= 0 means no limit. It is the depth check of
+// [Parse], for front doors that hand a body to another protocol's
+// decoder: it reads body once, stops as soon as the limit is passed, and
+// does not validate the JSON.
+func CheckDepth(body []byte, max int) *Error {
+	if max > 0 && depth(body, max) > max {
+		return LimitError("max_depth", int64(max), -1)
+	}
+	return nil
 }
 
 // depth returns the nesting depth of arrays and objects in b, stopping early
