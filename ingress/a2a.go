@@ -17,7 +17,7 @@ import (
 // credentials. An A2A task is a job, so the ingress must serve rpc.jobs.*
 // ([WithExtension] with the jobs service at schema.MethodJobsPrefix);
 // with [WithRegistry] the card lists the live tools as skills. opts
-// follow the ingress's own (logger, body limit, authentication).
+// follow the ingress's own (logger, body and depth limits, authentication).
 func WithA2A(opts ...a2a.Option) Option {
 	return func(c *config) error {
 		c.a2a = append([]a2a.Option{}, opts...)
@@ -35,7 +35,7 @@ func (s *Server) newA2A() (*a2a.Server, error) {
 	if _, ok := s.router.extensions[schema.MethodJobsPrefix].(Subscriber); !ok {
 		return nil, errors.New("the A2A front door follows tasks with rpc.jobs.subscribe, which the jobs extension does not serve")
 	}
-	opts := []a2a.Option{a2a.WithLogger(s.log), a2a.WithMaxBodyBytes(s.cfg.limits.MaxBodyBytes)}
+	opts := []a2a.Option{a2a.WithLogger(s.log), a2a.WithMaxBodyBytes(s.cfg.limits.MaxBodyBytes), a2a.WithMaxDepth(s.cfg.limits.MaxDepth)}
 	if s.auth != nil {
 		schemes := a2a.Schemes{JWT: s.cfg.authJWT}
 		if s.cfg.authKeys {

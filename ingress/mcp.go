@@ -23,7 +23,7 @@ func WithOrigin(origin string) Option {
 // newMCP returns the MCP front door over the registry's tools, whose
 // tools/call comes back through [mcpSeam].
 func (s *Server) newMCP() (*mcp.Server, error) {
-	opts := []mcp.Option{mcp.WithLogger(s.log), mcp.WithMaxBodyBytes(s.cfg.limits.MaxBodyBytes)}
+	opts := []mcp.Option{mcp.WithLogger(s.log), mcp.WithMaxBodyBytes(s.cfg.limits.MaxBodyBytes), mcp.WithMaxDepth(s.cfg.limits.MaxDepth)}
 	if s.auth != nil {
 		opts = append(opts, mcp.WithAuthentication())
 	}

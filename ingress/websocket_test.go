@@ -397,3 +397,30 @@ func TestWebSocketShutdown(t *testing.T) {
 		t.Errorf("Serve() error = %v", err)
 	}
 }
+
+// TestWebSocketDepthLimit checks that max_depth holds on every WebSocket
+// message as on POST /rpc: a message one level deeper than the limit is
+// refused with -32006 naming it and dispatches nothing, one at the limit
+// is answered, and the connection goes on.
+func TestWebSocketDepthLimit(t *testing.T) {
+	const maxDepth = 4
+	s, f := newServer(t, WithLimits(Limits{MaxDepth: maxDepth}))
+	c := dialWS(t, s)
+	// The request object is one level; its params bring the rest.
+	atLimit := `{"jsonrpc":"2.0","method":"echo","params":[[[1]]],"id":1}`
+	send(t, c, `{"jsonrpc":"2.0","method":"echo","params":[[[[1]]]],"id":2}`)
+	if a := receiveOne(t, c); a.Code != schema.CodeLimitExceeded || a.Data["limit"] != "max_depth" || a.Data["max"] != float64(maxDepth) {
+		t.Errorf("message over the depth limit = %+v, want -32006 naming max_depth with max %d", a, maxDepth)
+	}
+	send(t, c, "["+atLimit+"]") // the batch's array is one level more
+	if a := receiveOne(t, c); a.Code != schema.CodeLimitExceeded || a.Data["limit"] != "max_depth" {
+		t.Errorf("batch over the depth limit = %+v, want -32006 naming max_depth", a)
+	}
+	send(t, c, atLimit)
+	if a := receiveOne(t, c); a.ID != "1" || a.Code != 0 || a.Result != "[[[1]]]" {
+		t.Errorf("message at the depth limit = %+v, want its result", a)
+	}
+	if n := len(f.dispatched()); n != 1 {
+		t.Errorf("dispatched %d calls, want only the one at the limit", n)
+	}
+}

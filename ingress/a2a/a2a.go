@@ -33,6 +33,9 @@ const (
 const (
 	// DefaultMaxBodyBytes bounds one request's body.
 	DefaultMaxBodyBytes int64 = 4 << 20
+	// DefaultMaxDepth bounds the nesting of arrays and objects in one
+	// request's body.
+	DefaultMaxDepth = 64
 	// DefaultWait bounds a blocking message/send when the ingress names
 	// no deadline for the call.
 	DefaultWait = 30 * time.Second
@@ -94,13 +97,28 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMaxBodyBytes bounds the body of one request (default
-// [DefaultMaxBodyBytes]); a longer one is answered as a parse error.
+// [DefaultMaxBodyBytes]); a longer one is refused, naming the limit
+// max_body_bytes, before the SDK reads any of it.
 func WithMaxBodyBytes(n int64) Option {
 	return func(s *Server) error {
 		if n <= 0 {
 			return fmt.Errorf("a2a: max body bytes must be positive, got %d", n)
 		}
 		s.maxBody = n
+		return nil
+	}
+}
+
+// WithMaxDepth bounds the nesting of arrays and objects in the body of
+// one request, counting the request object (default [DefaultMaxDepth]);
+// a deeper one is refused, naming the limit max_depth, before the SDK
+// decodes it, as POST /rpc refuses it ([schema.CheckDepth]).
+func WithMaxDepth(n int) Option {
+	return func(s *Server) error {
+		if n <= 0 {
+			return fmt.Errorf("a2a: max depth must be positive, got %d", n)
+		}
+		s.maxDepth = n
 		return nil
 	}
 }
@@ -195,6 +213,7 @@ type Server struct {
 
 	log        *slog.Logger
 	maxBody    int64
+	maxDepth   int
 	auth       *Schemes
 	public     []string
 	textMethod string
@@ -227,7 +246,7 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 	if ing == nil {
 		return nil, errors.New("a2a: nil ingress")
 	}
-	s := &Server{ing: ing, reg: reg, log: slog.Default(), maxBody: DefaultMaxBodyBytes, name: "toolbus", quit: make(chan struct{})}
+	s := &Server{ing: ing, reg: reg, log: slog.Default(), maxBody: DefaultMaxBodyBytes, maxDepth: DefaultMaxDepth, name: "toolbus", quit: make(chan struct{})}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -277,12 +296,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr, herr := s.ing.Request(r)
 	hdr.endpoint = endpoint(r)
 	if herr != nil {
-		writeError(w, nil, fmt.Errorf("%s: %w", herr.Message, a2a.ErrInvalidRequest))
+		writeError(w, nil, fmt.Errorf("%s: %w", herr.Message, a2a.ErrInvalidRequest), nil)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		writeError(w, nil, fmt.Errorf("the request body is over %d bytes or could not be read; send a smaller message: %w", s.maxBody, a2a.ErrParseError))
+	var tooLong *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLong):
+		writeLimit(w, schema.LimitError("max_body_bytes", s.maxBody, -1))
+		return
+	case err != nil:
+		writeError(w, nil, fmt.Errorf("the request body could not be read; send it again: %w", a2a.ErrParseError), nil)
+		return
+	}
+	// The SDK decodes the whole body before anything of toolbus sees it,
+	// so the depth of every door is checked here, as /rpc checks it.
+	if e := schema.CheckDepth(body, s.maxDepth); e != nil {
+		writeLimit(w, e)
 		return
 	}
 	var head struct {
@@ -334,16 +364,35 @@ func (w *written) Flush() {
 // Unwrap lets http.ResponseController reach the connection.
 func (w *written) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// writeError answers a request the SDK never sees.
-func writeError(w http.ResponseWriter, id any, err error) {
+// writeError answers a request the SDK never sees, as the SDK answers
+// err: the code of the A2A error err wraps (a parse error, a server
+// error, or else an invalid request), and err's text in data.error, with
+// the members of data beside it.
+func writeError(w http.ResponseWriter, id any, err error, data map[string]any) {
 	w.Header().Set("Content-Type", "application/json")
 	code, msg := -32600, a2a.ErrInvalidRequest.Error()
-	if errors.Is(err, a2a.ErrParseError) {
+	switch {
+	case errors.Is(err, a2a.ErrParseError):
 		code, msg = -32700, a2a.ErrParseError.Error()
+	case errors.Is(err, a2a.ErrServerError):
+		code, msg = -32000, a2a.ErrServerError.Error()
 	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["error"] = err.Error()
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
-		"error": map[string]any{"code": code, "message": msg, "data": map[string]any{"error": err.Error()}}})
+		"error": map[string]any{"code": code, "message": msg, "data": data}})
 	w.Write(append(b, '\n'))
+}
+
+// writeLimit answers a request the SDK never sees with the toolbus
+// limit error e, as A2A carries a toolbus error ([a2aError]), with e's
+// limit and max in data besides its text.
+func writeLimit(w http.ResponseWriter, e *schema.Error) {
+	var data map[string]any
+	_ = json.Unmarshal(e.Data, &data)
+	writeError(w, nil, a2aError(e), data)
 }
 
 // rawParts returns the raw data of the data parts of the message in a

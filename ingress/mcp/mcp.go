@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -24,6 +25,10 @@ import (
 
 // Path is where the ingress mounts the front door (Streamable HTTP).
 const Path = "/mcp"
+
+// DefaultMaxDepth bounds the nesting of arrays and objects in one
+// request's body (see [WithMaxDepth]).
+const DefaultMaxDepth = 64
 
 // refHeader carries, from the HTTP request that brought an MCP message to
 // the tool handler that runs it, a reference to what the ingress read from
@@ -88,13 +93,30 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMaxBodyBytes bounds the body of one request (default: the SDK's).
+// WithMaxBodyBytes bounds the body of one request (default: the SDK's,
+// mcp.DefaultMaxRequestBodyBytes); a longer one is answered 413 with a
+// -32006 error naming max_body_bytes, before the SDK reads any of it.
 func WithMaxBodyBytes(n int64) Option {
 	return func(s *Server) error {
 		if n <= 0 {
 			return fmt.Errorf("mcp: max body bytes must be positive, got %d", n)
 		}
 		s.maxBody = n
+		return nil
+	}
+}
+
+// WithMaxDepth bounds the nesting of arrays and objects in the body of
+// one request, counting the message itself (default [DefaultMaxDepth]);
+// a deeper one is answered 400 with the -32006 error POST /rpc answers
+// it with ([schema.CheckDepth]), naming max_depth, before the SDK
+// decodes it.
+func WithMaxDepth(n int) Option {
+	return func(s *Server) error {
+		if n <= 0 {
+			return fmt.Errorf("mcp: max depth must be positive, got %d", n)
+		}
+		s.maxDepth = n
 		return nil
 	}
 }
@@ -155,6 +177,7 @@ type Server struct {
 
 	log           *slog.Logger
 	maxBody       int64
+	maxDepth      int
 	authenticated bool
 	jobs          Jobs
 	jobsPrefix    string
@@ -182,13 +205,15 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 		return nil, errors.New("mcp: nil ingress or registry")
 	}
 	m := &Server{
-		ing:    ing,
-		reg:    reg,
-		log:    slog.Default(),
-		listed: map[string]string{},
-		kick:   make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		done:   make(chan struct{}),
+		ing:      ing,
+		reg:      reg,
+		log:      slog.Default(),
+		maxBody:  mcp.DefaultMaxRequestBodyBytes,
+		maxDepth: DefaultMaxDepth,
+		listed:   map[string]string{},
+		kick:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(m); err != nil {
@@ -240,11 +265,18 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr, herr := m.ing.Request(r)
 	if herr != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		b, _ := schema.Response{ID: json.RawMessage("null"), Error: herr}.MarshalJSON()
-		w.Write(b)
+		writeError(w, http.StatusBadRequest, herr)
 		return
+	}
+	if r.Method == http.MethodPost {
+		body, status, err := m.read(w, r)
+		if err != nil {
+			writeError(w, status, err)
+			return
+		}
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 	}
 	ref := newRef()
 	m.refs.Store(ref, hdr)
@@ -255,6 +287,34 @@ func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Authorization", "Bearer "+ref)
 	}
 	m.handler.ServeHTTP(w, r)
+}
+
+// read reads the body of a POST under the body limit and checks its
+// depth, as POST /rpc does, before the SDK decodes it; a body over
+// either limit is answered with the HTTP status and the error returned.
+func (m *Server) read(w http.ResponseWriter, r *http.Request) ([]byte, int, *schema.Error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
+	var tooLong *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLong):
+		return nil, http.StatusRequestEntityTooLarge, schema.LimitError("max_body_bytes", m.maxBody, -1)
+	case err != nil:
+		return nil, http.StatusBadRequest, schema.NewError(schema.CodeParseError, "parse error: the body could not be read; send it again", nil)
+	}
+	if e := schema.CheckDepth(body, m.maxDepth); e != nil {
+		return nil, http.StatusBadRequest, e
+	}
+	return body, 0, nil
+}
+
+// writeError answers a request the SDK never sees with e and a null id,
+// under an HTTP error status, as Streamable HTTP has a server refuse a
+// message it cannot take.
+func writeError(w http.ResponseWriter, status int, e *schema.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := schema.Response{ID: json.RawMessage("null"), Error: e}.MarshalJSON()
+	w.Write(b)
 }
 
 // sessionUser is the SDK's token verifier: the token is the reference
