@@ -79,6 +79,8 @@ type ingressConfig struct {
 	a2a             bool
 	a2aTextMethod   string
 	a2aPublicSkills []string
+	a2aPushConfigs  int
+	a2aPushBytes    int64
 	toolsRetention  time.Duration
 	// sec is the authentication, admission and resilience policy.
 	sec securityConfig
@@ -129,6 +131,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.BoolVar(&c.a2a, "a2a", true, "serve the A2A front door at POST /a2a and its agent card at /.well-known/agent-card.json, tasks as jobs (needs --jobs); push notifications reach internal receivers only through --callback-allow")
 	f.StringVar(&c.a2aTextMethod, "a2a-text-method", "", `the method an A2A message of text alone goes to, with params {"text": "..."} (default: such a message is refused)`)
 	f.StringSliceVar(&c.a2aPublicSkills, "a2a-public-skills", nil, "method patterns whose skills the public A2A agent card lists while authentication is on (e.g. echo,math.*); without auth it lists every skill")
+	f.IntVar(&c.a2aPushConfigs, "a2a-push-caller-max-configs", a2a.DefaultPushCallerMaxConfigs, "A2A push notification configs one caller may keep over all its tasks not yet final, counted in JetStream across every ingress")
+	f.Int64Var(&c.a2aPushBytes, "a2a-push-caller-max-bytes", a2a.DefaultPushCallerMaxBytes, "bytes of the A2A push notification configs one caller may keep over all its tasks not yet final, counted in JetStream across every ingress")
 	c.obs.flags(cmd)
 }
 
@@ -415,7 +419,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 			jobs.WithRunConcurrency(c.jobConcurrency),
 			jobs.WithRunnerCounters(counters)))
 		if c.a2a {
-			a2aOpts := []a2a.Option{a2a.WithPublicSkills(c.a2aPublicSkills...)}
+			a2aOpts := []a2a.Option{a2a.WithPublicSkills(c.a2aPublicSkills...), a2a.WithPushCallerLimits(c.a2aPushConfigs, c.a2aPushBytes)}
 			if c.a2aTextMethod != "" {
 				a2aOpts = append(a2aOpts, a2a.WithTextMethod(c.a2aTextMethod))
 			}

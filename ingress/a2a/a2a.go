@@ -219,6 +219,7 @@ type Server struct {
 	textMethod string
 	name       string
 	push       *PushStore
+	pushCaps   pushCaps
 	guard      *egress.Guard
 	client     *http.Client
 

@@ -129,7 +129,11 @@ func unknownSkill(method string) error {
 }
 
 // submit submits the job a message asks for, in the message's context (a
-// new one when it names none).
+// new one when it names none). A push config the message carries is
+// checked, and room for it reserved within its caller's bounds, before
+// the job is submitted: a message whose config cannot be kept is refused
+// and makes no task, and a task that exists is never answered with a
+// refusal while it runs.
 func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
 	picked, err := s.pick(r, p.Message)
 	if err != nil {
@@ -139,10 +143,9 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 	if contextID == "" {
 		contextID = a2a.NewContextID()
 	}
-	var push *a2a.PushConfig
+	var held *reservation
 	if p.Config != nil && p.Config.PushConfig != nil {
-		push = p.Config.PushConfig
-		if err := s.checkPush(ctx, push); err != nil {
+		if held, err = s.reserve(ctx, r, p.Config.PushConfig); err != nil {
 			return nil, err
 		}
 	}
@@ -152,15 +155,18 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 	}
 	var sub schema.JobSubmitResult
 	if e := s.call(ctx, r, schema.MethodJobsSubmit, params, &sub); e != nil {
+		if err := held.release(ctx); err != nil {
+			s.log.Warn("cannot give back the room reserved for a push notification config; it counts against its caller until it is stale", "err", err)
+		}
 		if e.Code == schema.CodeForbidden && !bytes.Contains(e.Data, []byte(schema.MethodJobsPrefix)) {
 			return nil, unknownSkill(picked.method)
 		}
 		return nil, a2aError(e)
 	}
 	rec := &schema.JobRecord{ID: sub.ID, Method: picked.method, State: sub.State, ContextID: contextID, Caller: r.Caller, CreatedAt: now()}
-	if push != nil {
-		if _, err := s.setPush(ctx, r, rec.ID, push); err != nil {
-			return nil, err
+	if held != nil {
+		if err := s.settle(ctx, r, held, rec.ID); err != nil {
+			return nil, s.withdraw(ctx, r, rec.ID, err)
 		}
 	}
 	return rec, nil
