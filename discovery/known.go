@@ -4,22 +4,50 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
-// DefaultRetention is how long a tool stays known after its last worker
-// was seen: a week, so that a tool whose workers are scaled to zero over
-// a weekend still takes jobs on Monday.
+// DefaultRetention is how long a served tool stays known after its last
+// worker was seen: a week, so that a tool whose workers are scaled to zero
+// over a weekend still takes jobs on Monday.
 const DefaultRetention = 7 * 24 * time.Hour
+
+// ServedAfter is how long workers must keep announcing a tool before it
+// counts as served: from the first announcement of an unbroken span in
+// which some worker announced it to the latest announcement of that span.
+// A served tool stays known for the retention ([WithRetention]); one that
+// never was, for [UnservedRetention]. A worker that announces names for a
+// moment, however many, makes none of them served: it must keep
+// announcing each for this long, every interval.
+const ServedAfter = 15 * time.Minute
+
+// UnservedRetention is how long a tool that was never served (see
+// [ServedAfter]) stays known after its last worker was seen, unless the
+// retention is shorter. Its record is then deleted from the bucket of
+// known tools rather than left there for the bucket's retention.
+const UnservedRetention = time.Hour
 
 // knownTool is what the registry knows of one tool, live or not.
 type knownTool struct {
 	compiled
-	conflict bool
 	// live is set while some worker advertises it.
 	live bool
 	// seen is when a worker of it was last seen: now while it is live.
 	seen time.Time
+	// since is when its current live span began; heard is when a worker
+	// last announced it. served is set once heard is ServedAfter past
+	// since, here or by any registry writing to the bucket, and stays.
+	since, heard time.Time
+	served       bool
+	// absent is when, while the tool is live, the last worker giving
+	// its descriptor went; zero while one gives it, or while the tool is
+	// not live. After takeoverAfter the descriptor in force replaces it.
+	absent time.Time
+	// others is the list of workers last logged as advertising a
+	// descriptor other than the one in force, so that a conflict is
+	// logged when it begins or changes, not at every announcement.
+	others string
 	// stored is the latest seen time the bucket holds, written by any
 	// registry; zero when the bucket holds none.
 	stored time.Time
@@ -32,8 +60,8 @@ type knownTool struct {
 // state sums what a write of k says beyond its time.
 func (k *knownTool) state() string {
 	s := k.key
-	if k.conflict {
-		s += "\x00conflict"
+	if k.served {
+		s += "\x00served"
 	}
 	if k.live {
 		s += "\x00live"
@@ -43,8 +71,33 @@ func (k *knownTool) state() string {
 
 // tool returns k as a [Tool] without workers, for the params check.
 func (k *knownTool) tool() Tool {
-	return Tool{Descriptor: k.desc, Conflict: k.conflict, params: k.params, key: k.key}
+	return Tool{Descriptor: k.desc, params: k.params, key: k.key}
 }
+
+// current reports whether k is still known at now, kept for keep after
+// its last worker was seen.
+func (k *knownTool) current(now time.Time, keep time.Duration) bool {
+	return k.live || now.Sub(k.seen) <= keep
+}
+
+// keepFor returns how long k stays known after its last worker was seen.
+func (r *Registry) keepFor(k *knownTool) time.Duration { return r.keep(k.served) }
+
+func (r *Registry) keep(served bool) time.Duration {
+	if served {
+		return r.retention
+	}
+	return min(r.retention, UnservedRetention)
+}
+
+// takeoverAfter is how long a live tool's known descriptor may go without
+// a worker that gives it before the descriptor in force, another
+// worker's, replaces it as the tool's incumbent (and in the bucket): long
+// enough that an ingress that just started, or a worker that missed a
+// ping, is heard first, so that whoever announces first after a gap does
+// not become the incumbent for that alone. Meanwhile calls are validated
+// against the descriptor of the workers there are.
+const takeoverAfter = missedAnnouncements * bus.MaxAnnounceInterval
 
 // refreshEvery is how often the bucket's record of a live tool is written
 // again, so that it never ages out while the tool is served; a tool whose
@@ -54,34 +107,71 @@ func (r *Registry) refreshEvery() time.Duration {
 	return min(r.retention/4, time.Hour)
 }
 
-// reconcileLocked brings the known tools up to date with the live
-// catalogue at now: live tools take its descriptors, a tool whose last
-// worker went is seen now for the last time, and a tool past its retention
-// is forgotten. With a bucket, what changed is queued for writing.
+// reconcileLocked brings every known tool up to date at now (see
+// [Registry.reconcileToolLocked]).
 func (r *Registry) reconcileLocked(now time.Time) {
-	cat := r.catalogLocked()
-	live := make(map[string]bool, len(cat.Tools))
-	for _, t := range cat.Tools {
-		live[t.Name] = true
-		k := r.known[t.Name]
-		if k == nil {
-			k = &knownTool{}
-			r.known[t.Name] = k
-		}
-		k.compiled = compiled{desc: t.Descriptor, params: t.params, key: t.key}
-		k.conflict, k.live, k.seen = t.Conflict, true, now
-		r.persistLocked(k, now)
+	for name := range r.live {
+		r.reconcileToolLocked(name, now)
 	}
-	for name, k := range r.known {
+	for name := range r.known {
+		if r.live[name] == nil {
+			r.reconcileToolLocked(name, now)
+		}
+	}
+}
+
+// reconcileToolLocked brings the known tool of name up to date with the
+// live one at now: a live tool's incumbent is its descriptor in force,
+// unless that is a newcomer's and the incumbent's workers went less than
+// takeoverAfter ago, and it counts towards being served; a tool whose last
+// worker went is seen now for the last time; and a tool past its
+// retention is forgotten, and its record deleted when it was never
+// served. With a bucket, what changed is queued for writing.
+func (r *Registry) reconcileToolLocked(name string, now time.Time) {
+	t, k := r.live[name], r.known[name]
+	if t == nil {
 		switch {
-		case live[name]:
+		case k == nil:
 		case k.live:
-			k.live, k.seen = false, now
+			k.live, k.seen, k.others, k.absent = false, now, "", time.Time{}
 			r.persistLocked(k, now)
-		case !k.current(now, r.retention):
+		case !k.current(now, r.keepFor(k)):
 			delete(r.known, name)
+			if r.store != nil && !k.served {
+				r.store.queueDelete(name)
+			}
 		}
+		return
 	}
+	if k == nil {
+		k = &knownTool{heard: now}
+		r.known[name] = k
+	}
+	if !k.live {
+		k.since = now
+	}
+	switch {
+	case k.key == "" || k.key == t.key:
+		k.compiled, k.absent = compiled{desc: t.Descriptor, params: t.params, key: t.key}, time.Time{}
+	case k.absent.IsZero():
+		k.absent = now
+	case now.Sub(k.absent) >= takeoverAfter:
+		r.log.Info("no worker gives the known descriptor of a tool any more; the one its workers give replaces it",
+			"method", name, "after", takeoverAfter)
+		k.compiled, k.absent = compiled{desc: t.Descriptor, params: t.params, key: t.key}, time.Time{}
+	}
+	k.live, k.seen = true, now
+	if !k.served && k.heard.Sub(k.since) >= ServedAfter {
+		k.served = true
+	}
+	if t.others != k.others {
+		if t.others != "" {
+			r.log.Warn("workers advertise a descriptor other than the one in force; the one in force stays, and calls are validated against it",
+				"method", name, "workers", t.others)
+		}
+		k.others = t.others
+	}
+	r.persistLocked(k, now)
 }
 
 // persistLocked queues a write of k when this registry's view of it
@@ -96,46 +186,86 @@ func (r *Registry) persistLocked(k *knownTool, now time.Time) {
 		return
 	}
 	k.wrote, k.stored = state, now
-	r.store.queue(toolRecord{Descriptor: k.desc, Conflict: k.conflict, Seen: now})
+	r.store.queue(toolRecord{Descriptor: k.desc, Served: k.served, Seen: now})
 }
 
-// applyLocked takes in a record read from the bucket at now. A live tool
-// keeps the descriptor its workers give; a tool known here only from the
-// past takes the record's when it is newer.
-func (r *Registry) applyLocked(rec toolRecord, now time.Time) {
+// applyLocked takes in a record read from the bucket at now, and reports whether the live catalogue changed. A tool not known
+// here takes the record as it is, and one known only from the past takes
+// the record's descriptor when it is newer. A live tool takes the
+// record's descriptor as its incumbent, in force while one of its workers
+// here gives it: the bucket holds the incumbent, so every registry
+// sharing it puts the same in force. Being served is taken from any
+// record.
+func (r *Registry) applyLocked(rec toolRecord, now time.Time) bool {
 	name := rec.Descriptor.Name
-	if now.Sub(rec.Seen) > r.retention {
-		return
-	}
 	k := r.known[name]
 	if k != nil {
+		k.served = k.served || rec.Served
 		if rec.Seen.After(k.stored) {
 			k.stored = rec.Seen
 		}
-		if k.live || !rec.Seen.After(k.seen) {
-			return
-		}
 	}
-	if err := rec.Descriptor.Validate(); err != nil {
-		r.log.Warn("ignored a known tool of the bucket", "method", name, "err", err)
-		return
+	if k != nil && !k.live && !rec.Seen.After(k.seen) {
+		r.settledLocked(k, rec)
+		return false
 	}
-	c, err := r.compileLocked(rec.Descriptor)
+	c, err := r.recordLocked(rec)
 	if err != nil {
-		r.log.Warn("ignored a known tool of the bucket", "method", name, "err", err)
-		return
+		r.complainLocked("record", "ignored a known tool of the bucket that cannot be used; the bucket's retention removes it",
+			"method", clip(name, maxProblemText), "err", err)
+		return false
 	}
-	if k == nil {
-		k = &knownTool{stored: rec.Seen}
+	switch {
+	case k == nil:
+		// Past its retention it is swept, and its record deleted when
+		// it was never served.
+		k = &knownTool{compiled: c, seen: rec.Seen, stored: rec.Seen, served: rec.Served}
+		k.wrote = k.state()
 		r.known[name] = k
+		return false
+	case !k.live:
+		k.compiled, k.seen = c, rec.Seen
+		r.settledLocked(k, rec)
+		return false
+	case c.key != k.key:
+		k.compiled, k.absent = c, time.Time{}
+		r.settledLocked(k, rec)
+		return true
 	}
-	k.compiled, k.conflict, k.seen = c, rec.Conflict, rec.Seen
+	r.settledLocked(k, rec)
+	return false
 }
 
-// forgetLocked drops a tool that was deleted from the bucket, unless a
-// worker serves it here.
+// settledLocked notes that the bucket holds k's view when rec says what
+// this registry would write of it, so that it does not write it again.
+func (r *Registry) settledLocked(k *knownTool, rec toolRecord) {
+	if key, err := canonical(rec.Descriptor); err == nil && key == k.key && rec.Served == k.served {
+		k.wrote = k.state()
+	}
+}
+
+// recordLocked checks and compiles the descriptor of a record of the
+// bucket, which older ingresses may have written without the limits of
+// today.
+func (r *Registry) recordLocked(rec toolRecord) (compiled, error) {
+	if err := rec.Descriptor.Validate(); err != nil {
+		return compiled{}, err
+	}
+	if err := bus.CheckDescriptorLimits(rec.Descriptor); err != nil {
+		return compiled{}, err
+	}
+	return r.compileLocked(rec.Descriptor)
+}
+
+// forgetLocked drops a tool that was deleted from the bucket. One that a
+// worker serves here stays, and is written again.
 func (r *Registry) forgetLocked(name string) {
-	if k := r.known[name]; k != nil && !k.live {
+	k := r.known[name]
+	switch {
+	case k == nil:
+	case k.live:
+		k.wrote = ""
+	default:
 		delete(r.known, name)
 	}
 }

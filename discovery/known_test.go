@@ -3,10 +3,12 @@ package discovery
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -33,7 +35,8 @@ func TestRegistryCheck(t *testing.T) {
 		{"known tool without workers waits", "gone", `{"q":1}`, true, schema.ReasonNoWorkers, nil, ""},
 		{"known tool's schema still applies", "gone", `{}`, true, "", schema.ErrInvalidParams, ""},
 		{"absent params are not checked", "gone", ``, true, schema.ReasonNoWorkers, nil, ""},
-		{"a conflict is not checked", "split", `"x"`, true, "", nil, ""},
+		{"a conflict keeps the incumbent's schema", "split", `{}`, true, "", schema.ErrInvalidParams, ""},
+		{"params that fit the incumbent's schema pass", "split", `[1]`, true, "", nil, ""},
 		{"never known", "never", `{}`, true, "", schema.ErrMethodNotFound, schema.ReasonUnknownMethod},
 	}
 	for _, tt := range tests {
@@ -95,5 +98,79 @@ func TestRegistryRetention(t *testing.T) {
 func TestWithRetention(t *testing.T) {
 	if _, err := New(WithRetention(time.Second)); err == nil {
 		t.Error("New(WithRetention(1s)) = nil error, want one: a retention under a minute")
+	}
+}
+
+func TestServedAndUnservedRetention(t *testing.T) {
+	r := newTestRegistry(t) // the default retention, a week
+	start := time.Unix(1000, 0)
+	now := start
+	r.now = func() time.Time { return now }
+
+	// Junk: thousands of names announced once, with the longest interval
+	// a listener honours.
+	const junk = 4000
+	for i := range junk {
+		name := fmt.Sprintf("junk.n%d", i)
+		r.ObserveMethod(name, fmt.Appendf(nil, `{"v":1,"worker":"noisy","interval_ms":86400000,"tools":[{"name":%q}]}`, name))
+	}
+	// A real tool, announced every minute for as long as being served
+	// takes.
+	for end := start.Add(ServedAfter); !now.After(end); now = now.Add(time.Minute) {
+		r.ObserveMethod("report.build", []byte(`{"v":1,"worker":"w1","interval_ms":60000,"tools":[{"name":"report.build"}]}`))
+		r.expire(now)
+	}
+	r.ObserveMethod("report.build", leaving("w1", "report.build"))
+	left := now
+	now = start.Add(missedAnnouncements*bus.MaxAnnounceInterval + time.Second)
+	r.expire(now)
+	junkGone := now
+	if got := len(r.Names()); got != junk+1 {
+		t.Fatalf("%d known tools once every worker went, want %d", got, junk+1)
+	}
+
+	now = junkGone.Add(UnservedRetention)
+	r.expire(now)
+	if !r.Known("junk.n0") {
+		t.Errorf("Known(junk.n0) = false %v after its worker went, want true until %v", UnservedRetention, UnservedRetention)
+	}
+	now = now.Add(time.Second)
+	r.expire(now)
+	if got, want := r.Names(), []string{"report.build"}; !slices.Equal(got, want) {
+		t.Errorf("Names() past %v = %d names, want %v: the junk was never served", UnservedRetention, len(got), want)
+	}
+	if _, e := r.Check("junk.n1", nil, true); !errors.Is(e, schema.ErrMethodNotFound) {
+		t.Errorf("Check(junk.n1) = %v, want -32601", e)
+	}
+
+	now = left.Add(DefaultRetention)
+	r.expire(now)
+	if !r.Known("report.build") {
+		t.Errorf("Known(report.build) = false at the end of the retention, want true: it was served")
+	}
+	now = now.Add(time.Second)
+	r.expire(now)
+	if r.Known("report.build") {
+		t.Errorf("Known(report.build) = true past the retention, want false")
+	}
+}
+
+func TestServedNeedsAnUnbrokenSpan(t *testing.T) {
+	r := newTestRegistry(t)
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	// Announced now and then, each time for a moment: the spans never
+	// add up.
+	for range 10 {
+		r.ObserveMethod("flicker", one("w1", `{"name":"flicker"}`))
+		r.ObserveMethod("flicker", leaving("w1", "flicker"))
+		now = now.Add(ServedAfter / 2)
+		r.expire(now)
+	}
+	now = now.Add(UnservedRetention + time.Second)
+	r.expire(now)
+	if r.Known("flicker") {
+		t.Errorf("Known(flicker) = true %v after its last worker went, want false: it was never announced for %v without a break",
+			UnservedRetention, ServedAfter)
 	}
 }

@@ -62,10 +62,12 @@ func ToolsBucket(ctx context.Context, js jetstream.JetStream, prefix string, ret
 // toolRecord is one known tool as the bucket holds it, under the key
 // [toolKey] of its name.
 type toolRecord struct {
+	// Descriptor is the tool's descriptor in force.
 	Descriptor schema.Descriptor `json:"descriptor"`
-	// Conflict is set when its workers disagreed on the descriptor, which
-	// is then the one most of them gave, and its params are not checked.
-	Conflict bool `json:"conflict,omitempty"`
+	// Served is set once the tool was served (see [ServedAfter]); a
+	// record without it, as older ingresses wrote them, is of a tool that
+	// never was.
+	Served bool `json:"served,omitempty"`
 	// Seen is when a worker of it was last seen.
 	Seen time.Time `json:"seen"`
 }
@@ -80,9 +82,12 @@ func toolKey(name string) string { return base64.RawURLEncoding.EncodeToString([
 type toolStore struct {
 	kv  jetstream.KeyValue
 	log func(msg string, args ...any)
+	// stale reports whether a record may be deleted: one of a tool that
+	// was never served, past its retention.
+	stale func(toolRecord) bool
 
 	mu      sync.Mutex
-	pending map[string]toolRecord // by name; the latest wins
+	pending map[string]storeOp // by name; the latest wins
 	wake    chan struct{}
 
 	// ctx ends with stop, so that a write in flight does not hold it up.
@@ -91,10 +96,27 @@ type toolStore struct {
 	wg   sync.WaitGroup
 }
 
+// storeOp is a write to the bucket: rec, or, when rec is nil, the
+// deletion of the record if it is stale.
+type storeOp struct {
+	rec *toolRecord
+}
+
 // queue asks for rec to be written.
 func (s *toolStore) queue(rec toolRecord) {
+	s.enqueue(rec.Descriptor.Name, storeOp{rec: &rec})
+}
+
+// queueDelete asks for the record of name to be deleted if it is stale
+// when it is read: every registry sweeps a tool that was never served,
+// and a record that some registry wrote again in the meantime stays.
+func (s *toolStore) queueDelete(name string) {
+	s.enqueue(name, storeOp{})
+}
+
+func (s *toolStore) enqueue(name string, op storeOp) {
 	s.mu.Lock()
-	s.pending[rec.Descriptor.Name] = rec
+	s.pending[name] = op
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -120,10 +142,16 @@ func (s *toolStore) write() {
 		}
 		s.mu.Lock()
 		pending := s.pending
-		s.pending = map[string]toolRecord{}
+		s.pending = map[string]storeOp{}
 		s.mu.Unlock()
-		for name, rec := range pending {
-			b, err := json.Marshal(rec)
+		for name, op := range pending {
+			if op.rec == nil {
+				if err := s.deleteStale(name); err != nil {
+					s.log("a tool that was never served was not deleted from the bucket; the bucket's retention removes it later", "method", name, "err", err)
+				}
+				continue
+			}
+			b, err := json.Marshal(op.rec)
 			if err == nil {
 				ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 				_, err = s.kv.Put(ctx, toolKey(name), b)
@@ -134,6 +162,32 @@ func (s *toolStore) write() {
 			}
 		}
 	}
+}
+
+// deleteStale deletes the record of name if it is stale, unless another
+// registry writes it in the meantime. Several registries may try at once;
+// a delete that finds the record changed reads it again.
+func (s *toolStore) deleteStale(name string) error {
+	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
+	defer cancel()
+	for range 3 {
+		e, err := s.kv.Get(ctx, toolKey(name))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var rec toolRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && !s.stale(rec) {
+			return nil
+		}
+		err = s.kv.Delete(ctx, toolKey(name), jetstream.LastRevision(e.Revision()))
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Persist keeps the registry's known tools in kv (made by [ToolsBucket])
@@ -192,7 +246,8 @@ func (r *Registry) Persist(ctx context.Context, kv jetstream.KeyValue) error {
 		stopWatch()
 		return fmt.Errorf("discovery: read the known tools: %w", loading.Err())
 	}
-	s := &toolStore{kv: kv, log: r.log.Warn, pending: map[string]toolRecord{}, wake: make(chan struct{}, 1)}
+	s := &toolStore{kv: kv, log: r.log.Warn, pending: map[string]storeOp{}, wake: make(chan struct{}, 1),
+		stale: func(rec toolRecord) bool { return !rec.Served && r.now().Sub(rec.Seen) > r.keep(false) }}
 	s.ctx, s.quit = context.WithCancel(context.Background())
 	r.mu.Lock()
 	if r.store != nil || r.closed {
@@ -242,6 +297,12 @@ func (r *Registry) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	r.mu.Lock()
-	r.applyLocked(rec, r.now())
+	now := r.now()
+	changed := r.applyLocked(rec, now)
+	if changed {
+		r.refreshLocked(rec.Descriptor.Name, now)
+	}
+	watchers := r.changedLocked(changed)
 	r.mu.Unlock()
+	notify(watchers)
 }

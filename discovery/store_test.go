@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,6 +121,19 @@ func TestPersist(t *testing.T) {
 		}
 	})
 
+	t.Run("a deleted record is forgotten", func(t *testing.T) {
+		reader := persisted(t, kv)
+		if !reader.Known("fam.x") {
+			t.Fatal("Known(fam.x) = false before its record is deleted")
+		}
+		if err := kv.Delete(t.Context(), toolKey("fam.*")); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Eventually(t, func() bool { return !reader.Known("fam.x") }, "the registry forgets fam.*")
+	})
+
+	// Last, since a registry that reads records past their retention
+	// deletes those of tools that were never served.
 	t.Run("a record past the retention is not known", func(t *testing.T) {
 		late := newTestRegistry(t)
 		late.now = func() time.Time { return time.Now().Add(DefaultRetention + time.Hour) }
@@ -130,13 +145,106 @@ func TestPersist(t *testing.T) {
 			t.Error("Known(math.add) = true for a record older than the retention")
 		}
 	})
+}
 
-	t.Run("a deleted record is forgotten", func(t *testing.T) {
-		reader := persisted(t, kv)
-		if err := kv.Delete(t.Context(), toolKey("fam.*")); err != nil {
+// putRecord writes a record to kv as an ingress would.
+func putRecord(t *testing.T, kv jetstream.KeyValue, rec toolRecord) {
+	t.Helper()
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), toolKey(rec.Descriptor.Name), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPersistUnservedTools(t *testing.T) {
+	_, kv := toolsBucket(t)
+	now := time.Now()
+	// Records of older ingresses say nothing of being served.
+	putRecord(t, kv, toolRecord{Descriptor: schema.Descriptor{Name: "old.junk"}, Seen: now.Add(-2 * UnservedRetention)})
+	putRecord(t, kv, toolRecord{Descriptor: schema.Descriptor{Name: "old.fresh"}, Seen: now.Add(-time.Minute)})
+	putRecord(t, kv, toolRecord{Descriptor: schema.Descriptor{Name: "old.served"}, Served: true, Seen: now.Add(-2 * UnservedRetention)})
+
+	r := newTestRegistry(t)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	r.now = clock
+	if err := r.Persist(t.Context(), kv); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Known("old.junk") || !r.Known("old.fresh") || !r.Known("old.served") {
+		t.Errorf("Known(old.junk), Known(old.fresh), Known(old.served) = %v, %v, %v; want false, true, true",
+			r.Known("old.junk"), r.Known("old.fresh"), r.Known("old.served"))
+	}
+	testwait.Eventually(t, func() bool { _, ok := stored(t, kv, "old.junk"); return !ok }, "the record of old.junk is deleted")
+	if _, ok := stored(t, kv, "old.served"); !ok {
+		t.Error("the record of old.served was deleted, want it kept for the retention")
+	}
+
+	// A tool announced for long enough is written as served; one
+	// announced for a moment is not, and its record goes an hour after
+	// its worker.
+	for end := now.Add(ServedAfter); !clock().After(end); advance(time.Minute) {
+		r.ObserveMethod("report.build", []byte(`{"v":1,"worker":"w1","interval_ms":60000,"tools":[{"name":"report.build"}]}`))
+		r.expire(clock())
+	}
+	r.ObserveMethod("junk.x", one("noisy", `{"name":"junk.x"}`))
+	testwait.Eventually(t, func() bool { rec, _ := stored(t, kv, "report.build"); return rec.Served }, "report.build's record says it was served")
+	left := clock()
+	r.ObserveMethod("report.build", leaving("w1", "report.build"))
+	r.ObserveMethod("junk.x", leaving("noisy", "junk.x"))
+	testwait.Eventually(t, func() bool {
+		junk, _ := stored(t, kv, "junk.x")
+		served, _ := stored(t, kv, "report.build")
+		return junk.Seen.Equal(left) && served.Seen.Equal(left)
+	}, "the bucket holds when the workers left")
+	if rec, _ := stored(t, kv, "junk.x"); rec.Served {
+		t.Errorf("junk.x's record = %+v, want it not served", rec)
+	}
+	advance(UnservedRetention + time.Second)
+	r.expire(clock())
+	testwait.Eventually(t, func() bool { _, ok := stored(t, kv, "junk.x"); return !ok }, "the record of junk.x is deleted")
+	if _, ok := stored(t, kv, "report.build"); !ok || !r.Known("report.build") {
+		t.Errorf("report.build: stored %v, known %v; want both: it was served", ok, r.Known("report.build"))
+	}
+}
+
+func TestPersistSharesTheIncumbent(t *testing.T) {
+	_, kv := toolsBucket(t)
+	first := persisted(t, kv)
+	first.ObserveMethod("math.add", one("w1", addTool))
+	testwait.Eventually(t, func() bool {
+		rec, ok := stored(t, kv, "math.add")
+		return ok && len(rec.Descriptor.Params) > 0 && rec.Descriptor.Params[0] == '{'
+	},
+		"the bucket holds math.add's descriptor")
+
+	t.Run("a registry that hears the newcomer first", func(t *testing.T) {
+		second := persisted(t, kv)
+		second.ObserveMethod("math.add", one("w2", addOther))
+		second.ObserveMethod("math.add", one("w1", addTool))
+		if e := layerCall(second, "math.add", `[1]`); !errors.Is(e, schema.ErrInvalidParams) {
+			t.Errorf("math.add([1]) = %v, want -32602 from the bucket's descriptor", e)
+		}
+	})
+	t.Run("a registry that heard the workers before it read the bucket", func(t *testing.T) {
+		third := newTestRegistry(t)
+		third.ObserveMethod("math.add", one("w2", addOther))
+		third.ObserveMethod("math.add", one("w1", addTool))
+		if err := third.Persist(t.Context(), kv); err != nil {
 			t.Fatal(err)
 		}
-		testwait.Eventually(t, func() bool { return !reader.Known("fam.x") }, "the registry forgets fam.*")
+		defer third.Close()
+		if e := layerCall(third, "math.add", `[1]`); !errors.Is(e, schema.ErrInvalidParams) {
+			t.Errorf("math.add([1]) = %v, want -32602 from the bucket's descriptor", e)
+		}
+		if p := third.Catalog().Problems; len(p) != 1 || !slices.Equal(p[0].Workers, []string{"w2"}) {
+			t.Errorf("problems = %+v, want a conflict of w2", p)
+		}
 	})
 }
 

@@ -80,12 +80,13 @@ func unavailableMethod(method string) *schema.Error {
 		map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonNoWorkers, "method": method})
 }
 
-// checkParams validates params against t's schema. Absent params are not
-// checked: JSON-RPC lets a call leave them out, and the tool decides what
-// that means. A tool whose workers disagree on the schema is not checked
-// either, since the registry cannot know which of them the call reaches.
+// checkParams validates params against t's schema, the one in force.
+// Absent params are not checked: JSON-RPC lets a call leave them out, and
+// the tool decides what that means. A tool whose workers disagree on the
+// schema is checked all the same: a newcomer's descriptor never switches
+// validation off (see [Registry]).
 func checkParams(t Tool, params json.RawMessage) *schema.Error {
-	if t.params == nil || t.Conflict || len(bytes.TrimSpace(params)) == 0 {
+	if t.params == nil || len(bytes.TrimSpace(params)) == 0 {
 		return nil
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(params))
