@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -20,11 +21,16 @@ import (
 // pattern the method is registered under is its name); schemas left empty
 // are derived from the Go types when the handler is made with [Typed].
 // d.RetrySafe also marks the method [RetrySafe]. The descriptor must pass
-// [schema.Descriptor.Validate].
+// [schema.Descriptor.Validate] and stay within the limits listeners hold
+// announcements to ([bus.CheckDescriptorLimits]): a description of at
+// most [bus.MaxDescriptionBytes], for one.
 func Describe(d schema.Descriptor) HandleOption {
 	return func(c *handleConfig) error {
 		d.Name = "x" // checked under its real name by Handle
 		if err := d.Validate(); err != nil {
+			return err
+		}
+		if err := bus.CheckDescriptorLimits(d); err != nil {
 			return err
 		}
 		c.desc = mergeDescriptor(c.desc, d)

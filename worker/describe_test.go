@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
@@ -137,6 +137,8 @@ func TestDescribeRefusesBadInput(t *testing.T) {
 		{"params not a schema", worker.Schema(json.RawMessage(`[1]`), nil)},
 		{"result not JSON", worker.Schema(nil, json.RawMessage(`{`))},
 		{"negative timeout", worker.Describe(schema.Descriptor{TimeoutMS: -1})},
+		{"description over the limit", worker.Describe(schema.Descriptor{Description: strings.Repeat("d", bus.MaxDescriptionBytes+1)})},
+		{"version over the limit", worker.Describe(schema.Descriptor{Version: strings.Repeat("1", bus.MaxVersionBytes+1)})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,65 +147,5 @@ func TestDescribeRefusesBadInput(t *testing.T) {
 				t.Errorf("Handle with %s = %v, want ErrBadDescriptor", tt.name, err)
 			}
 		})
-	}
-}
-
-func TestDiscoveryAnnounces(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(50*time.Millisecond))
-	subjects, _ := bus.NewSubjects(bus.DefaultPrefix)
-	heard := make(chan schema.Announcement, 64)
-	feed, err := bus.NewAnnouncements(c.caller, subjects)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, err := feed.Watch(func(data []byte) {
-		a, bad, err := schema.ParseAnnouncement(data)
-		if err != nil || len(bad) > 0 {
-			t.Errorf("ParseAnnouncement(%s) = %v, %v", data, bad, err)
-			return
-		}
-		select {
-		case heard <- a:
-		default:
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if err := c.rt.Handle("math.add", worker.Typed(add)); err != nil {
-		t.Fatal(err)
-	}
-	c.start(t)
-
-	next := func() schema.Announcement {
-		t.Helper()
-		select {
-		case a := <-heard:
-			return a
-		case <-time.After(10 * time.Second):
-			t.Fatal("no announcement within 10s")
-		}
-		return schema.Announcement{}
-	}
-	first := next()
-	if first.Leaving || len(first.Tools) != 1 || first.Tools[0].Name != "math.add" || first.IntervalMS != 50 {
-		t.Fatalf("first announcement = %+v, want math.add every 50ms", first)
-	}
-	// A method registered after Start is announced without waiting.
-	if err := c.rt.HandleFunc("late", func(context.Context, *worker.Request) (any, error) { return nil, nil }); err != nil {
-		t.Fatal(err)
-	}
-	for a := next(); len(a.Tools) != 2; a = next() {
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.rt.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for a := next(); !a.Leaving; a = next() {
-		if a.Worker != first.Worker {
-			t.Fatalf("announcement of worker %q, want only %q", a.Worker, first.Worker)
-		}
 	}
 }

@@ -17,18 +17,22 @@ import (
 const DefaultAnnounceInterval = time.Second
 
 // WithAnnounce sets how often the runtime announces its tools (zero means
-// [DefaultAnnounceInterval]). Once started, a runtime announces the
-// descriptors of its methods (see [Runtime.Descriptors]) on the cluster's
-// announce subject every interval, at once when a method is registered or a
-// listener asks, and one last time when it shuts down, so that the
-// ingress's discovery registry follows it (see schema/PROTOCOL.md, section
-// 9). A runtime announces by default, every [DefaultAnnounceInterval], as
-// `toolbus worker` does; [WithoutAnnounce] turns it off. The call path does
-// not change: announcing only adds the announce and ping subjects.
+// [DefaultAnnounceInterval]; at most [bus.MaxAnnounceInterval]). Once
+// started, a runtime announces the descriptor of each of its methods (see
+// [Runtime.Descriptors]) on that method's own announce subject
+// ([bus.Subjects.AnnounceMethod]) every interval, at once when a method is
+// registered or a listener asks, and one last time, as leaving, when it
+// shuts down, so that the ingress's discovery registry follows it (see
+// schema/PROTOCOL.md, section 9). Since each method has its subject, the
+// worker's NATS permissions decide which tools it may announce: grant it
+// "<prefix>.discovery.announce." and the patterns it serves. A runtime
+// announces by default, every [DefaultAnnounceInterval], as `toolbus
+// worker` does; [WithoutAnnounce] turns it off. The call path does not
+// change: announcing only adds the announce and ping subjects.
 func WithAnnounce(interval time.Duration) Option {
 	return func(c *config) error {
-		if interval < 0 {
-			return fmt.Errorf("worker: announce interval must not be negative, got %v", interval)
+		if interval < 0 || interval > bus.MaxAnnounceInterval {
+			return fmt.Errorf("worker: announce interval must be between 0 and %v, got %v; listeners forget a worker after three intervals of at most %v", bus.MaxAnnounceInterval, interval, bus.MaxAnnounceInterval)
 		}
 		if interval == 0 {
 			interval = DefaultAnnounceInterval
@@ -124,12 +128,15 @@ func (a *advertiser) loop() {
 	}
 }
 
-// announce publishes the runtime's descriptors; leaving makes it the last
-// announcement, after which nothing more is published.
+// announce publishes the runtime's descriptors, one message per method;
+// leaving makes it the last announcement, one message per method with its
+// name alone, after which nothing more is published.
 func (a *advertiser) announce(leaving bool) {
-	var tools []schema.Descriptor
-	if !leaving {
-		tools = a.rt.Descriptors()
+	tools := a.rt.Descriptors()
+	if leaving {
+		for i, d := range tools {
+			tools[i] = schema.Descriptor{Name: d.Name}
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -145,9 +152,6 @@ func (a *advertiser) announce(leaving bool) {
 		IntervalMS: a.rt.cfg.announce.Milliseconds(),
 		Leaving:    leaving,
 		Tools:      tools,
-	}
-	if ann.Tools == nil {
-		ann.Tools = []schema.Descriptor{}
 	}
 	if err := bus.PublishAnnouncement(a.rt.nc, a.rt.cfg.subjects, ann); err != nil {
 		a.rt.log.Debug("announcement not published", "leaving", leaving, "err", err)

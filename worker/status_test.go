@@ -15,7 +15,7 @@ import (
 )
 
 func TestStatusCountsCalls(t *testing.T) {
-	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(time.Hour))
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithAnnounce(bus.MaxAnnounceInterval))
 	if err := c.rt.HandleFunc("s.*", func(_ context.Context, req *worker.Request) (any, error) {
 		if req.Method == "s.fail" {
 			return nil, &schema.Error{Code: 2001, Message: "insufficient funds"}
@@ -33,7 +33,7 @@ func TestStatusCountsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	announced := make(chan string, 8)
-	stop, err := feed.Watch(func(data []byte) {
+	stop, err := feed.Watch(func(_ string, data []byte) {
 		if a, _, err := schema.ParseAnnouncement(data); err == nil {
 			select {
 			case announced <- a.Worker:
