@@ -42,6 +42,25 @@
 // to the caller after the one served last, so one caller's backlog delays
 // another caller's new job by about one job's run per slot.
 //
+// # Following jobs
+//
+// Whatever waits on a job's record in a process (a subscription, see
+// [Service.Subscribe], which the front doors' streams and blocking sends
+// use, or a call promoted to a job, see [Service.RunAsJob]) reads from one
+// watch of the bucket of records that the service keeps while anyone
+// follows: one JetStream consumer per service however many follow, each
+// update decoded once and handed to the followers of its job, each of
+// which keeps only the newest record it has not read, so that a slow one
+// holds up nothing and queues nothing. A watch that fails is made again
+// with backoff, and every followed record is then read again, so that a
+// job that ended meanwhile is not missed. Reads of a record are direct
+// gets, which need no consumer; as a replica of a replicated bucket may
+// lag, a read older than a revision the process wrote or saw on its watch
+// is made again. A named caller may have [DefaultCallerMaxSubscriptions]
+// subscriptions open on a service, and all callers together
+// [DefaultMaxSubscriptions] ([WithMaxSubscriptions]); the next is refused
+// -32002 naming caller_max_subscriptions or max_subscriptions.
+//
 // # States and concurrency
 //
 // A job is queued, then running, then succeeded, failed or canceled, and a

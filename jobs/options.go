@@ -64,6 +64,8 @@ type config struct {
 	counters       *Counters
 
 	callerMaxQueued int64
+	maxSubs         int
+	callerMaxSubs   int
 
 	callbackSecret   []byte
 	callbackTimeout  time.Duration
@@ -97,6 +99,8 @@ func defaultConfig() config {
 		maxListScan:      DefaultMaxListScan,
 		callbackTimeout:  DefaultCallbackTimeout,
 		callerMaxQueued:  DefaultCallerMaxQueued,
+		maxSubs:          DefaultMaxSubscriptions,
+		callerMaxSubs:    DefaultCallerMaxSubscriptions,
 		callbackAttempts: DefaultCallbackAttempts,
 		callbackMin:      DefaultCallbackMinBackoff,
 		callbackMax:      DefaultCallbackMaxBackoff,

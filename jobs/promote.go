@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -122,28 +120,22 @@ func (s *Service) RunAsJob(ctx context.Context, call schema.Call, timeout time.D
 	return nil, schema.NewError(schema.CodeTimeout, msg, data)
 }
 
-// awaitFinal watches a job's record until it reaches a final state or ctx
-// ends, and returns the final record (nil when ctx ended first).
+// awaitFinal follows a job's record until it reaches a final state or ctx
+// ends, and returns the final record (nil when ctx ended first). It reads
+// from the service's one watch of the records ([hub]).
 func (s *Service) awaitFinal(ctx context.Context, id string) (*schema.JobRecord, error) {
-	w, err := s.st.kv.Watch(ctx, jobKey(id))
+	f, err := s.hub.follow(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	defer w.Stop()
+	defer f.stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
+		case r, ok := <-f.records():
 			if !ok {
-				return nil, fmt.Errorf("jobs: watch of job %s ended", id)
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var r stored
-			if err := json.Unmarshal(e.Value(), &r); err != nil {
-				return nil, fmt.Errorf("jobs: decode job %s: %w", id, err)
+				return nil, fmt.Errorf("jobs: stopped following job %s: %w", id, f.err())
 			}
 			if r.State.Final() {
 				return r.public(), nil

@@ -42,6 +42,10 @@ type Service struct {
 	served    servedFilters
 	ids       idSource
 	collector *statsCollector
+	// hub follows records for every waiter with one watch; subs counts
+	// the subscriptions open per caller.
+	hub  *hub
+	subs *subscriptions
 }
 
 // New returns a service on js. It creates the cluster's queue stream and
@@ -82,7 +86,9 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 	if cfg.counters == nil {
 		cfg.counters = NewCounters()
 	}
-	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs"), guard: guard}
+	s := &Service{st: st, cfg: cfg, log: cfg.logger.With("component", "jobs"), guard: guard,
+		subs: newSubscriptions(cfg.maxSubs, cfg.callerMaxSubs)}
+	s.hub = newHub(st, s.log)
 	s.collector = newStatsCollector(s)
 	return s, nil
 }
@@ -232,7 +238,7 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubm
 		}
 		// A runner took the job before this write, or another replica
 		// submitted it under the same idempotency key.
-		cur, _, err := s.st.getLatest(ctx, rec.ID)
+		cur, _, err := s.st.get(ctx, rec.ID)
 		if err != nil {
 			return nil, storeError(rec.ID, err)
 		}

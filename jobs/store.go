@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,6 +135,12 @@ type store struct {
 	names  names
 	stream jetstream.Stream
 	kv     jetstream.KeyValue
+	// replicated is set when the bucket has more than one replica, any of
+	// which may answer a read (see get).
+	replicated bool
+	// known is the newest revision of each key this process wrote or saw
+	// lately, against which a read is checked.
+	known revisions
 }
 
 // openStore makes sure the stream and bucket exist. With update it also
@@ -183,59 +190,82 @@ func openStore(ctx context.Context, js jetstream.JetStream, n names, c storeConf
 	if err != nil {
 		return nil, fmt.Errorf("jobs: bucket %s: %w", n.bucket, err)
 	}
+	s.replicated = replicated(ctx, s.kv)
 	return s, nil
+}
+
+// replicated reports whether kv has more than one replica; when the
+// server cannot say, it assumes so, which only costs a missing record a
+// few more reads.
+func replicated(ctx context.Context, kv jetstream.KeyValue) bool {
+	st, err := kv.Status(ctx)
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); err == nil && ok && b.StreamInfo() != nil {
+		return b.StreamInfo().Config.Replicas > 1
+	}
+	return true
 }
 
 // errNotFound is returned by get for a job that does not exist or has
 // expired.
 var errNotFound = errors.New("jobs: job not found")
 
-// get reads a record and its revision; a record it does not find is
-// looked for again as the leader has it (see getLatest).
-func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
-	e, err := s.kv.Get(ctx, jobKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		// The replica that answered may lag behind: a job just submitted
-		// through another ingress is confirmed missing by the leader.
-		return s.getLatest(ctx, id)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
-	}
-	var r stored
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("jobs: decode job %s: %w", id, err)
-	}
-	return &r, e.Revision(), nil
-}
+// errStale is returned by get when every replica that answered lags
+// behind a revision this process knows of.
+var errStale = errors.New("jobs: the bucket's replicas lag behind its latest write")
 
-// getLatest reads a record as the stream's leader has it. A plain get may
-// be answered by a replica that has not caught up yet, so a record known to
-// exist (its create was refused as a duplicate) is read through a watch,
-// whose consumer the leader serves.
-func (s *store) getLatest(ctx context.Context, id string) (*stored, uint64, error) {
-	w, err := s.kv.Watch(ctx, jobKey(id), jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
-	}
-	defer w.Stop()
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			switch {
-			case !ok:
-				return nil, 0, fmt.Errorf("jobs: read job %s: watch ended", id)
-			case e == nil: // every current value delivered: none
-				return nil, 0, errNotFound
-			}
+// Reads again of a record a lagging replica answered: at most staleReads
+// reads in all, the first staleBackoff apart, each wait twice the last
+// (about a third of a second in all); a record missing with nothing known
+// of it is read missingReads times on a replicated bucket (70ms).
+const (
+	staleReads   = 6
+	missingReads = 3
+	staleBackoff = 10 * time.Millisecond
+)
+
+// get reads a record and its revision with a direct get, the bucket's
+// cheapest read, which needs no consumer and which any replica of a
+// replicated bucket may answer. Such a replica may lag behind its leader,
+// so the answer is checked against the newest revision of the key this
+// process wrote or saw on its watch ([revisions]): a record older than
+// that is read again, briefly apart, until a replica that has caught up
+// answers, and is [errStale] if none does; on a replicated bucket, a
+// record found missing is read again too (a job just submitted through
+// another ingress), and is [errNotFound] if it stays so.
+func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
+	key := jobKey(id)
+	wait := staleBackoff
+	for attempt := 1; ; attempt++ {
+		known := s.known.newest(key)
+		e, err := s.kv.Get(ctx, key)
+		missing := errors.Is(err, jetstream.ErrKeyNotFound)
+		if err != nil && !missing {
+			return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, err)
+		}
+		tries := staleReads
+		switch {
+		case missing && (!s.replicated || known.gone):
+			return nil, 0, errNotFound
+		case missing && known.rev == 0:
+			tries = missingReads
+		case !missing && e.Revision() >= known.rev:
 			var r stored
 			if err := json.Unmarshal(e.Value(), &r); err != nil {
 				return nil, 0, fmt.Errorf("jobs: decode job %s: %w", id, err)
 			}
 			return &r, e.Revision(), nil
-		case <-ctx.Done():
+		}
+		switch {
+		case attempt < tries:
+		case missing:
+			return nil, 0, errNotFound
+		default:
+			return nil, 0, fmt.Errorf("jobs: read job %s at revision %d or later: %w", id, known.rev, errStale)
+		}
+		if !pause(ctx, wait) {
 			return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, ctx.Err())
 		}
+		wait *= 2
 	}
 }
 
@@ -246,7 +276,74 @@ func (s *store) create(ctx context.Context, r *stored) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("jobs: encode job %s: %w", r.ID, err)
 	}
-	return s.kv.Create(ctx, jobKey(r.ID), b)
+	rev, err := s.kv.Create(ctx, jobKey(r.ID), b)
+	if err == nil {
+		s.known.note(jobKey(r.ID), rev, false)
+	}
+	return rev, err
+}
+
+// knownWindow is how long [revisions] remembers a key's newest revision at
+// least: far longer than a replica that still answers direct gets lags
+// behind its leader.
+const knownWindow = 10 * time.Second
+
+// revisions remembers the newest revision this process wrote or saw of
+// each key lately: for at least [knownWindow] and at most twice that, in
+// two maps that take turns, so that it holds no more than the keys written
+// in the last two windows. The zero value is ready; it is safe for
+// concurrent use.
+type revisions struct {
+	mu sync.Mutex
+	// since is when cur began; prev holds the window before it.
+	since     time.Time
+	cur, prev map[string]revision
+}
+
+// revision is a key's revision, at which it was deleted or expired when
+// gone is set.
+type revision struct {
+	rev  uint64
+	gone bool
+}
+
+// note records revision rev of key unless a newer one is known.
+func (k *revisions) note(key string, rev uint64, gone bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.turn(time.Now())
+	if k.lookup(key).rev >= rev {
+		return
+	}
+	if k.cur == nil {
+		k.cur = map[string]revision{}
+	}
+	k.cur[key] = revision{rev: rev, gone: gone}
+}
+
+// newest returns the newest revision known of key, zero when none is.
+func (k *revisions) newest(key string) revision {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.turn(time.Now())
+	return k.lookup(key)
+}
+
+func (k *revisions) lookup(key string) revision {
+	if r, ok := k.cur[key]; ok {
+		return r
+	}
+	return k.prev[key]
+}
+
+// turn starts a new window when the current one is over. k.mu is held.
+func (k *revisions) turn(now time.Time) {
+	switch age := now.Sub(k.since); {
+	case age >= 2*knownWindow:
+		k.cur, k.prev, k.since = nil, nil, now
+	case age >= knownWindow:
+		k.cur, k.prev, k.since = nil, k.cur, now
+	}
 }
 
 // errSkip, returned by a mutation, leaves the record as it is.
@@ -259,10 +356,11 @@ const maxCASRounds = 16
 // nobody wrote in between, trying again on a conflict, so that a cancel
 // and a completion never overwrite each other: each sees the other's write
 // and decides anew. mutate returns errSkip to leave the record alone (then
-// update returns the record as read and errSkip); that decision is made
-// again on the stream leader's record when it is newer than the one read. A record in a final state
-// is written with its TTL, so finished jobs expire and running ones never
-// do.
+// update returns the record as read and errSkip); that decision is made on
+// a record no older than any this process wrote or saw lately (see get),
+// so that a runner never takes a lagging replica's copy of the record from
+// before its own run for another run's. A record in a final state is
+// written with its TTL, so finished jobs expire and running ones never do.
 func (s *store) update(ctx context.Context, id string, mutate func(r *stored) error) (*stored, error) {
 	for range maxCASRounds {
 		r, rev, err := s.get(ctx, id)
@@ -270,21 +368,7 @@ func (s *store) update(ctx context.Context, id string, mutate func(r *stored) er
 			return nil, err
 		}
 		if err := mutate(r); err != nil {
-			if !errors.Is(err, errSkip) {
-				return r, err
-			}
-			// A get may be answered by a replica that has not applied the
-			// latest write yet, and a decision to leave the record alone
-			// (the job taken over by another run) is not checked by the
-			// revision of a write: make it again on the leader's record.
-			latest, latestRev, lerr := s.getLatest(ctx, id)
-			if lerr != nil || latestRev == rev {
-				return r, err
-			}
-			r, rev = latest, latestRev
-			if err := mutate(r); err != nil {
-				return r, err
-			}
+			return r, err
 		}
 		err = s.write(ctx, r, rev)
 		if isConflict(err) {
@@ -317,9 +401,11 @@ func (s *store) putKey(ctx context.Context, key string, value []byte, rev uint64
 	if final && ttl > 0 {
 		opts = append(opts, jetstream.WithMsgTTL(ttl))
 	}
-	if _, err := s.js.PublishMsg(ctx, msg, opts...); err != nil {
+	ack, err := s.js.PublishMsg(ctx, msg, opts...)
+	if err != nil {
 		return fmt.Errorf("jobs: write %s: %w", key, err)
 	}
+	s.known.note(key, ack.Sequence, false)
 	return nil
 }
 
