@@ -246,13 +246,24 @@ func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 	switch {
 	case err == nil:
 	case errors.As(err, &blocked):
-		return fmt.Errorf("the push notification URL is refused: %s; push notifications reach loopback, private, link-local and other internal addresses only when the operator allows them with --callback-allow: %w", blocked.Reason(), a2a.ErrInvalidParams)
+		s.log.Info("push notification URL refused", "host", u.Hostname(), "err", blocked)
+		return pushURLRefused(blocked.Reason())
 	case egress.Classify(err) == egress.ClassDNS:
-		return fmt.Errorf("the host of the push notification URL does not resolve; give a host name that resolves in DNS: %w", a2a.ErrInvalidParams)
+		// Refused in the words a name that resolves inside gets, so that
+		// the answer tells nothing of the operator's names.
+		s.log.Info("push notification URL refused: its host did not resolve", "host", u.Hostname(), "err", err)
+		return pushURLRefused(egress.NameRule(u.Hostname()))
 	default:
 		return fmt.Errorf("the push notification URL must be an absolute http or https URL with a valid port: %w", a2a.ErrInvalidParams)
 	}
 	return nil
+}
+
+// pushURLRefused is the caller's error for a push notification URL whose
+// host the callback rule refuses: it names the rule, and of a host name
+// neither whether it resolves nor where to (the operator's log has that).
+func pushURLRefused(why string) error {
+	return fmt.Errorf("the push notification URL is refused: %s; push notifications reach only hosts with public addresses, unless the operator allows others with --callback-allow: %w", why, a2a.ErrInvalidParams)
 }
 
 // own returns the record of task id when r's caller may see it, read with
