@@ -46,8 +46,10 @@ const (
 	DefaultSSEHeartbeat = 15 * time.Second
 )
 
-// Limits bounds what POST /rpc accepts. A request over a limit is answered
-// with a -32006 error whose data names the limit.
+// Limits bounds what every door accepts (POST /rpc, WebSocket messages,
+// /a2a and /mcp), checked before a body reaches any decoder. A request
+// over a limit is answered with an error whose data names the limit
+// (-32006; -32000 on /a2a, where A2A owns -32006).
 type Limits struct {
 	// MaxBodyBytes is the largest body read (max_body_bytes); a larger one is
 	// answered 413. Zero means [DefaultMaxBodyBytes].
