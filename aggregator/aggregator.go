@@ -184,6 +184,12 @@ func WithMaxInFlight(n int) Option {
 // the calls of an ingress usually last, as the job runner's calls need
 // ([bus.Subjects.JobReplies]). Default: the connection's inbox. It needs
 // liveness ([WithHeartbeat]), which the calls' shared inbox comes with.
+//
+// NATS cannot tell which worker may answer on such a subject, as it does
+// with allow_responses on an inbox: only the subject being unguessable
+// keeps other workers from answering there. So <id>, made once, and
+// <token>, made for each call, are each a [bus.ReplyToken] (128 bits from
+// crypto/rand), which only the worker given the call learns.
 func WithReplyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if err := schema.ValidateMethod(prefix); err != nil {
@@ -255,13 +261,10 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	if d := min(cfg.ackDelay, cfg.ackTimeout/2, cfg.heartbeat/2); cfg.heartbeat > 0 && d >= time.Millisecond {
 		ackDelayHeader = strconv.FormatInt(d.Milliseconds(), 10)
 	}
+	log := cfg.log.With("component", "aggregator")
 	var in *inbox
 	if cfg.heartbeat > 0 {
-		prefix := nc.NewInbox()
-		if cfg.replyPrefix != "" {
-			prefix = cfg.replyPrefix + "." + nuid.Next()
-		}
-		if in, err = newInbox(nc, prefix, subjects); err != nil {
+		if in, err = newInbox(nc, replyName(nc, cfg.replyPrefix), subjects, log); err != nil {
 			return nil, err
 		}
 	}
@@ -300,10 +303,21 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		batchCap:          cfg.batchCap,
 		inFlight:          make(chan struct{}, cfg.maxInFlight),
 		callers:           newCallerSlots(callerShare(cfg)),
-		log:               cfg.log.With("component", "aggregator"),
+		log:               log,
 		callLevel:         accessLevel(cfg.accessLog),
 		now:               time.Now,
 	}, nil
+}
+
+// replyName is the fixed beginning of an aggregator's reply subjects:
+// replyPrefix when set, otherwise the connection's inbox prefix ("_INBOX"
+// unless the connection says otherwise).
+func replyName(nc *nats.Conn, replyPrefix string) string {
+	if replyPrefix != "" {
+		return replyPrefix
+	}
+	inbox := nc.NewInbox()
+	return inbox[:strings.LastIndexByte(inbox, '.')]
 }
 
 // Local runs calls in the aggregator's own process, beside the bus: a
@@ -874,9 +888,16 @@ func workerLost(method string, silence time.Duration, attempts int) *schema.Erro
 // keeps its reply subject across its attempts, so whichever worker answers
 // first is heard.
 type inbox struct {
+	// prefix is name, a [bus.ReplyToken] and a dot: every reply subject
+	// is prefix and another ReplyToken.
 	prefix   string
+	name     string
 	subjects bus.Subjects
 	sub      *nats.Subscription
+	// strays logs the messages that reached no call it remembers, and
+	// strayCounters counts them with the late ones.
+	strays *strayLog
+	strayCounters
 
 	mu      sync.Mutex
 	waiting map[string]*pending
@@ -894,6 +915,9 @@ type inbox struct {
 	// deaf holds the direct subjects that a call sent to reached nobody,
 	// with when: the slots they name are not believed for deafFor.
 	deaf map[string]time.Time
+	// ended holds the reply tokens of the calls that ended last, so that
+	// a late answer is told from one to a subject never made.
+	ended endedTokens
 }
 
 // freeSlot is a slot a worker named free at a time.
@@ -927,8 +951,12 @@ type pending struct {
 	since time.Time
 }
 
-func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, error) {
-	in := &inbox{prefix: prefix + ".", subjects: subjects, waiting: map[string]*pending{}, refused: map[string][]*pending{}, pressedAt: map[string]time.Time{}, free: map[string][]freeSlot{}, deaf: map[string]time.Time{}}
+// newInbox subscribes to the reply subjects "<name>.<id>.<token>" of
+// one aggregator, where id is made here and token for each call, both
+// [bus.ReplyToken]s: a worker that may publish on them learns a reply
+// subject only from a call it received.
+func newInbox(nc *nats.Conn, name string, subjects bus.Subjects, log *slog.Logger) (*inbox, error) {
+	in := makeInbox(name, subjects, log)
 	sub, err := nc.Subscribe(in.prefix+"*", in.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("aggregator: subscribe to replies: %w", err)
@@ -942,10 +970,19 @@ func newInbox(nc *nats.Conn, prefix string, subjects bus.Subjects) (*inbox, erro
 	return in, nil
 }
 
+// makeInbox returns an inbox of reply subjects under name, not yet
+// subscribed.
+func makeInbox(name string, subjects bus.Subjects, log *slog.Logger) *inbox {
+	return &inbox{prefix: name + "." + bus.ReplyToken() + ".", name: name, subjects: subjects, strays: newStrayLog(log, name),
+		waiting: map[string]*pending{}, refused: map[string][]*pending{}, pressedAt: map[string]time.Time{},
+		free: map[string][]freeSlot{}, deaf: map[string]time.Time{}}
+}
+
 // open returns a fresh reply subject and what its messages arrive on,
-// progress reports too when reports is set; close forgets it.
+// progress reports too when reports is set; close forgets it, and
+// remembers for a while that it ended.
 func (in *inbox) open(method string, reports bool) (subject string, p *pending, pressed bool, close func()) {
-	token := nuid.Next()
+	token := bus.ReplyToken()
 	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1), method: method, direct: make(chan string, 1)}
 	if reports {
 		p.report = make(chan schema.JobProgress, 1)
@@ -957,6 +994,7 @@ func (in *inbox) open(method string, reports bool) (subject string, p *pending, 
 	return in.prefix + token, p, pressed, func() {
 		in.mu.Lock()
 		delete(in.waiting, token)
+		in.ended.add(token)
 		in.unrefuseLocked(p)
 		in.mu.Unlock()
 	}
@@ -1160,9 +1198,13 @@ func (in *inbox) deliver(msg *nats.Msg) {
 	token := msg.Subject[len(in.prefix):]
 	in.mu.Lock()
 	p := in.waiting[token]
+	late := p == nil && in.ended.has(token)
 	in.mu.Unlock()
 	if p == nil {
-		return // a late answer, or one of a call already answered
+		// A late answer, one of a call already answered, or a forgery:
+		// it answers nothing.
+		in.stray(late)
+		return
 	}
 	if v := msg.Header.Get(schema.HeaderProgress); v != "" {
 		if v == schema.ProgressBusy && in.subjects.IsDirect(msg.Header.Get(schema.HeaderDirect)) {

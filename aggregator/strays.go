@@ -1,0 +1,184 @@
+package aggregator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Strays counts the messages that reached an aggregator's reply subjects
+// when no call waited for them there. Each is dropped: it answers
+// nothing, and claims no free slot.
+type Strays struct {
+	// Late went to the reply subject of a call among the last
+	// [EndedRemembered] or more that ended: an answer after the call's
+	// deadline or cancel, the second answer of a call published again
+	// (a retry or a hedge), or a beat that crossed its reply. Routine.
+	Late uint64
+	// Unmatched went to a subject of no call the aggregator remembers:
+	// a worker guessing reply subjects to forge another call's answer,
+	// or a message of a call that ended before the calls it remembers.
+	// The aggregator logs these, at most once per [StrayLogEvery].
+	Unmatched uint64
+}
+
+// EndedRemembered is at least how many of the calls that ended last an
+// aggregator remembers, so as to tell a late answer ([Strays.Late]) from
+// one to a subject it never made ([Strays.Unmatched]). It remembers up to
+// twice as many.
+const EndedRemembered = 1 << 14
+
+// StrayLogEvery is how often at most an aggregator logs the messages to
+// its reply subjects that no call it remembers waits for: the first one at
+// once, then, at the first one after this interval, how many came since
+// the previous line.
+const StrayLogEvery = time.Minute
+
+// Strays returns how many messages reached the aggregator's reply
+// subjects for no waiting call since it was made. It is zero without
+// liveness ([WithHeartbeat] of zero), whose calls wait on NATS requests of
+// their own.
+func (a *Aggregator) Strays() Strays {
+	if a.inbox == nil {
+		return Strays{}
+	}
+	return Strays{Late: a.inbox.late.Load(), Unmatched: a.inbox.unmatched.Load()}
+}
+
+// Collector returns the aggregator's Prometheus collector, of
+//
+//   - toolbus_aggregator_stray_replies_total{reply_prefix,kind}: the
+//     messages of [Aggregator.Strays], kind "late" or "unmatched";
+//     reply_prefix is the fixed beginning of the aggregator's reply
+//     subjects ("_INBOX" for an ingress's calls, "<prefix>.jobs.reply"
+//     for a job runner's), so that the aggregators of one process can
+//     be registered on one registry.
+//
+// A growing "unmatched" count means someone publishes on the reply
+// subjects without having been given them: a credential that may publish
+// there is being misused. Every call returns a collector of the same
+// counts.
+func (a *Aggregator) Collector() prometheus.Collector {
+	name := ""
+	if a.inbox != nil {
+		name = a.inbox.name
+	}
+	return &strayCollector{a: a, desc: prometheus.NewDesc("toolbus_aggregator_stray_replies_total",
+		`Messages dropped because they reached the aggregator's reply subjects when no call waited there: kind "late" went to a call that had just ended (an answer after a deadline or cancel, a retry's second answer); kind "unmatched" to a subject of no call the aggregator remembers, a forgery or a very late answer.`,
+		[]string{"kind"}, prometheus.Labels{"reply_prefix": name})}
+}
+
+// strayCollector is the collector of [Aggregator.Collector].
+type strayCollector struct {
+	a    *Aggregator
+	desc *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*strayCollector)(nil)
+
+// Describe implements [prometheus.Collector].
+func (c *strayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements [prometheus.Collector].
+func (c *strayCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.a.Strays()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.Late), "late")
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.Unmatched), "unmatched")
+}
+
+// endedTokens remembers the reply tokens of the calls that ended last,
+// in two generations of [EndedRemembered]: when the newer is full, the
+// older is emptied and becomes the newer. Adding a token costs a map
+// insertion, and the maps keep their room, so that once warm it
+// allocates nothing. It is not safe for concurrent use.
+type endedTokens struct {
+	cur, old map[string]struct{}
+}
+
+// add remembers token.
+func (e *endedTokens) add(token string) {
+	if len(e.cur) >= EndedRemembered || e.cur == nil {
+		if e.old == nil {
+			e.old = make(map[string]struct{})
+		}
+		clear(e.old)
+		e.cur, e.old = e.old, e.cur
+	}
+	e.cur[token] = struct{}{}
+}
+
+// has reports whether token is remembered.
+func (e *endedTokens) has(token string) bool {
+	if _, ok := e.cur[token]; ok {
+		return true
+	}
+	_, ok := e.old[token]
+	return ok
+}
+
+// strayLog writes the line about unmatched messages, at most one per
+// every: a worker forging answers sends many, and one line per message
+// would be a flood of its making.
+type strayLog struct {
+	log   *slog.Logger
+	now   func() time.Time
+	every time.Duration
+	// name is the fixed beginning of the reply subjects, for the line.
+	name string
+
+	mu     sync.Mutex
+	logged time.Time // when the last line was written; zero before the first
+	since  uint64    // unmatched messages not yet in a line
+}
+
+// note counts one unmatched message, and writes the line when the last
+// was written at least every ago. The messages that come after a line and
+// stop within every are in no line until the next one comes; the
+// collector counts them all.
+func (s *strayLog) note() {
+	s.mu.Lock()
+	s.since++
+	now := s.now()
+	if !s.logged.IsZero() && now.Sub(s.logged) < s.every {
+		s.mu.Unlock()
+		return
+	}
+	n, prev := s.since, s.logged
+	s.since, s.logged = 0, now
+	s.mu.Unlock()
+	attrs := []slog.Attr{slog.String("reply_prefix", s.name), slog.Uint64("count", n)}
+	if !prev.IsZero() {
+		attrs = append(attrs, slog.Duration("since_last", now.Sub(prev)))
+	}
+	// A NATS callback has no context of its own.
+	s.log.LogAttrs(context.Background(), slog.LevelWarn,
+		"messages reached reply subjects of no call this aggregator remembers and were dropped: someone may be guessing reply subjects to forge answers, "+
+			"or answers came long after their calls ended; if it recurs, find which NATS credential publishes under reply_prefix (the server's logs or subject tracing) and revoke its publish permission there",
+		attrs...)
+}
+
+// newStrayLog returns the log of unmatched messages to the reply subjects
+// beginning with name.
+func newStrayLog(log *slog.Logger, name string) *strayLog {
+	return &strayLog{log: log, now: time.Now, every: StrayLogEvery, name: name}
+}
+
+// stray counts a message that no call waits for: late when it went to
+// a call that ended lately.
+func (in *inbox) stray(late bool) {
+	if late {
+		in.late.Add(1)
+		return
+	}
+	in.unmatched.Add(1)
+	in.strays.note()
+}
+
+// strayCounters are the counts of [Aggregator.Strays], kept by the inbox.
+type strayCounters struct {
+	late, unmatched atomic.Uint64
+}
