@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -668,6 +669,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 		return nil
 	}
 	if asked {
+		// open has marked p as asking, as asked says.
 		msg.Header[schema.HeaderNameFree] = nameFree
 	}
 	if e := publish(); e != nil {
@@ -746,6 +748,7 @@ func (a *Aggregator) exchange(ctx context.Context, c *schema.Call, timeout time.
 				// From now on the call's workers name the slots
 				// they free.
 				asked = true
+				p.askedFree.Store(true)
 				msg.Header[schema.HeaderNameFree] = nameFree
 				if now.Sub(firstBusy) >= a.busyWait {
 					return nil, workersBusy(c.Method, a.busyWait)
@@ -949,6 +952,10 @@ type pending struct {
 	// since is when a busy worker first refused the call, while it
 	// waits in line; guarded by the inbox's mu.
 	since time.Time
+	// askedFree is set before the call is first published with
+	// [schema.HeaderNameFree]: only the replies of a call that asked may
+	// name a free slot.
+	askedFree atomic.Bool
 }
 
 // newInbox subscribes to the reply subjects "<name>.<id>.<token>" of
@@ -980,7 +987,9 @@ func makeInbox(name string, subjects bus.Subjects, log *slog.Logger) *inbox {
 
 // open returns a fresh reply subject and what its messages arrive on,
 // progress reports too when reports is set; close forgets it, and
-// remembers for a while that it ended.
+// remembers for a while that it ended. pressed says whether the call is
+// to ask for free slots (see [inbox.pressed]); when it is, the pending
+// has asked.
 func (in *inbox) open(method string, reports bool) (subject string, p *pending, pressed bool, close func()) {
 	token := bus.ReplyToken()
 	p = &pending{reply: make(chan *nats.Msg, 1), progress: make(chan string, 1), method: method, direct: make(chan string, 1)}
@@ -988,8 +997,9 @@ func (in *inbox) open(method string, reports bool) (subject string, p *pending, 
 		p.report = make(chan schema.JobProgress, 1)
 	}
 	in.mu.Lock()
-	in.waiting[token] = p
 	pressed = in.pressedLocked(method)
+	p.askedFree.Store(pressed)
+	in.waiting[token] = p
 	in.mu.Unlock()
 	return in.prefix + token, p, pressed, func() {
 		in.mu.Lock()
@@ -1237,9 +1247,15 @@ func (in *inbox) deliver(msg *nats.Msg) {
 	case p.reply <- msg:
 	default:
 	}
+	// A reply names at most the one slot it frees (rule 10), and only
+	// when its call asked: a worker must not draw calls it was not
+	// offered, nor many at once.
+	if !p.askedFree.Load() {
+		return
+	}
 	if d := msg.Header.Get(schema.HeaderDirect); d != "" && in.subjects.IsDirect(d) {
 		if n, err := strconv.Atoi(msg.Header.Get(schema.HeaderFree)); err == nil && n > 0 {
-			in.freed(p.method, d, min(n, maxFreeOffered))
+			in.freed(p.method, d, 1)
 		}
 	}
 }
@@ -1253,8 +1269,8 @@ const progressBusyDirect = schema.ProgressBusy + "+direct"
 
 func isBusy(v string) bool { return v == schema.ProgressBusy || v == progressBusyDirect }
 
-// maxFreeOffered bounds the free slots one reply may claim, whatever its
-// header says.
+// maxFreeOffered bounds the free slots kept for one method, however many
+// replies name them.
 const maxFreeOffered = 64
 
 // RetrySafe reports whether calls of method may run more than once: it

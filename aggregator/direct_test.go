@@ -14,7 +14,8 @@ import (
 )
 
 // fakeFull is a worker of method "hold" with one slot, driven by hand: it
-// holds the call whose params are "first", refuses every other call that
+// holds the call whose params are "first" once that call asks for free
+// slots (a reply may name one only then), refuses every other call that
 // reaches it through the queue group as busy (naming its direct subject,
 // as a worker speaking rule 10 does), and answers "direct" to whatever
 // reaches it on its direct subject.
@@ -30,7 +31,7 @@ func newFakeFull(t *testing.T, nc *nats.Conn) *fakeFull {
 	t.Helper()
 	f := &fakeFull{nc: nc, direct: "toolbus.direct.w1", held: make(chan *nats.Msg, 1)}
 	sub, err := nc.QueueSubscribe("toolbus.call.hold", "toolbus-workers", func(m *nats.Msg) {
-		if env, err := schema.UnmarshalCall(m.Data); err == nil && string(env.Params) == `"first"` {
+		if env, err := schema.UnmarshalCall(m.Data); err == nil && string(env.Params) == `"first"` && m.Header.Get(schema.HeaderNameFree) != "" {
 			f.held <- m
 			return
 		}
@@ -77,10 +78,11 @@ func TestFreedSlotTakesARefusedCall(t *testing.T) {
 	first := make(chan schema.Response, 1)
 	go func() { first <- dispatchOne(a, call("1", "hold", `"first"`)) }()
 	held := <-f.held
+	refused := f.refused.Load() // the first call's, before it asked
 
 	second := make(chan schema.Response, 1)
 	go func() { second <- dispatchOne(a, call("2", "hold", `"second"`)) }()
-	testwait.Eventually(t, func() bool { return f.refused.Load() > 0 }, "the second call is refused as busy")
+	testwait.Eventually(t, func() bool { return f.refused.Load() > refused }, "the second call is refused as busy")
 
 	reply(held, schema.ReplyResult([]byte(`"held"`)), nats.Header{
 		schema.HeaderDirect: []string{f.direct}, schema.HeaderFree: []string{"1"}})
