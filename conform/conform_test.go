@@ -97,6 +97,17 @@ func TestGoWorkerHoldsBackTheAck(t *testing.T) {
 	}
 }
 
+// TestGoWorkerAnnounces runs the discovery rules against toolbus's own
+// worker runtime, which announces each method on its own subject.
+func TestGoWorkerAnnounces(t *testing.T) {
+	rep, _ := runKitOn(t, []string{"announce", "drain"}, goWorkerEnv+"=1")
+	for _, key := range []string{"announce", "drain"} {
+		if res, ok := rep.Result(key); !ok || res.Status != conform.Pass {
+			t.Errorf("rule %s: %v %+v (ran: %v), want PASS", key, res.Status, res, ok)
+		}
+	}
+}
+
 func TestBrokenWorkersFail(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -111,6 +122,8 @@ func TestBrokenWorkersFail(t *testing.T) {
 		{"answers a crash with success", crashSucceeds, "crash"},
 		{"runs late calls", runLate, "late"},
 		{"leaves without saying so", noLeaving, "drain"},
+		{"announces on the shared subject of older workers", sharedAnnounce, "announce"},
+		{"announces every tool on one method's subject", allOnOne, "announce"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, out := runKit(t, []string{tc.rule}, tc.fault)

@@ -79,6 +79,6 @@
 //	busy          rule 8   a call over the concurrency limit is refused busy at once
 //	orphan        rule 9   a call nobody listens for any more is canceled
 //	progress      rule 8   progress reports (Toolbus-Progress: report) are well formed and come before the reply
-//	announce      §9       announcements are valid, list the toolset, repeat every interval and answer a ping
-//	drain         rule 6   on SIGTERM: leaving announcement, no new calls, held calls answered, exit
+//	announce      §9       each method announced on its own subject (revision 8), validly; the toolset listed; repeated every interval; a ping answered
+//	drain         rule 6   on SIGTERM: a leaving announcement of each method, no new calls, held calls answered, exit
 package conform

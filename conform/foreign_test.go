@@ -46,6 +46,12 @@ const (
 	// names a subject outside <prefix>.direct., which the worker does
 	// not even listen on.
 	badDirect fault = "bad-direct"
+	// sharedAnnounce: the whole toolset is announced in one message on
+	// <prefix>.discovery.announce, as workers before revision 8 did.
+	sharedAnnounce fault = "shared-announce"
+	// allOnOne: the whole toolset is announced in one message on
+	// conform.echo's subject.
+	allOnOne fault = "all-on-one"
 )
 
 // foreign is the worker.
@@ -123,13 +129,27 @@ func (w *foreign) announceLoop() {
 	}
 }
 
+// announce publishes one message per method, on the method's own
+// subject, with the method's descriptor alone (revision 8).
 func (w *foreign) announce(leaving bool) {
 	var tools []map[string]any
 	for _, name := range []string{"conform.echo", "conform.sleep", "conform.serial", "conform.fail", "conform.panic", "conform.progress"} {
 		tools = append(tools, map[string]any{"name": name, "description": "conformance toolset"})
 	}
-	b, _ := json.Marshal(map[string]any{"v": 1, "worker": w.id, "interval_ms": foreignInterval.Milliseconds(), "leaving": leaving, "tools": tools})
-	_ = w.nc.Publish(w.prefix+".discovery.announce", b)
+	message := func(tools []map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"v": 1, "worker": w.id, "interval_ms": foreignInterval.Milliseconds(), "leaving": leaving, "tools": tools})
+		return b
+	}
+	switch {
+	case w.faults[sharedAnnounce]:
+		_ = w.nc.Publish(w.prefix+".discovery.announce", message(tools))
+	case w.faults[allOnOne]:
+		_ = w.nc.Publish(w.prefix+".discovery.announce.conform.echo", message(tools))
+	default:
+		for _, t := range tools {
+			_ = w.nc.Publish(w.prefix+".discovery.announce."+t["name"].(string), message([]map[string]any{t}))
+		}
+	}
 }
 
 // stop drains as rule 6 says: leave, stop taking calls, finish those held,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -38,9 +39,13 @@ type session struct {
 	prefix string
 	proc   *process
 
-	adSub *nats.Subscription
-	adMu  sync.Mutex
-	ads   []heard
+	// subjects names the cluster's subjects; adSubs hear the
+	// announcements, on the subject of each method (revision 8) and on the
+	// shared one of older workers, which the announce rule fails.
+	subjects bus.Subjects
+	adSubs   []*nats.Subscription
+	adMu     sync.Mutex
+	ads      []heard
 
 	nextID int
 
@@ -72,17 +77,25 @@ func newSession(ctx context.Context, cfg Config) (*session, error) {
 	if s.out == nil {
 		s.out = io.Discard
 	}
-	sub, err := s.nc.Subscribe(s.prefix+".discovery.announce", func(m *nats.Msg) {
+	var err error
+	if s.subjects, err = bus.NewSubjects(s.prefix); err != nil {
+		return nil, fmt.Errorf("conform: %w", err)
+	}
+	record := func(m *nats.Msg) {
 		s.adMu.Lock()
 		s.ads = append(s.ads, heard{msg: m, at: time.Now()})
 		s.adMu.Unlock()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("conform: subscribe to announcements: %w (check that the NATS user may subscribe to %s.discovery.announce)", err, s.prefix)
 	}
-	s.adSub = sub
+	for _, subject := range []string{s.subjects.Announce() + ".>", s.subjects.Announce()} {
+		sub, err := s.nc.Subscribe(subject, record)
+		if err != nil {
+			s.unsubscribeAds()
+			return nil, fmt.Errorf("conform: subscribe to announcements: %w (check that the NATS user may subscribe to %s)", err, subject)
+		}
+		s.adSubs = append(s.adSubs, sub)
+	}
 	if err := s.nc.FlushTimeout(answerWait); err != nil {
-		sub.Unsubscribe()
+		s.unsubscribeAds()
 		return nil, fmt.Errorf("conform: NATS does not answer: %w (check --nats and the credentials)", err)
 	}
 	env := []string{"TOOLBUS_PREFIX=" + s.prefix}
@@ -91,7 +104,7 @@ func newSession(ctx context.Context, cfg Config) (*session, error) {
 	}
 	s.proc, err = startProcess(cfg.Command, append(env, cfg.Env...), cfg.WorkerOutput)
 	if err != nil {
-		sub.Unsubscribe()
+		s.unsubscribeAds()
 		return nil, err
 	}
 	return s, nil
@@ -102,9 +115,14 @@ func (s *session) stop() { s.proc.kill() }
 
 func (s *session) close() {
 	s.stop()
-	if s.adSub != nil {
-		s.adSub.Unsubscribe()
+	s.unsubscribeAds()
+}
+
+func (s *session) unsubscribeAds() {
+	for _, sub := range s.adSubs {
+		sub.Unsubscribe()
 	}
+	s.adSubs = nil
 }
 
 func (s *session) subject(method string) string { return s.prefix + ".call." + method }
