@@ -268,6 +268,11 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		return nil, err
 	}
 	g.Aggregator = agg
+	if cfg.metrics != nil {
+		if err := cfg.metrics.Register(agg.Collector()); err != nil {
+			return nil, fmt.Errorf("node: the aggregator's metrics: %w", err)
+		}
+	}
 	if cfg.jobs {
 		if g.Runner, err = newJobRunner(nc, cfg, g.Registry); err != nil {
 			return nil, err
@@ -555,6 +560,11 @@ func newJobRunner(nc *nats.Conn, cfg gatewayConfig, reg *discovery.Registry) (*j
 		aggregator.WithReplyPrefix(subjects.JobReplies()))
 	if d.agg, err = aggregator.New(nc, aggOpts...); err != nil {
 		return nil, fmt.Errorf("node: the job runner's aggregator: %w", err)
+	}
+	if cfg.metrics != nil {
+		if err := cfg.metrics.Register(d.agg.Collector()); err != nil {
+			return nil, fmt.Errorf("node: the job runner's aggregator metrics: %w", err)
+		}
 	}
 	return runner, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
@@ -343,4 +344,46 @@ func TestGatewaySamplesTheJobsQueue(t *testing.T) {
 		}
 		return false
 	}, "the ingress's trends show the queued job")
+}
+
+// TestGatewayCountsStrayReplies: the replies that reach no waiting call
+// are exported for the gateway's aggregator and for its job runner's, one
+// series each, so a flood of guessed answers shows on /metrics.
+func TestGatewayCountsStrayReplies(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	gst := bus.NewStartup(discard)
+	t.Cleanup(gst.Stop)
+	reg := prometheus.NewRegistry()
+	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs(), node.WithMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startGateway(t, g)
+	ready(t, gst)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefixes := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() != "toolbus_aggregator_stray_replies_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reply_prefix" {
+					prefixes[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, want := range []string{"_INBOX", "toolbus.jobs.reply"} {
+		if !prefixes[want] {
+			t.Errorf("toolbus_aggregator_stray_replies_total has reply prefixes %v, want %q among them", prefixes, want)
+		}
+	}
 }
