@@ -85,6 +85,7 @@ type options struct {
 	a2aAllow   []string
 	a2aOpts    []a2a.Option
 	metrics    *prometheus.Registry
+	listen     bool
 }
 
 // Option configures [Start].
@@ -161,6 +162,12 @@ func WithA2A(allow []string, opts ...a2a.Option) Option {
 // metric name once.
 func WithMetrics(reg *prometheus.Registry) Option { return func(o *options) { o.metrics = reg } }
 
+// WithNATSListener has the embedded NATS server listen on a free loopback
+// port, closed by a generated token, so that a test can join a worker in
+// another process, or one that connects as a program would
+// ([Cluster.NATS]: ClientURL and Token).
+func WithNATSListener() Option { return func(o *options) { o.listen = true } }
+
 // WithLogger sets the logger of every part (default: one that discards).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -178,7 +185,11 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	if len(o.register) == 0 {
 		o.register = []func(*worker.Runtime) error{Demo}
 	}
-	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
+	var ecfg bus.EmbeddedConfig
+	if o.listen {
+		ecfg.Listen = "127.0.0.1:0"
+	}
+	e, err := bus.StartEmbedded(ecfg)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
