@@ -16,9 +16,14 @@ type Subscriber interface {
 	// Subscribe answers the subscribe call of call.Caller, who may follow
 	// only what is its own (admission has authorized and rate-limited the
 	// call already), with result and returns stream, which the connection
-	// runs on a goroutine of its own: it calls notify for every
-	// notification and returns when the subscription is over or ctx (the
-	// connection's) ends.
+	// runs on a goroutine of its own: it calls notify on that goroutine
+	// for every notification, one after the other (a slow notify may make
+	// it skip some, never the last), and returns when the subscription is
+	// over or ctx (the connection's) ends. A subscription may count
+	// against a bound of its caller's until stream returns, or until
+	// Subscribe's ctx ends when stream is never run; one past it is
+	// refused -32002 naming the limit (the jobs service's
+	// caller_max_subscriptions).
 	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
 }
 

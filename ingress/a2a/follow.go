@@ -16,10 +16,10 @@ var errStop = errors.New("a2a: stop following")
 
 // follow calls visit with job id's record as it is now and then with each
 // later version until the job is final, visit returns an error, ctx ends
-// or the server closes. The subscription is admitted for r's caller as
-// any call; another caller's job is not found. When the subscription ends
-// before a final record (the replica's watch was lost), the record is read
-// once more. It returns visit's error but for errStop, or the A2A error
+// or the server closes; a visit that is slow skips versions, never the
+// final one. The subscription is admitted for r's caller as any call, and
+// counts against the caller's bound of subscriptions; another caller's job
+// is not found. It returns visit's error but for errStop, or the A2A error
 // that stopped it.
 func (s *Server) follow(ctx context.Context, r Request, id string, visit func(rec *schema.JobRecord) error) error {
 	first, stream, e := r.Subscribe(ctx, id)
@@ -33,50 +33,47 @@ func (s *Server) follow(ctx context.Context, r Request, id string, visit func(re
 	if err := visit(&rec); err != nil || rec.State.Final() {
 		return stopped(err)
 	}
-	streamCtx, stop := context.WithCancel(ctx)
-	records := make(chan json.RawMessage, 16)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	go func() {
-		defer close(records)
-		stream(streamCtx, func(_ string, params json.RawMessage) {
-			select {
-			case records <- params:
-			case <-streamCtx.Done():
-			}
-		})
-	}()
-	defer func() {
-		stop()
-		for range records { // wait for the stream to end
-		}
-	}()
-	for {
-		var raw json.RawMessage
-		var ok bool
 		select {
-		case raw, ok = <-records:
-		case <-ctx.Done():
-			return fmt.Errorf("the client stopped waiting; task %s goes on: %w", id, a2a.ErrServerError)
 		case <-s.quit:
-			return fmt.Errorf("this ingress is shutting down; resubscribe to task %s on another: %w", id, a2a.ErrServerError)
+			cancel()
+		case <-sctx.Done():
 		}
-		if !ok {
-			var end schema.JobRecord
-			if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": id}, &end); e != nil {
-				return a2aError(e)
-			}
-			if !end.State.Final() {
-				return fmt.Errorf("lost track of task %s; resubscribe to follow it again: %w", id, a2a.ErrServerError)
-			}
-			return stopped(visit(&end))
+	}()
+	// stream calls notify on this goroutine, one record after the other.
+	var err error
+	final := false
+	stream(sctx, func(_ string, params json.RawMessage) {
+		if err != nil || final {
+			return
 		}
 		var cur schema.JobRecord
-		if err := json.Unmarshal(raw, &cur); err != nil {
-			return fmt.Errorf("the record of task %s cannot be read: %w", id, a2a.ErrInternalError)
+		if json.Unmarshal(params, &cur) != nil {
+			err = fmt.Errorf("the record of task %s cannot be read: %w", id, a2a.ErrInternalError)
+		} else if err = visit(&cur); err == nil {
+			final = cur.State.Final()
 		}
-		if err := visit(&cur); err != nil || cur.State.Final() {
-			return stopped(err)
+		if err != nil {
+			cancel()
 		}
+	})
+	select {
+	case <-s.quit:
+		if err == nil && !final {
+			return fmt.Errorf("this ingress is shutting down; resubscribe to task %s on another: %w", id, a2a.ErrServerError)
+		}
+	default:
 	}
+	switch {
+	case err != nil || final:
+		return stopped(err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("the client stopped waiting; task %s goes on: %w", id, a2a.ErrServerError)
+	}
+	return fmt.Errorf("stopped following task %s before it ended: its record is gone, or this ingress lost JetStream; "+
+		"get the task, or resubscribe to it: %w", id, a2a.ErrServerError)
 }
 
 func stopped(err error) error {

@@ -40,27 +40,14 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 	if e != nil {
 		return toolError(e), true
 	}
-	records := make(chan json.RawMessage, 16)
-	streamCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		defer close(records)
-		stream(streamCtx, func(method string, params json.RawMessage) {
-			if !strings.HasSuffix(method, ".progress") {
-				return
-			}
-			select {
-			case records <- params:
-			case <-streamCtx.Done():
-			}
-		})
-	}()
 	last := -1.0
-	rec := first
-	for {
+	// see reports the progress of a record; it returns the record when it
+	// is final, or nil. stream calls it on this goroutine, one record
+	// after the other, skipping versions when it is slow.
+	see := func(raw json.RawMessage) (*schema.JobRecord, error) {
 		var cur schema.JobRecord
-		if err := json.Unmarshal(rec, &cur); err != nil {
-			return toolError(internalError()), true
+		if err := json.Unmarshal(raw, &cur); err != nil {
+			return nil, err
 		}
 		if cur.Progress != nil && cur.Progress.Percent > last {
 			last = cur.Progress.Percent
@@ -68,30 +55,35 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 				ProgressToken: token, Progress: cur.Progress.Percent, Total: 100, Message: cur.Progress.Message})
 		}
 		if cur.State.Final() {
-			return jobResult(&cur, m.wrapped(req.Params.Name)), true
+			return &cur, nil
 		}
-		var ok bool
-		select {
-		case rec, ok = <-records:
-		case <-ctx.Done():
-			return toolError(schema.NewError(schema.CodeCanceled, "canceled: the client stopped waiting; job "+job.ID+" goes on",
-				map[string]any{"job_id": job.ID})), true
-		}
-		if !ok {
-			// The stream ended before a final record: read it once more.
-			g, _ := json.Marshal(map[string]string{"id": job.ID})
-			r := hdr.call(ctx, m.nextID(), prefix+"get", g)
-			if r.Error != nil {
-				return toolError(r.Error), true
-			}
-			var end schema.JobRecord
-			if json.Unmarshal(r.Result, &end) != nil || !end.State.Final() {
-				return toolError(schema.NewError(schema.CodeUnavailable, "unavailable: lost track of job "+job.ID,
-					map[string]any{"retryable": true, "job_id": job.ID})), true
-			}
-			return jobResult(&end, m.wrapped(req.Params.Name)), true
-		}
+		return nil, nil
 	}
+	end, err := see(first)
+	if end == nil && err == nil {
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		stream(sctx, func(method string, params json.RawMessage) {
+			if !strings.HasSuffix(method, ".progress") || end != nil || err != nil {
+				return
+			}
+			if end, err = see(params); end != nil || err != nil {
+				stop()
+			}
+		})
+	}
+	switch {
+	case err != nil:
+		return toolError(internalError()), true
+	case end != nil:
+		return jobResult(end, m.wrapped(req.Params.Name)), true
+	case ctx.Err() != nil:
+		return toolError(schema.NewError(schema.CodeCanceled, "canceled: the client stopped waiting; job "+job.ID+" goes on",
+			map[string]any{"job_id": job.ID})), true
+	}
+	return toolError(schema.NewError(schema.CodeUnavailable,
+		"unavailable: stopped following job "+job.ID+" before it ended (its record is gone, or this ingress lost JetStream); poll "+prefix+"get",
+		map[string]any{"retryable": true, "job_id": job.ID})), true
 }
 
 func jobResult(rec *schema.JobRecord, wrap bool) *mcp.CallToolResult {
