@@ -71,6 +71,8 @@ type ingressConfig struct {
 	jobMaxAttempts  int
 	jobQueueBytes   int64
 	jobCallerQueued int64
+	jobMaxSubs      int
+	jobCallerSubs   int
 	jobRecordsBytes int64
 	callbackSecret  string
 	callbackAllow   []string
@@ -121,6 +123,8 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.jobReplicas, "job-replicas", jobs.DefaultReplicas, "JetStream replicas of the job stream and records (3 on a three-node cluster)")
 	f.IntVar(&c.jobMaxAttempts, "job-max-attempts", jobs.DefaultMaxAttempts, "how many times a job may start running")
 	f.Int64Var(&c.jobCallerQueued, "job-caller-max-queued", jobs.DefaultCallerMaxQueued, "jobs one authenticated caller may have queued or running (without auth the anonymous caller is bounded by the queue alone)")
+	f.IntVar(&c.jobMaxSubs, "job-max-subscriptions", jobs.DefaultMaxSubscriptions, "jobs followed at once on this ingress (WebSocket subscriptions, A2A streams and blocking sends, MCP calls with progress), over all callers and by the anonymous caller")
+	f.IntVar(&c.jobCallerSubs, "job-caller-max-subscriptions", jobs.DefaultCallerMaxSubscriptions, "jobs one authenticated caller may follow at once on this ingress (-32002, limit caller_max_subscriptions)")
 	f.Int64Var(&c.jobQueueBytes, "job-queue-max-bytes", jobs.DefaultQueueMaxBytes, "byte cap of the JetStream stream of queued jobs")
 	f.Int64Var(&c.jobRecordsBytes, "job-records-max-bytes", jobs.DefaultRecordsMaxBytes, "byte cap of the JetStream bucket of job records")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
@@ -409,6 +413,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 			jobs.WithMaxAttempts(c.jobMaxAttempts),
 			jobs.WithStoreBytes(c.jobQueueBytes, c.jobRecordsBytes),
 			jobs.WithCallerMaxQueued(c.jobCallerQueued),
+			jobs.WithMaxSubscriptions(c.jobMaxSubs, c.jobCallerSubs),
 			jobs.WithCounters(counters),
 		}
 		if c.callbackSecret != "" {
