@@ -47,7 +47,7 @@ func WithExtension(prefix string, ext Extension) Option {
 			return fmt.Errorf("ingress: nil extension for %q", prefix)
 		}
 		if !strings.HasPrefix(prefix, schema.ReservedPrefix) || !strings.HasSuffix(prefix, ".") || len(prefix) <= len(schema.ReservedPrefix)+1 {
-			return fmt.Errorf("ingress: extension prefix %q must look like rpc.name.", prefix)
+			return fmt.Errorf("ingress: extension prefix %q must be rpc. and a name and end with a dot, like %q", prefix, "rpc.name.")
 		}
 		if err := schema.ValidateMethod(strings.TrimSuffix(prefix, ".")); err != nil {
 			return fmt.Errorf("ingress: extension prefix %q: %w", prefix, err)

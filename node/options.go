@@ -41,10 +41,6 @@ type WorkerOption interface {
 	applyWorker(*workerConfig) error
 }
 
-type workerOption func(*workerConfig) error
-
-func (o workerOption) applyWorker(c *workerConfig) error { return o(c) }
-
 // WithPrefix sets the NATS subject prefix of the cluster (default
 // [bus.DefaultPrefix]) for every part: calls, announcements, status, jobs
 // and idempotency records.

@@ -107,11 +107,11 @@ func TestTraceContinuesTheCallersTrace(t *testing.T) {
 	got := attrs(s)
 	for k, v := range want {
 		if got[k].AsString() != v {
-			t.Errorf("attribute %s = %q, want %q", k, got[k].Emit(), v)
+			t.Errorf("attribute %s = %q, want %q", k, got[k].String(), v)
 		}
 	}
 	if _, ok := got["rpc.jsonrpc.error_code"]; ok {
-		t.Errorf("a result's span has rpc.jsonrpc.error_code %v", got["rpc.jsonrpc.error_code"].Emit())
+		t.Errorf("a result's span has rpc.jsonrpc.error_code %v", got["rpc.jsonrpc.error_code"].String())
 	}
 	if s.Status().Code == codes.Error {
 		t.Errorf("a result's span has status %v", s.Status())
@@ -190,7 +190,7 @@ func TestTraceNotificationsAndRoots(t *testing.T) {
 		t.Errorf("notification's trace id = %s, want %s", got, parentTraceID)
 	}
 	if v, ok := attrs(s)["rpc.jsonrpc.request_id"]; ok {
-		t.Errorf("notification's span has rpc.jsonrpc.request_id %q, want none", v.Emit())
+		t.Errorf("notification's span has rpc.jsonrpc.request_id %q, want none", v.String())
 	}
 
 	// Without a traceparent the worker's span starts a trace.

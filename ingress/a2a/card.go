@@ -120,10 +120,3 @@ func (s *Server) agentCard(url string, show func(string) bool) *a2a.AgentCard {
 	}
 	return card
 }
-
-func (s *Server) nonEmpty(url string) string {
-	if url == "" {
-		return Path
-	}
-	return url
-}

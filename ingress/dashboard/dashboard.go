@@ -245,7 +245,7 @@ func (d *Dashboard) Overview(v View) State {
 	var st State
 	st.Now = now
 	st.Caller, st.AllCallers = v.Caller, v.AllCallers
-	st.WindowSeconds = int(windowSeconds)
+	st.WindowSeconds = int(window / time.Second)
 	st.Ingress.ID = d.src.ID
 	st.Ingress.Started = d.src.Stats.Started()
 	st.Ingress.UptimeSeconds = now.Sub(d.src.Stats.Started()).Seconds()

@@ -213,8 +213,8 @@ type JobError struct {
 	Message string `json:"message"`
 }
 
-// windowSeconds is the span of the dashboard's rates and percentiles.
-const windowSeconds = callstats.Window / time.Second
+// window is the span of the dashboard's rates and percentiles.
+const window = callstats.Window
 
 func sortMethods(m []bus.MethodStatus) {
 	slices.SortFunc(m, func(a, b bus.MethodStatus) int { return strings.Compare(a.Method, b.Method) })
