@@ -156,17 +156,16 @@ func TestValidationAtTheIngress(t *testing.T) {
 	}
 }
 
-// announce publishes a hand-written announcement, as a worker in another
-// language would.
-func announce(t *testing.T, c *toolbustest.Cluster, body string) {
+// announce publishes a hand-written announcement on subject, as a worker
+// in another language would.
+func announce(t *testing.T, c *toolbustest.Cluster, subject, body string) {
 	t.Helper()
 	nc, err := c.NATS.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	s, _ := bus.NewSubjects(bus.DefaultPrefix)
-	if err := nc.Publish(s.Announce(), []byte(body)); err != nil {
+	if err := nc.Publish(subject, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
@@ -174,18 +173,32 @@ func announce(t *testing.T, c *toolbustest.Cluster, body string) {
 	}
 }
 
+// announceSubject returns the subject on which method is announced.
+func announceSubject(t *testing.T, method string) string {
+	t.Helper()
+	s, _ := bus.NewSubjects(bus.DefaultPrefix)
+	subject, err := s.AnnounceMethod(method)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subject
+}
+
 func TestBrokenAndConflictingDescriptors(t *testing.T) {
 	var calls atomic.Int64
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)))
-	// One worker advertises a good tool next to two broken ones; another
-	// disagrees with the Go worker on math.add's schema.
-	announce(t, c, `{"v":1,"worker":"py-1","interval_ms":60000,"tools":[
-		{"name":"py.ok","params":{"type":"object"}},
-		{"name":"py.bad","params":{"type":5}},
-		{"name":"bad name!"}]}`)
-	announce(t, c, `{"v":1,"worker":"py-2","interval_ms":60000,"tools":[
-		{"name":"math.add","params":{"type":"array"}}]}`)
-	announce(t, c, `not even json`)
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("math.add"); return ok }, "the Go worker's math.add is listed")
+	// One worker advertises a good tool next to a broken one and one of
+	// a reserved name; another disagrees with the Go worker, which came
+	// first, on math.add's schema; a third announces a tool on another's
+	// subject.
+	s, _ := bus.NewSubjects(bus.DefaultPrefix)
+	announce(t, c, announceSubject(t, "py.ok"), `{"v":1,"worker":"py-1","interval_ms":60000,"tools":[{"name":"py.ok","params":{"type":"object"}}]}`)
+	announce(t, c, announceSubject(t, "py.bad"), `{"v":1,"worker":"py-1","interval_ms":60000,"tools":[{"name":"py.bad","params":{"type":5}}]}`)
+	announce(t, c, s.Announce()+".rpc.x", `{"v":1,"worker":"py-1","interval_ms":60000,"tools":[{"name":"rpc.x"}]}`)
+	announce(t, c, announceSubject(t, "math.add"), `{"v":1,"worker":"py-2","interval_ms":60000,"tools":[{"name":"math.add","params":{"type":"array"}}]}`)
+	announce(t, c, announceSubject(t, "py.other"), `{"v":1,"worker":"py-3","interval_ms":60000,"tools":[{"name":"echo.stolen"}]}`)
+	announce(t, c, announceSubject(t, "py.junk"), `not even json`)
 
 	toolbustest.Eventually(t, func() bool {
 		tool, _ := c.Registry.Lookup("math.add")
@@ -197,19 +210,42 @@ func TestBrokenAndConflictingDescriptors(t *testing.T) {
 	for _, p := range doc.Problems {
 		kinds[p.Method] = p.Kind
 	}
-	want := map[string]string{"py.bad": discovery.ProblemBroken, "bad name!": discovery.ProblemBroken, "math.add": discovery.ProblemConflict}
+	want := map[string]string{"py.bad": discovery.ProblemBroken, "rpc.x": discovery.ProblemBroken, "math.add": discovery.ProblemConflict}
 	for m, k := range want {
 		if kinds[m] != k {
 			t.Errorf("problem of %q = %q, want %q (problems %+v)", m, kinds[m], k, doc.Problems)
 		}
 	}
-	if _, ok := c.Registry.Lookup("py.bad"); ok {
-		t.Errorf("py.bad is listed, want it left out")
+	for _, m := range []string{"py.bad", "echo.stolen", "py.other"} {
+		if _, ok := c.Registry.Lookup(m); ok {
+			t.Errorf("%s is listed, want it left out", m)
+		}
 	}
-	// A conflicting method is served, not validated: the Go worker answers.
+	// The conflict changes nothing: the Go worker's descriptor stays in
+	// force, and a call that breaks it never reaches a worker.
 	if r := c.Call(t, "math.add", `{"a":2,"b":3}`); r.Error != nil || string(r.Result) != "5" {
 		t.Errorf("math.add = %s %v, want 5", r.Result, r.Error)
 	}
+	before := calls.Load()
+	if r := c.Call(t, "math.add", `[2,3]`); !errors.Is(r.Error, schema.ErrInvalidParams) {
+		t.Errorf("math.add([2,3]) = %s %v, want -32602 from the Go worker's schema, which the newcomer's does not replace", r.Result, r.Error)
+	}
+	if got := calls.Load(); got != before {
+		t.Errorf("the tool ran %d more times, want 0", got-before)
+	}
+}
+
+func TestOlderWorkersAnnounceOnTheSharedSubject(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithoutWorker())
+	s, _ := bus.NewSubjects(bus.DefaultPrefix)
+	announce(t, c, s.Announce(), `{"v":1,"worker":"old-1","interval_ms":60000,"tools":[{"name":"old.a"},{"name":"old.b"}]}`)
+	toolbustest.Eventually(t, func() bool {
+		_, a := c.Registry.Lookup("old.a")
+		_, b := c.Registry.Lookup("old.b")
+		return a && b
+	}, "an older worker's tools are listed")
+	announce(t, c, s.Announce(), `{"v":1,"worker":"old-1","interval_ms":60000,"leaving":true,"tools":[]}`)
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("old.a"); return !ok }, "the older worker's tools go when it leaves")
 }
 
 func TestOpenRPCDocument(t *testing.T) {
