@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,20 +15,22 @@ import (
 // natsAuth is how a process that connects to NATS over the network
 // authenticates and secures its connection.
 type natsAuth struct {
-	user     string
-	password string
-	token    string
-	nkey     string
-	creds    string
-	tlsCA    string
-	tlsCert  string
-	tlsKey   string
+	user         string
+	password     string
+	passwordFile string
+	token        string
+	nkey         string
+	creds        string
+	tlsCA        string
+	tlsCert      string
+	tlsKey       string
 }
 
 func (a *natsAuth) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&a.user, "nats-user", "", "NATS user name (with --nats-password; a user and password in the --nats URL work too)")
+	f.StringVar(&a.user, "nats-user", "", "NATS user name (with --nats-password or --nats-password-file; a user and password in the --nats URL work too)")
 	f.StringVar(&a.password, "nats-password", "", "NATS password of --nats-user")
+	f.StringVar(&a.passwordFile, "nats-password-file", "", "file holding the NATS password of --nats-user, so that it is on no command line (white space around it is ignored); toolbus nats keeps its users' passwords in such files")
 	f.StringVar(&a.token, "nats-token", "", "NATS authentication token")
 	f.StringVar(&a.nkey, "nats-nkey", "", "file holding the NATS user nkey seed (SU...) to authenticate with")
 	f.StringVar(&a.creds, "nats-creds", "", "NATS credentials file (user JWT and seed) to authenticate with")
@@ -66,9 +70,16 @@ func (a *natsAuth) options() ([]bus.Option, error) {
 	if a.password != "" && a.user == "" {
 		return nil, errors.New("--nats-password needs --nats-user")
 	}
+	password := a.password
+	if a.passwordFile != "" {
+		var err error
+		if password, err = a.readPasswordFile(); err != nil {
+			return nil, err
+		}
+	}
 	var opts []bus.Option
 	if a.user != "" {
-		opts = append(opts, bus.WithUserPassword(a.user, a.password))
+		opts = append(opts, bus.WithUserPassword(a.user, password))
 	}
 	if a.token != "" {
 		opts = append(opts, bus.WithToken(a.token))
@@ -86,4 +97,30 @@ func (a *natsAuth) options() ([]bus.Option, error) {
 		opts = append(opts, bus.WithTLSCA(a.tlsCA))
 	}
 	return opts, nil
+}
+
+// readPasswordFile returns the password kept in --nats-password-file,
+// without surrounding white space such as a final newline, as `toolbus
+// nats` reads the files it keeps.
+func (a *natsAuth) readPasswordFile() (string, error) {
+	switch {
+	case a.password != "":
+		return "", errors.New("--nats-password and --nats-password-file both give the password: keep one of them")
+	case a.user == "":
+		return "", fmt.Errorf("--nats-password-file %s needs --nats-user: name the user whose password it holds", a.passwordFile)
+	}
+	b, err := os.ReadFile(a.passwordFile)
+	if err != nil {
+		// The sentence names the path: keep only the cause of err.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return "", fmt.Errorf("cannot read --nats-password-file %s, which should hold the password of --nats-user %s; give a file this user can read: %w", a.passwordFile, a.user, err)
+	}
+	password := strings.TrimSpace(string(b))
+	if password == "" {
+		return "", fmt.Errorf("--nats-password-file %s is empty: put the password of --nats-user %s in it", a.passwordFile, a.user)
+	}
+	return password, nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +56,82 @@ func TestWorkerAuthenticatesFromEnv(t *testing.T) {
 	}
 }
 
+// writePassword writes text to a file of mode 0600 and returns its path.
+func writePassword(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "worker.password")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestWorkerAuthenticatesFromPasswordFile(t *testing.T) {
+	url := startUserNATS(t, "w0rker-pass")
+	path := writePassword(t, "w0rker-pass\n")
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{name: "flag", args: []string{"--nats-password-file", path}},
+		{name: "environment", env: map[string]string{"TOOLBUS_NATS_PASSWORD_FILE": path}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			args := append([]string{"worker", "--nats", url, "--nats-user", "worker", "--jobs=false", "--metrics-listen", "127.0.0.1:0"}, tt.args...)
+			r := runCommand(t, args...)
+			nc, err := bus.Connect(url, bus.WithUserPassword("worker", "w0rker-pass"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if reply := requestUntilServed(t, nc, bus.DefaultPrefix, r.done); reply.Error != nil {
+				t.Fatalf("echo reply error = %v, want none", reply.Error)
+			}
+			if err := r.stop(); err != nil {
+				t.Errorf("toolbus %s stopped with %v, want nil", strings.Join(args, " "), err)
+			}
+		})
+	}
+}
+
+func TestWorkerWrongPasswordFileFails(t *testing.T) {
+	url := startUserNATS(t, "w0rker-pass")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := execute(t, ctx, "worker", "--nats", url, "--nats-user", "worker", "--nats-password-file", writePassword(t, "wrong\n"), "--jobs=false", "--metrics-listen", "")
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("worker with a wrong password in its file = %v, want %v", err, nats.ErrAuthorization)
+	}
+}
+
+func TestReadPasswordFile(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want string
+	}{
+		{name: "final newline", text: "s3cret\n", want: "s3cret"},
+		{name: "no newline", text: "s3cret", want: "s3cret"},
+		{name: "carriage return", text: "s3cret\r\n", want: "s3cret"},
+		{name: "white space around", text: "  s3cret \n\n", want: "s3cret"},
+		{name: "inner space kept", text: "s3 cret\n", want: "s3 cret"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := natsAuth{user: "worker", passwordFile: writePassword(t, tt.text)}
+			got, err := a.readPasswordFile()
+			if err != nil || got != tt.want {
+				t.Errorf("readPasswordFile(%q) = %q, %v, want %q", tt.text, got, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestWorkerWrongPasswordFails(t *testing.T) {
 	url := startUserNATS(t, "w0rker-pass")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -67,6 +145,8 @@ func TestWorkerWrongPasswordFails(t *testing.T) {
 func TestNATSAuthFlagErrors(t *testing.T) {
 	const noNATS = "nats://127.0.0.1:1"
 	missing := filepath.Join(t.TempDir(), "missing")
+	password := writePassword(t, "s3cret\n")
+	empty := writePassword(t, " \n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -80,6 +160,11 @@ func TestNATSAuthFlagErrors(t *testing.T) {
 		{"CA missing", []string{"worker", "--nats-tls-ca", missing}, "--nats-tls-ca", fs.ErrNotExist},
 		{"cert without key", []string{"ingress", "--nats-tls-cert", missing}, "--nats-tls-key", nil},
 		{"key missing", []string{"worker", "--nats-tls-cert", missing, "--nats-tls-key", missing}, "--nats-tls-cert", fs.ErrNotExist},
+		{"password file without user", []string{"worker", "--nats-password-file", password}, "--nats-user", nil},
+		{"password and password file", []string{"ingress", "--nats-user", "u", "--nats-password", "p", "--nats-password-file", password}, "--nats-password-file", nil},
+		{"password file missing", []string{"worker", "--nats-user", "u", "--nats-password-file", missing}, "--nats-password-file " + missing, fs.ErrNotExist},
+		{"password file a directory", []string{"ingress", "--nats-user", "u", "--nats-password-file", t.TempDir()}, "--nats-password-file", syscall.EISDIR},
+		{"password file empty", []string{"worker", "--nats-user", "u", "--nats-password-file", empty}, "--nats-password-file " + empty, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
