@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/deploy"
 )
 
 const (
@@ -37,6 +38,9 @@ const (
 	// natsPatience is how long startup waits before it logs why JetStream
 	// is not ready yet (in a cluster, the other nodes may not be up).
 	natsPatience = 5 * time.Second
+	// natsPasswordExt ends the name of the file, in the JetStream store's
+	// directory, that keeps a role user's password: worker.password.
+	natsPasswordExt = ".password"
 )
 
 // natsFlags are the flags of `toolbus nats`.
@@ -60,16 +64,28 @@ func newNatsCmd() *cobra.Command {
 SIGTERM, for an ingress and workers started as processes of their own. Once
 JetStream is ready it prints the lines that join them.
 
-The bus is never open by accident. Without --config, clients must present a
-token: --nats-token, the one kept in --token-file, or else one generated at
-start and printed. --config reads a nats-server configuration file for cluster
-routes, accounts, users, permissions and TLS; the flags --nats-listen, --data,
+The bus is never open by accident. Without --config, it has two users with
+the least privilege of deploy/nats/cluster-secure.conf: "ingress", which
+publishes calls and keeps the jobs, and "worker", which takes calls and
+answers only those it received. Their passwords are generated at the first
+start and kept in the --data directory (ingress.password and
+worker.password, mode 0600), so that a restart keeps them and the parts
+reconnect; each part reads its own with --nats-user and --nats-password-file.
+The permissions are those of the subject prefix "toolbus".
+
+--nats-token or --token-file give instead one token that can do everything:
+any client holding it can publish calls as any caller, answer any call and
+read every job record. Choose it on purpose, for your own processes alone.
+
+--config reads a nats-server configuration file for cluster routes,
+accounts, users, permissions and TLS; the flags --nats-listen, --data,
 --monitor-listen and --max-payload, when given, override the file, and
 otherwise fill in what it leaves out. A file with no authorization of its own
 needs --nats-token or --token-file, or --no-auth to run an open bus on purpose.
 JetStream is always on.`,
 		Example: `  toolbus nats
-  toolbus nats --token-file toolbus-nats.token --data /var/lib/toolbus-nats
+  toolbus nats --data /var/lib/toolbus-nats
+  toolbus nats --token-file toolbus-nats.token
   toolbus nats --config deploy/nats/cluster-secure.conf --data /data`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,10 +94,10 @@ JetStream is always on.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "nats-listen", "127.0.0.1:4222", "host:port NATS clients connect to (port 0 picks a free port)")
-	fl.StringVar(&f.data, "data", defaultNatsData, "directory of the JetStream store, kept across restarts (relative to the working directory)")
+	fl.StringVar(&f.data, "data", defaultNatsData, "directory of the JetStream store and of the users' password files, kept across restarts (relative to the working directory)")
 	fl.StringVar(&f.config, "config", "", "nats-server configuration file: cluster routes, accounts, users, permissions, TLS")
-	fl.StringVar(&f.token, "nats-token", "", "token NATS clients must present (default: one generated at start and printed)")
-	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the token NATS clients must present; made with a generated token (mode 0600) when missing, and never printed")
+	fl.StringVar(&f.token, "nats-token", "", "one all-powerful token instead of the users ingress and worker: a client with it can act as any caller and any worker and read every job record")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding one all-powerful token instead of the users ingress and worker; made with a generated token (mode 0600) when missing, and never printed")
 	fl.StringVar(&f.monitor, "monitor-listen", "", "host:port of the HTTP monitoring endpoints /healthz, /varz, /jsz (port 0 picks a free port; empty for none)")
 	fl.Int32Var(&f.maxPayload, "max-payload", bus.DefaultEmbeddedMaxPayload, "largest message in bytes, the same as toolbus dev's")
 	fl.BoolVar(&f.noAuth, "no-auth", false, "run an open bus: anyone who reaches it can act as any caller and any worker")
@@ -200,8 +216,8 @@ func (f *natsFlags) options(given func(flag string) bool) (*server.Options, nats
 			return nil, natsAccess{}, err
 		}
 	}
-	// The store and the token file come last, so that a start refused for
-	// any other reason leaves nothing behind.
+	// The store, the token file and the password files come last, so that
+	// a start refused for any other reason leaves nothing behind.
 	if err := os.MkdirAll(opts.StoreDir, 0o750); err != nil {
 		return nil, natsAccess{}, fmt.Errorf("cannot create the JetStream store %s (%v): %s", opts.StoreDir, rootCause(err), fix("data", "store_dir", "directory"))
 	}
@@ -211,7 +227,35 @@ func (f *natsFlags) options(given func(flag string) bool) (*server.Options, nats
 		}
 		opts.Authorization = access.token
 	}
+	if len(access.roles) > 0 {
+		if opts.Users, err = roleUsers(access.roles); err != nil {
+			return nil, natsAccess{}, err
+		}
+	}
 	return opts, access, nil
+}
+
+// roleUsers returns the server's users for roles, each with the
+// permissions nats/cluster-secure.conf gives it and the password kept in
+// its file, made at the first start.
+func roleUsers(roles []natsRole) ([]*server.User, error) {
+	perms, err := deploy.Permissions()
+	if err != nil {
+		return nil, fmt.Errorf("the permissions built into this program are unusable, so the bus cannot be closed with them (%w); give --config with users of your own", err)
+	}
+	users := make([]*server.User, 0, len(roles))
+	for _, r := range roles {
+		p := perms[r.user]
+		if p == nil {
+			return nil, fmt.Errorf("the permissions built into this program have no user %q; give --config with users of your own", r.user)
+		}
+		password, err := passwordFromFile(r.user, r.passwordFile)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, &server.User{Username: r.user, Password: password, Permissions: p})
+	}
+	return users, nil
 }
 
 // readConfig reads the nats-server configuration file path into opts. It
@@ -275,14 +319,24 @@ func rootCause(err error) error {
 
 // natsAccess is how clients join the server, as the ready lines say.
 type natsAccess struct {
-	token     string // the token clients present, or "" for none
-	tokenFile string // the file keeping token; when set the token is not shown
-	users     string // the configuration file whose users clients join as
-	open      bool   // anyone may join (--no-auth)
+	token     string     // the token clients present, or "" for none
+	tokenFile string     // the file keeping token; when set the token is not shown
+	users     string     // the configuration file whose users clients join as
+	roles     []natsRole // the users made without a configuration file
+	open      bool       // anyone may join (--no-auth)
+}
+
+// natsRole is a user `toolbus nats` makes when it has no configuration
+// file: one of [deploy.Users], whose password is kept in passwordFile.
+type natsRole struct {
+	user         string
+	passwordFile string
 }
 
 // access settles how clients authenticate and sets opts to match: the
-// file's own authorization, a token, or, asked for explicitly, none.
+// file's own authorization, a token or, asked for explicitly, none; and
+// without any of those, the users of nats/cluster-secure.conf with
+// passwords kept in the store's directory.
 func (f *natsFlags) access(opts *server.Options) (natsAccess, error) {
 	own := f.config != "" && authorizes(opts)
 	token := f.token != "" || f.tokenFile != ""
@@ -301,14 +355,18 @@ func (f *natsFlags) access(opts *server.Options) (natsAccess, error) {
 		return natsAccess{open: true}, nil
 	case f.config != "" && !token:
 		return natsAccess{}, fmt.Errorf("%s has no authorization, so anyone could use the bus: add users to it, give --nats-token or --token-file, or give --no-auth to run an open bus on purpose", f.config)
+	case !token:
+		// The password files are read, or made, once every other check
+		// has passed.
+		var a natsAccess
+		for _, u := range deploy.Users {
+			a.roles = append(a.roles, natsRole{user: u, passwordFile: filepath.Join(opts.StoreDir, u+natsPasswordExt)})
+		}
+		return a, nil
 	}
 	// A token file is read, or made, once every other check has passed.
-	a := natsAccess{token: f.token, tokenFile: f.tokenFile}
-	if a.token == "" && a.tokenFile == "" {
-		a.token = bus.NewToken()
-	}
-	opts.Authorization = a.token
-	return a, nil
+	opts.Authorization = f.token
+	return natsAccess{token: f.token, tokenFile: f.tokenFile}, nil
 }
 
 // authorizes reports whether a server configuration authenticates clients
@@ -323,31 +381,80 @@ func authorizes(o *server.Options) bool {
 // file, makes one and keeps it there, readable by this user alone, so
 // that a restart keeps the token its clients know.
 func tokenFromFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		token := strings.TrimSpace(string(b))
-		if token == "" {
-			return "", fmt.Errorf("--token-file %s is empty: put a token in it, or remove it to have one made", path)
+	return secretFile{
+		path: path, named: "--token-file " + path, what: "a token",
+		fixCreate: "give a path in a directory this user can write",
+		fixWrite:  "give a path on a writable file system",
+		make:      bus.NewToken,
+	}.read()
+}
+
+// passwordFromFile reads the password of user kept in path or, when there
+// is no such file, makes one and keeps it there, readable by this user
+// alone, so that a restart keeps the password the ingress and workers
+// read from it with --nats-password-file.
+func passwordFromFile(user, path string) (string, error) {
+	return secretFile{
+		path: path, named: "the password file " + path + " of NATS user " + user, what: "a password",
+		fixCreate: "give --data a directory this user can write",
+		fixWrite:  "give --data a directory on a writable file system",
+		make: func() string {
+			c, err := deploy.NewCredentials(user)
+			if err != nil {
+				panic(err) // the users are deploy's own, whose names it accepts
+			}
+			return c.Password(user)
+		},
+	}.read()
+}
+
+// secretFile is a file that keeps a secret across restarts: a token or a
+// password.
+type secretFile struct {
+	path      string
+	named     string // how a sentence names the file
+	what      string // what it holds, as in "put a token in it"
+	fixCreate string // what to do when it cannot be created
+	fixWrite  string // what to do when it cannot be written
+	make      func() string
+}
+
+// read returns the secret kept in the file, without surrounding white
+// space such as the final newline or, when there is no file, a new one
+// from make, written to a new file of mode 0600.
+func (f secretFile) read() (string, error) {
+	// Of two starts at once, one makes the file and the other reads it.
+	for range 2 {
+		b, err := os.ReadFile(f.path)
+		switch {
+		case err == nil:
+			secret := strings.TrimSpace(string(b))
+			if secret == "" {
+				return "", fmt.Errorf("%s is empty: put %s in it, or remove it to have one made", f.named, f.what)
+			}
+			return secret, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("cannot read %s; give a file this user can read: %w", f.named, rootCause(err))
 		}
-		return token, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("cannot read --token-file %s (%v): give a file this user can read", path, rootCause(err))
+		secret := f.make()
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("cannot create %s; %s: %w", f.named, f.fixCreate, rootCause(err))
+		}
+		_, err = fh.WriteString(secret + "\n")
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.path)
+			return "", fmt.Errorf("cannot write %s; %s: %w", f.named, f.fixWrite, rootCause(err))
+		}
+		return secret, nil
 	}
-	token := bus.NewToken()
-	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("cannot create --token-file %s (%v): give a path in a directory this user can write", path, rootCause(err))
-	}
-	_, err = fh.WriteString(token + "\n")
-	if cerr := fh.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return "", fmt.Errorf("cannot write --token-file %s (%v): give a path on a writable file system", path, rootCause(err))
-	}
-	return token, nil
+	return "", fmt.Errorf("cannot read %s, which another process made and removed at once: start again", f.named)
 }
 
 // startNats starts a server with opts and waits until JetStream is ready
@@ -435,19 +542,52 @@ func (a natsAccess) printReady(w io.Writer, srv *server.Server, opts *server.Opt
 		}
 		fmt.Fprintf(w, "monitoring: %s://%s/healthz\n", scheme, reachable(m))
 	}
-	header, auth := "join with:", ""
+	header, note := "join with:", ""
+	// auth is the flags of each part, by the user it joins as, or by ""
+	// for every part.
+	auth := map[string]string{}
 	switch {
 	case a.open:
 		fmt.Fprintln(w, "this bus is open (--no-auth): anyone who reaches it can act as any caller and any worker")
 	case a.users != "":
 		header = fmt.Sprintf("join as a user of %s (add --nats-user and --nats-password, --nats-nkey or --nats-creds):", a.users)
+	case len(a.roles) > 0:
+		header = "join with (each part as its own NATS user; the password files outlive restarts):"
+		for _, r := range a.roles {
+			path, err := filepath.Abs(r.passwordFile)
+			if err != nil {
+				path = r.passwordFile
+			}
+			auth[r.user] = " --nats-user " + shellQuote(r.user) + " --nats-password-file " + shellQuote(path)
+		}
 	case a.tokenFile != "":
-		auth = ` --nats-token "$(cat ` + shellQuote(a.tokenFile) + `)"`
+		auth[""] = ` --nats-token "$(cat ` + shellQuote(a.tokenFile) + `)"`
+		note = allPowerful
 	default:
-		auth = " --nats-token " + a.token
+		auth[""] = " --nats-token " + shellQuote(a.token)
+		note = allPowerful
 	}
-	fmt.Fprintf(w, "%s\n  toolbus ingress --nats %s%s\n  toolbus worker --nats %s%s\n", header, url, auth, url, auth)
+	fmt.Fprintln(w, header)
+	for _, part := range []string{"ingress", "worker"} {
+		as, ok := auth[part]
+		if !ok {
+			as = auth[""]
+		}
+		fmt.Fprintf(w, "  toolbus %s --nats %s%s\n", part, url, as)
+	}
+	if note != "" {
+		fmt.Fprintln(w, note)
+	}
 }
+
+const (
+	// allPowerful says what a token of `toolbus nats` and `toolbus dev`
+	// allows, under the lines that join with it.
+	allPowerful = "this token is all-powerful: a client with it can publish calls as any caller, answer any call and read every job record"
+	// devTokenUse says, after allPowerful, what the token of `toolbus
+	// dev` is for.
+	devTokenUse = "so give it only to your own workers on this machine; for anything shared, run toolbus nats, ingress and worker separately, each part as its own NATS user"
+)
 
 // reachable returns addr as a host:port a client on this machine can
 // dial: an unspecified address (0.0.0.0, ::) becomes the loopback one.

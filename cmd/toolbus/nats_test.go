@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -15,21 +17,96 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/bus"
 )
 
-var (
-	natsReadyLine = regexp.MustCompile(`toolbus nats ready: (nats://\S+)\n`)
-	natsTokenArg  = regexp.MustCompile(`toolbus worker --nats \S+ --nats-token (\S+)\n`)
-)
+var natsReadyLine = regexp.MustCompile(`toolbus nats ready: (nats://\S+)\n`)
 
 // runNats runs `toolbus nats` with args on a free loopback port, its store
 // in a temporary directory, and returns it once it is ready, with its URL.
 func runNats(t *testing.T, args ...string) (*running, string) {
 	t.Helper()
-	r := runCommand(t, append([]string{"nats", "--nats-listen", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
+	return runNatsIn(t, t.TempDir(), args...)
+}
+
+// runNatsIn is runNats with its store in data. args may name another
+// --nats-listen.
+func runNatsIn(t *testing.T, data string, args ...string) (*running, string) {
+	t.Helper()
+	r := runCommand(t, append([]string{"nats", "--nats-listen", "127.0.0.1:0", "--data", data}, args...)...)
 	return r, r.waitFor(t, natsReadyLine)
+}
+
+// joinCommand returns the command line the ready lines of r give to join
+// part (ingress or worker), parsed as that command parses it, after
+// checking that it names url.
+func joinCommand(t *testing.T, r *running, url, part string) *cobra.Command {
+	t.Helper()
+	line := r.waitFor(t, regexp.MustCompile(`(?m)^  toolbus (`+part+` --nats .*)$`))
+	args := strings.Fields(line)
+	cmd := subcommand(t, args[1:], args[0])
+	if got, err := cmd.Flags().GetString("nats"); err != nil || got != url {
+		t.Errorf("toolbus %s: --nats %s (%v), want %s", line, got, err, url)
+	}
+	return cmd
+}
+
+// joinAs returns the user and password the ready lines of r give part,
+// read as the part reads them, after checking that the password is kept
+// in data in a file only this user may read.
+func joinAs(t *testing.T, r *running, url, data, part string) (user, password string) {
+	t.Helper()
+	cmd := joinCommand(t, r, url, part)
+	var a natsAuth
+	var err error
+	for flag, v := range map[string]*string{"nats-user": &a.user, "nats-password-file": &a.passwordFile, "nats-token": &a.token} {
+		if *v, err = cmd.Flags().GetString(flag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.user != part || a.token != "" {
+		t.Errorf("toolbus %s joins as --nats-user %q --nats-token %q, want the user %s and no token", part, a.user, a.token, part)
+	}
+	if dir := filepath.Dir(a.passwordFile); !filepath.IsAbs(a.passwordFile) || dir != data {
+		t.Errorf("toolbus %s --nats-password-file %s, want an absolute path in %s", part, a.passwordFile, data)
+	}
+	if fi, err := os.Stat(a.passwordFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--nats-password-file %s mode = %v (%v), want -rw-------", a.passwordFile, fi.Mode(), err)
+	}
+	if password, err = a.readPasswordFile(); err != nil {
+		t.Fatalf("toolbus %s: %v", part, err)
+	}
+	return a.user, password
+}
+
+// permissionErrors connects to url as user and returns the connection
+// and the permission violations the server reports to it.
+func permissionErrors(t *testing.T, url, user, password string, opts ...nats.Option) (*nats.Conn, <-chan error) {
+	t.Helper()
+	errs := make(chan error, 16)
+	nc := dialNats(t, url, append([]nats.Option{nats.UserInfo(user, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	})}, opts...)...)
+	return nc, errs
+}
+
+// refused checks that the server reports a permission violation to the
+// connection of errs for what it just did.
+func refused(t *testing.T, errs <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Errorf("%s = %v, want %v", what, err, nats.ErrPermissionViolation)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no error after 30s, want %v", what, nats.ErrPermissionViolation)
+	}
 }
 
 // stopNats stops r and checks that it shut down cleanly.
@@ -68,17 +145,23 @@ func refusedByNats(t *testing.T, url string, opts ...nats.Option) {
 // toolbus's job records need: per-message TTLs and limit markers.
 func useJetStream(t *testing.T, nc *nats.Conn) {
 	t.Helper()
+	useBucket(t, nc, "natstest")
+}
+
+// useBucket is useJetStream in the bucket named bucket.
+func useBucket(t *testing.T, nc *nats.Conn, bucket string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "natstest", History: 1, LimitMarkerTTL: time.Minute})
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, LimitMarkerTTL: time.Minute})
 	if err != nil {
-		t.Fatalf("CreateKeyValue: %v", err)
+		t.Fatalf("CreateKeyValue(%s): %v", bucket, err)
 	}
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "$KV.natstest.k", Data: []byte("v")}, jetstream.WithMsgTTL(time.Hour)); err != nil {
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + bucket + ".k", Data: []byte("v")}, jetstream.WithMsgTTL(time.Hour)); err != nil {
 		t.Fatalf("publish with a TTL: %v", err)
 	}
 	e, err := kv.Get(ctx, "k")
@@ -90,16 +173,218 @@ func useJetStream(t *testing.T, nc *nats.Conn) {
 	}
 }
 
-func TestNatsGeneratedToken(t *testing.T) {
-	r, url := runNats(t)
-	token := r.waitFor(t, natsTokenArg)
-	if len(token) < 43 {
-		t.Errorf("generated token %q has %d characters, want 43 or more (32 random bytes)", token, len(token))
+func TestNatsRoleUsers(t *testing.T) {
+	data := t.TempDir()
+	r, url := runNatsIn(t, data)
+	if out := r.out.String(); strings.Contains(out, "--nats-token") {
+		t.Errorf("ready lines %q give a token, want the users ingress and worker", out)
 	}
-	if !regexp.MustCompile(`^[A-Za-z0-9_-]+$`).MatchString(token) {
-		t.Errorf("generated token %q, want URL-safe base64", token)
+	ingressUser, ingressPass := joinAs(t, r, url, data, "ingress")
+	workerUser, workerPass := joinAs(t, r, url, data, "worker")
+	for _, p := range []string{ingressPass, workerPass} {
+		if !regexp.MustCompile(`^p[0-9a-f]{64}$`).MatchString(p) {
+			t.Errorf("generated password %q, want p and 32 random bytes in hex", p)
+		}
+	}
+	if ingressPass == workerPass {
+		t.Error("the ingress and the worker have the same password, want one each")
 	}
 
+	refusedByNats(t, url)
+	refusedByNats(t, url, nats.Token(ingressPass))
+	refusedByNats(t, url, nats.UserInfo(workerUser, ingressPass))
+
+	// A worker started with its printed line serves the calls the ingress
+	// user publishes.
+	args := strings.Fields(r.waitFor(t, regexp.MustCompile(`(?m)^  toolbus (worker --nats .*)$`)))
+	worker := runCommand(t, append(args, "--metrics-listen", "127.0.0.1:0")...)
+	ingress, ingressErrs := permissionErrors(t, url, ingressUser, ingressPass)
+	if reply := requestUntilServed(t, ingress, bus.DefaultPrefix, worker.done); reply.Error != nil {
+		t.Fatalf("echo reply error = %v, want none", reply.Error)
+	}
+	// The ingress keeps toolbus's buckets, with the TTLs job records need.
+	useBucket(t, ingress, "toolbus_idem")
+	if _, err := ingress.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, ingressErrs, "the ingress takes calls")
+
+	// What the finding was about: a worker's credential can publish no
+	// call, so no call as any caller, and reach no job record.
+	rogue, workerErrs := permissionErrors(t, url, workerUser, workerPass, nats.CustomInboxPrefix(bus.WorkerInboxPrefix))
+	for _, tt := range []struct {
+		name string
+		do   func() error
+	}{
+		{"the worker publishes a call", func() error { return rogue.Publish("toolbus.call.echo", nil) }},
+		{"the worker reads a job record", func() error { return rogue.Publish("$JS.API.DIRECT.GET.KV_toolbus_jobs.$KV.toolbus_jobs.x", nil) }},
+		{"the worker asks JetStream", func() error { return rogue.Publish("$JS.API.INFO", nil) }},
+		{"the worker takes calls outside the queue group", func() error {
+			_, err := rogue.Subscribe("toolbus.call.>", func(*nats.Msg) {})
+			return err
+		}},
+		{"the worker reads the ingress's replies", func() error {
+			_, err := rogue.Subscribe("_INBOX.>", func(*nats.Msg) {})
+			return err
+		}},
+	} {
+		if err := tt.do(); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if err := rogue.Flush(); err != nil {
+			t.Fatalf("%s: flush: %v", tt.name, err)
+		}
+		refused(t, workerErrs, tt.name)
+	}
+	if err := worker.stop(); err != nil {
+		t.Errorf("worker stopped with %v, want nil", err)
+	}
+	stopNats(t, r)
+}
+
+func TestNatsRoleUsersHaveTheShippedPermissions(t *testing.T) {
+	f := natsFlags{listen: "127.0.0.1:0", data: t.TempDir(), maxPayload: bus.DefaultEmbeddedMaxPayload}
+	opts, _, err := f.options(func(string) bool { return false })
+	if err != nil {
+		t.Fatalf("options() = %v", err)
+	}
+	if opts.Authorization != "" || opts.NoAuthUser != "" {
+		t.Errorf("options() token %q, user without authentication %q, want neither", opts.Authorization, opts.NoAuthUser)
+	}
+	// The shipped file as a node of the deployment reads it.
+	t.Setenv("NATS_SERVER_NAME", "nats-1")
+	t.Setenv("TOOLBUS_INGRESS_NATS_PASSWORD", "ingress-pass")
+	t.Setenv("TOOLBUS_WORKER_NATS_PASSWORD", "worker-pass")
+	shipped, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "nats", "cluster-secure.conf"))
+	if err != nil {
+		t.Fatalf("ProcessConfigFile(cluster-secure.conf): %v", err)
+	}
+	got := map[string]*server.User{}
+	for _, u := range opts.Users {
+		got[u.Username] = u
+	}
+	if len(got) != len(shipped.Users) {
+		t.Errorf("options() has users %v, want the %d of cluster-secure.conf", got, len(shipped.Users))
+	}
+	for _, want := range shipped.Users {
+		u := got[want.Username]
+		if u == nil {
+			t.Errorf("options() has no user %s", want.Username)
+			continue
+		}
+		if !reflect.DeepEqual(u.Permissions, want.Permissions) {
+			got, _ := json.Marshal(u.Permissions)
+			want, _ := json.Marshal(want.Permissions)
+			t.Errorf("user %s has permissions %s, want cluster-secure.conf's %s", u.Username, got, want)
+		}
+		b, err := os.ReadFile(filepath.Join(f.data, u.Username+".password"))
+		if err != nil || strings.TrimSpace(string(b)) != u.Password {
+			t.Errorf("user %s: password file holds %q (%v), want the user's password", u.Username, b, err)
+		}
+	}
+}
+
+func TestNatsRoleUsersSurviveARestart(t *testing.T) {
+	data := t.TempDir()
+	r, url := runNatsIn(t, data)
+	_, ingressPass := joinAs(t, r, url, data, "ingress")
+	_, workerPass := joinAs(t, r, url, data, "worker")
+
+	// A worker's connection, with a queue subscription as a worker has,
+	// that keeps reconnecting while the server is away.
+	reconnected := make(chan struct{}, 1)
+	worker := dialNats(t, url, nats.UserInfo("worker", workerPass), nats.CustomInboxPrefix(bus.WorkerInboxPrefix),
+		nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.ReconnectJitter(0, 0),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			select {
+			case reconnected <- struct{}{}:
+			default:
+			}
+		}))
+	if _, err := worker.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(m *nats.Msg) { m.Respond([]byte("served")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	stopNats(t, r)
+
+	// The same store on the same address, as a restart runs it.
+	r, url = runNatsIn(t, data, "--nats-listen", strings.TrimPrefix(url, "nats://"))
+	if _, p := joinAs(t, r, url, data, "ingress"); p != ingressPass {
+		t.Errorf("ingress password after a restart = %q, want %q unchanged", p, ingressPass)
+	}
+	if _, p := joinAs(t, r, url, data, "worker"); p != workerPass {
+		t.Errorf("worker password after a restart = %q, want %q unchanged", p, workerPass)
+	}
+	select {
+	case <-reconnected:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker's connection did not reconnect within 30s (status %v, last error %v)", worker.Status(), worker.LastError())
+	}
+	ingress := dialNats(t, url, nats.UserInfo("ingress", ingressPass))
+	answer, err := ingress.Request("toolbus.call.echo", nil, 30*time.Second)
+	if err != nil || string(answer.Data) != "served" {
+		t.Fatalf("call after the restart = %v, %v, want the reconnected worker's answer", answer, err)
+	}
+	stopNats(t, r)
+}
+
+func TestNatsKeepsAGivenPassword(t *testing.T) {
+	data := t.TempDir()
+	path := filepath.Join(data, "worker.password")
+	if err := os.WriteFile(path, []byte("my-own-worker-pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, url := runNatsIn(t, data)
+	if _, p := joinAs(t, r, url, data, "worker"); p != "my-own-worker-pass" {
+		t.Errorf("worker password = %q, want the one in %s", p, path)
+	}
+	dialNats(t, url, nats.UserInfo("worker", "my-own-worker-pass"), nats.CustomInboxPrefix(bus.WorkerInboxPrefix))
+	stopNats(t, r)
+}
+
+func TestNatsPasswordFileRefused(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(path string) error // makes the ingress's password file unusable
+		wantErr error
+	}{
+		{name: "empty", prepare: func(path string) error { return os.WriteFile(path, []byte("\n"), 0o600) }},
+		{name: "a directory", prepare: func(path string) error { return os.Mkdir(path, 0o700) }, wantErr: syscall.EISDIR},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := t.TempDir()
+			path := filepath.Join(data, "ingress.password")
+			if err := tt.prepare(path); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := execute(t, ctx, "nats", "--nats-listen", "127.0.0.1:0", "--data", data)
+			if err == nil {
+				t.Fatalf("toolbus nats with %s %s = nil (output %q), want an error", tt.name, path, out)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("toolbus nats with %s %s = %v, want %v", tt.name, path, err, tt.wantErr)
+			}
+			if msg := err.Error(); !strings.Contains(msg, path) || strings.Contains(msg, "\n") {
+				t.Errorf("toolbus nats with %s %s = %q, want one line naming the file", tt.name, path, msg)
+			}
+			if strings.Contains(out, "ready") {
+				t.Errorf("toolbus nats printed %q, want nothing ready", out)
+			}
+		})
+	}
+}
+
+func TestNatsToken(t *testing.T) {
+	token := bus.NewToken()
+	r, url := runNats(t, "--nats-token", token)
+	if out := r.out.String(); !strings.Contains(out, allPowerful) {
+		t.Errorf("ready lines %q, want them to say %q", out, allPowerful)
+	}
 	refusedByNats(t, url)
 	refusedByNats(t, url, nats.Token("not-"+token))
 	useJetStream(t, dialNats(t, url, nats.Token(token)))
@@ -107,27 +392,32 @@ func TestNatsGeneratedToken(t *testing.T) {
 	// The printed lines are command lines of the ingress and the worker
 	// whose NATS flags open a connection, as those commands open it.
 	for _, part := range []string{"ingress", "worker"} {
-		line := r.waitFor(t, regexp.MustCompile(`(?m)^  toolbus (`+part+` --nats .*)$`))
-		args := strings.Fields(line)
-		cmd := subcommand(t, args[1:], args[0])
-		natsURL, err := cmd.Flags().GetString("nats")
-		if err != nil {
-			t.Fatal(err)
-		}
+		cmd := joinCommand(t, r, url, part)
 		tok, err := cmd.Flags().GetString("nats-token")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if natsURL != url || tok != token {
-			t.Errorf("toolbus %s: --nats %s --nats-token %s, want %s and the token %s", line, natsURL, tok, url, token)
+		if tok != token {
+			t.Errorf("toolbus %s --nats-token %s, want the token %s", part, tok, token)
 		}
-		nc, err := bus.Connect(natsURL, bus.WithName("toolbus-"+part), bus.WithToken(tok))
+		nc, err := bus.Connect(url, bus.WithName("toolbus-"+part), bus.WithToken(tok))
 		if err != nil {
-			t.Fatalf("toolbus %s: connect: %v", line, err)
+			t.Fatalf("toolbus %s: connect: %v", part, err)
 		}
 		nc.Close()
 	}
 	stopNats(t, r)
+}
+
+func TestDevSaysWhatItsTokenAllows(t *testing.T) {
+	dev := runCommand(t, "dev", "--listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0", "--data", t.TempDir())
+	dev.waitFor(t, joinLine)
+	if want := allPowerful + ";\n" + devTokenUse + "\n"; !strings.Contains(dev.out.String(), want) {
+		t.Errorf("dev printed:\n%s\nwant under the join line:\n%s", dev.out.String(), want)
+	}
+	if err := dev.stop(); err != nil {
+		t.Errorf("dev stopped with %v, want nil", err)
+	}
 }
 
 func TestNatsTokenFile(t *testing.T) {
@@ -144,6 +434,9 @@ func TestNatsTokenFile(t *testing.T) {
 	out := r.out.String()
 	if want := `--nats-token "$(cat ` + path + `)"`; !strings.Contains(out, want) {
 		t.Errorf("ready lines %q, want them to read the token with %s", out, want)
+	}
+	if !strings.Contains(out, allPowerful) {
+		t.Errorf("ready lines %q, want them to say %q", out, allPowerful)
 	}
 	if strings.Contains(out, token) {
 		t.Errorf("ready lines %q show the token kept in --token-file", out)

@@ -84,8 +84,8 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 					if ic.prefix != bus.DefaultPrefix {
 						prefix = " --prefix " + shellQuote(ic.prefix)
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\njoin a worker with:\n  toolbus worker --nats %s --nats-token %s%s\n",
-						u, u, shellQuote(emb.Token()), prefix)
+					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\njoin a worker with:\n  toolbus worker --nats %s --nats-token %s%s\n%s;\n%s\n",
+						u, u, shellQuote(emb.Token()), prefix, allPowerful, devTokenUse)
 				}
 			})
 		},
