@@ -386,7 +386,7 @@ func (r *rogue) enough(replies string, runners, per int) bool {
 func inferReplySubjects(replies string, seen []string, budget int) ([]string, string) {
 	type group struct {
 		seqs  []int64
-		nuids int // call tokens shaped as a NUID: 22 base62 characters
+		nuids int // call tokens of 22 base62 characters, as a NUID is
 	}
 	groups := map[string]*group{}
 	var stems []string
@@ -449,7 +449,7 @@ func inferReplySubjects(replies string, seen []string, budget int) ([]string, st
 				made++
 			}
 		}
-		fmt.Fprintf(&report, "  %s…: %d calls seen (%d NUID-shaped), %s; %d guesses\n",
+		fmt.Fprintf(&report, "  %s…: %d calls seen (%d of them 22 base62 characters, as a NUID is), %s; %d guesses\n",
 			strings.TrimPrefix(stem, replies), len(g.seqs), g.nuids, how, made)
 	}
 	return out, report.String()
