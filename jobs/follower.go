@@ -58,7 +58,7 @@ type hub struct {
 	wait func(ctx context.Context, d time.Duration) bool
 
 	mu sync.Mutex
-	// byID holds the followers of each job.
+	// byID holds the followers of each job, n counts them all.
 	byID map[string]map[*follower]struct{}
 	n    int
 	// stop ends the running watch loop; nil when none runs.
@@ -89,8 +89,8 @@ type follower struct {
 }
 
 // follow starts following job id and reads its record: the follower's
-// channel holds it (or a newer one) at once, or is closed when the job is
-// final already. A missing job is [errNotFound]; call stop when done.
+// channel holds it (or a newer one) at once, and is closed after it when
+// it is final. A missing job is [errNotFound]; call stop when done.
 func (h *hub) follow(ctx context.Context, id string) (*follower, error) {
 	f := &follower{h: h, id: id, ch: make(chan *stored, 1)}
 	h.mu.Lock()
