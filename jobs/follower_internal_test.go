@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -148,9 +149,9 @@ func TestFollowersShareOneWatch(t *testing.T) {
 			slow[id] = append(slow[id], f)
 		}
 	}
-	if n := recordConsumers(t, js); n != 1 {
-		t.Fatalf("consumers of the records with %d followers = %d, want 1", jobs*perJob, n)
-	}
+	// The watch comes up on a goroutine of its own.
+	testwait.Eventually(t, func() bool { return recordConsumers(t, js) == 1 },
+		"the followers share one consumer of the records")
 	// The watch hands the updates over in the order they were written,
 	// so once the follower of the job written last in a round has its
 	// update, every follower has been offered the round's.
