@@ -27,7 +27,8 @@ const (
 	// written as compact JSON.
 	MaxDescriptorBytes = 64 << 10
 	// MaxWorkerIDBytes bounds the worker id of an announcement; a
-	// listener ignores an announcement with a longer one.
+	// listener ignores an announcement with a longer one, or with
+	// control characters in it.
 	MaxWorkerIDBytes = 128
 	// MaxAnnounceInterval is the longest interval a worker may announce
 	// at: a listener takes a longer interval_ms as this, and so forgets a

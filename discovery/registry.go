@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -349,8 +350,12 @@ func (r *Registry) complainLocked(kind, msg string, args ...any) {
 // parse reads an announcement, or logs why it cannot and returns false.
 func (r *Registry) parse(data []byte) (schema.Announcement, []schema.BadTool, bool) {
 	a, bad, err := schema.ParseAnnouncement(data)
-	if err == nil && len(a.Worker) > bus.MaxWorkerIDBytes {
+	switch {
+	case err != nil:
+	case len(a.Worker) > bus.MaxWorkerIDBytes:
 		err = fmt.Errorf("a worker id of %d bytes, over the limit of %d", len(a.Worker), bus.MaxWorkerIDBytes)
+	case strings.ContainsFunc(a.Worker, unicode.IsControl):
+		err = errors.New("a worker id with control characters")
 	}
 	if err != nil {
 		r.mu.Lock()

@@ -414,13 +414,14 @@ func TestRegistryForgetsSilentMethods(t *testing.T) {
 	}
 }
 
-func TestRegistryRefusesLongWorkerIDs(t *testing.T) {
+func TestRegistryRefusesBadWorkerIDs(t *testing.T) {
 	r := newTestRegistry(t)
 	long := strings.Repeat("w", bus.MaxWorkerIDBytes+1)
 	r.ObserveMethod("echo", one(long, echoTool))
 	r.Observe(ann(long, echoTool))
+	r.ObserveMethod("echo", one("w\u001b[2J", echoTool))
 	if _, ok := r.Lookup("echo"); ok {
-		t.Errorf("Lookup(echo) found a tool announced by a worker id of %d bytes, want it ignored", len(long))
+		t.Errorf("Lookup(echo) found a tool announced by a worker id too long or with control characters, want it ignored")
 	}
 	r.ObserveMethod("echo", one(long[:bus.MaxWorkerIDBytes], echoTool))
 	if _, ok := r.Lookup("echo"); !ok {
