@@ -166,7 +166,7 @@ func (r *Registry) reconcileToolLocked(name string, now time.Time) {
 	}
 	if t.others != k.others {
 		if t.others != "" {
-			r.log.Warn("workers advertise a descriptor other than the one in force; the one in force stays, and calls are validated against it",
+			r.complainLocked("conflict:"+name, "workers advertise a descriptor other than the one in force; the one in force stays, and calls are validated against it",
 				"method", name, "workers", t.others)
 		}
 		k.others = t.others

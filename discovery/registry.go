@@ -32,9 +32,15 @@ type Feed interface {
 // silent before the registry forgets the methods it announced.
 const missedAnnouncements = 3
 
-// complainEvery is how often at most the registry logs announcements it
-// drops of one kind, so that a flood of them cannot flood the log.
+// complainEvery is how often at most the registry logs one kind of
+// trouble with announcements (a kind of dropped announcement, or a broken
+// or conflicting descriptor of one method), so that a flood of them
+// cannot flood the log.
 const complainEvery = time.Minute
+
+// maxComplaints bounds the kinds of trouble the registry remembers
+// logging.
+const maxComplaints = 1024
 
 // Problem kinds of [Problem].
 const (
@@ -336,6 +342,11 @@ func (r *Registry) complainLocked(kind, msg string, args ...any) {
 	now := r.now()
 	c := r.complained[kind]
 	if c == nil {
+		if len(r.complained) >= maxComplaints {
+			// Kinds named after methods could grow without end; starting
+			// over costs at most one more line per kind.
+			clear(r.complained)
+		}
 		c = &complaint{}
 		r.complained[kind] = c
 	}
@@ -548,7 +559,7 @@ func (r *Registry) putLocked(worker, method string, e *entry) bool {
 		}
 	}
 	if e.broken != nil {
-		r.log.Warn("broken tool descriptor", "worker", worker, "method", e.broken.Method, "reason", e.broken.Reason)
+		r.complainLocked("broken:"+e.broken.Method, "broken tool descriptor", "worker", worker, "method", e.broken.Method, "reason", e.broken.Reason)
 	}
 	return true
 }
