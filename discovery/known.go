@@ -199,6 +199,9 @@ func (r *Registry) persistLocked(k *knownTool, now time.Time) {
 func (r *Registry) applyLocked(rec toolRecord, now time.Time) bool {
 	name := rec.Descriptor.Name
 	k := r.known[name]
+	// A record older than the last one this registry wrote or read (its
+	// own write coming back late) says nothing new of the descriptor.
+	newest := k == nil || !rec.Seen.Before(k.stored)
 	if k != nil {
 		k.served = k.served || rec.Served
 		if rec.Seen.After(k.stored) {
@@ -227,7 +230,7 @@ func (r *Registry) applyLocked(rec toolRecord, now time.Time) bool {
 		k.compiled, k.seen = c, rec.Seen
 		r.settledLocked(k, rec)
 		return false
-	case c.key != k.key:
+	case c.key != k.key && newest:
 		k.compiled, k.absent = c, time.Time{}
 		r.settledLocked(k, rec)
 		return true
