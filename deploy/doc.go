@@ -8,7 +8,10 @@
 // the NATS users' passwords ([NewCredentials]), as the environment file the
 // compose file reads ([Credentials.WriteEnv]) or as the Kubernetes Secrets
 // the manifests refer to ([Credentials.WriteSecrets]); `toolbus
-// nats-credentials` writes them. Its tests parse every manifest and check
+// nats-credentials` writes them. [Permissions] reads each user's
+// permissions from the built-in nats/cluster-secure.conf, so that `toolbus
+// nats` started without a configuration grants its users exactly what the
+// shipped file grants. Its tests parse every manifest and check
 // the kinds and the fields the cluster depends on, and run the secured
 // configuration to prove what each user may and may not do;
 // deploy/README.md documents each file.

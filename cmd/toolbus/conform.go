@@ -112,7 +112,8 @@ func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []strin
 func (f *conformFlags) env() []string {
 	env := []string{envName("nats") + "=" + f.natsURL}
 	for _, v := range []struct{ flag, value string }{
-		{"nats-token", f.auth.token}, {"nats-user", f.auth.user}, {"nats-password", f.auth.password},
+		{"nats-token", f.auth.token}, {"token-file", f.auth.tokenFile}, {"nats-user", f.auth.user}, {"nats-password", f.auth.password},
+		{"nats-password-file", f.auth.passwordFile},
 		{"nats-creds", f.auth.creds}, {"nats-nkey", f.auth.nkey},
 	} {
 		if v.value != "" {

@@ -19,6 +19,7 @@ type natsAuth struct {
 	password     string
 	passwordFile string
 	token        string
+	tokenFile    string
 	nkey         string
 	creds        string
 	tlsCA        string
@@ -32,6 +33,7 @@ func (a *natsAuth) flags(cmd *cobra.Command) {
 	f.StringVar(&a.password, "nats-password", "", "NATS password of --nats-user")
 	f.StringVar(&a.passwordFile, "nats-password-file", "", "file holding the NATS password of --nats-user, so that it is on no command line (white space around it is ignored); toolbus nats keeps its users' passwords in such files")
 	f.StringVar(&a.token, "nats-token", "", "NATS authentication token")
+	f.StringVar(&a.tokenFile, "token-file", "", "file holding the NATS authentication token, so that it is on no command line (white space around it is ignored): the file `toolbus nats --token-file` keeps")
 	f.StringVar(&a.nkey, "nats-nkey", "", "file holding the NATS user nkey seed (SU...) to authenticate with")
 	f.StringVar(&a.creds, "nats-creds", "", "NATS credentials file (user JWT and seed) to authenticate with")
 	f.StringVar(&a.tlsCA, "nats-tls-ca", "", "PEM file of the CA that signs the NATS servers' certificates; turns TLS on")
@@ -59,16 +61,26 @@ func (a *natsAuth) options() ([]bus.Option, error) {
 		}
 	}
 	given := 0
-	for _, v := range []string{a.user, a.token, a.nkey, a.creds} {
+	for _, v := range []string{a.user, a.token + a.tokenFile, a.nkey, a.creds} {
 		if v != "" {
 			given++
 		}
 	}
 	if given > 1 {
-		return nil, errors.New("give one of --nats-user, --nats-token, --nats-nkey and --nats-creds")
+		return nil, errors.New("give one of --nats-user, --nats-token (or --token-file), --nats-nkey and --nats-creds")
 	}
 	if a.password != "" && a.user == "" {
 		return nil, errors.New("--nats-password needs --nats-user")
+	}
+	token := a.token
+	if a.tokenFile != "" {
+		if a.token != "" {
+			return nil, errors.New("--nats-token and --token-file both give the token: keep one of them")
+		}
+		var err error
+		if token, err = readSecretFile("--token-file", a.tokenFile, "the NATS token"); err != nil {
+			return nil, err
+		}
 	}
 	password := a.password
 	if a.passwordFile != "" {
@@ -81,8 +93,8 @@ func (a *natsAuth) options() ([]bus.Option, error) {
 	if a.user != "" {
 		opts = append(opts, bus.WithUserPassword(a.user, password))
 	}
-	if a.token != "" {
-		opts = append(opts, bus.WithToken(a.token))
+	if token != "" {
+		opts = append(opts, bus.WithToken(token))
 	}
 	if a.nkey != "" {
 		opts = append(opts, bus.WithNkeySeedFile(a.nkey))
@@ -109,18 +121,25 @@ func (a *natsAuth) readPasswordFile() (string, error) {
 	case a.user == "":
 		return "", fmt.Errorf("--nats-password-file %s needs --nats-user: name the user whose password it holds", a.passwordFile)
 	}
-	b, err := os.ReadFile(a.passwordFile)
+	return readSecretFile("--nats-password-file", a.passwordFile, "the password of --nats-user "+a.user)
+}
+
+// readSecretFile returns the secret kept in path, given with flag, without
+// surrounding white space such as a final newline; what names the secret
+// in its errors.
+func readSecretFile(flag, path, what string) (string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		// The sentence names the path: keep only the cause of err.
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return "", fmt.Errorf("cannot read --nats-password-file %s, which should hold the password of --nats-user %s; give a file this user can read: %w", a.passwordFile, a.user, err)
+		return "", fmt.Errorf("cannot read %s %s, which should hold %s; give a file this user can read: %w", flag, path, what, err)
 	}
-	password := strings.TrimSpace(string(b))
-	if password == "" {
-		return "", fmt.Errorf("--nats-password-file %s is empty: put the password of --nats-user %s in it", a.passwordFile, a.user)
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s %s is empty: put %s in it", flag, path, what)
 	}
-	return password, nil
+	return secret, nil
 }

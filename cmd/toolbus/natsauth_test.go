@@ -99,6 +99,31 @@ func TestWorkerAuthenticatesFromPasswordFile(t *testing.T) {
 	}
 }
 
+// TestWorkerAuthenticatesFromTokenFile: a worker joins a bus closed by a
+// token with the token read from --token-file, as from the file `toolbus
+// nats --token-file` keeps.
+func TestWorkerAuthenticatesFromTokenFile(t *testing.T) {
+	e, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", Token: "t0ken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Shutdown)
+	path := writePassword(t, "t0ken\n")
+	args := []string{"worker", "--nats", e.ClientURL(), "--token-file", path, "--jobs=false", "--metrics-listen", "127.0.0.1:0"}
+	r := runCommand(t, args...)
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if reply := requestUntilServed(t, nc, bus.DefaultPrefix, r.done); reply.Error != nil {
+		t.Fatalf("echo reply error = %v, want none", reply.Error)
+	}
+	if err := r.stop(); err != nil {
+		t.Errorf("toolbus %s stopped with %v, want nil", strings.Join(args, " "), err)
+	}
+}
+
 func TestWorkerWrongPasswordFileFails(t *testing.T) {
 	url := startUserNATS(t, "w0rker-pass")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -165,6 +190,10 @@ func TestNATSAuthFlagErrors(t *testing.T) {
 		{"password file missing", []string{"worker", "--nats-user", "u", "--nats-password-file", missing}, "--nats-password-file " + missing, fs.ErrNotExist},
 		{"password file a directory", []string{"ingress", "--nats-user", "u", "--nats-password-file", t.TempDir()}, "--nats-password-file", syscall.EISDIR},
 		{"password file empty", []string{"worker", "--nats-user", "u", "--nats-password-file", empty}, "--nats-password-file " + empty, nil},
+		{"token and token file", []string{"worker", "--nats-token", "t", "--token-file", password}, "--token-file", nil},
+		{"user and token file", []string{"ingress", "--nats-user", "u", "--nats-password", "p", "--token-file", password}, "--token-file", nil},
+		{"token file missing", []string{"worker", "--token-file", missing}, "--token-file " + missing, fs.ErrNotExist},
+		{"token file empty", []string{"ingress", "--token-file", empty}, "--token-file " + empty, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

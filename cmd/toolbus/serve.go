@@ -33,7 +33,10 @@ func newDevCmd() *cobra.Command {
 serving the demo tools in one process, and prints the URL when it is ready.
 The ingress and the worker reach NATS in-process; --nats-listen also opens a
 TCP port so that other workers can join. Clients of that port must present a
-token: --nats-token, or else one generated at start. The ready lines print the
+token, an all-powerful one: --nats-token, or else one generated at start. A
+client with it may publish calls as any caller, answer any call and read
+every job record, so it is for your own workers on this machine; for a
+shared bus run the parts separately (toolbus nats). The ready lines print the
 command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -95,7 +98,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 	wc.flags(cmd, false)
 	tc.flags(cmd)
 	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
-	cmd.Flags().StringVar(&natsToken, "nats-token", "", "token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
+	cmd.Flags().StringVar(&natsToken, "nats-token", "", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
 	cmd.Flags().BoolVar(&localCalls, "local-calls", true, "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)")
 	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
 	return cmd

@@ -17,7 +17,7 @@ func explain(err error) error {
 	var fix string
 	switch {
 	case errors.Is(err, bus.ErrCredentials):
-		fix = "give the right --nats-user and --nats-password, --nats-token, --nats-nkey or --nats-creds (or credentials in the --nats URL)"
+		fix = "give the right --nats-user and --nats-password (or --nats-password-file), --nats-token (or --token-file), --nats-nkey or --nats-creds (or credentials in the --nats URL)"
 	case errors.Is(err, bus.ErrTLS):
 		fix = "check --nats-tls-ca, --nats-tls-cert and --nats-tls-key, and that the --nats URL names a host in the server's certificate"
 	case errors.Is(err, bus.ErrServerTooOld):
