@@ -26,10 +26,9 @@ import (
 )
 
 const (
-	// defaultNatsData is the JetStream store of `toolbus nats` when neither
-	// --data nor the configuration file names one. It outlives the process,
-	// as jobs and idempotency records must survive a restart.
-	defaultNatsData = "toolbus-nats"
+	// natsDataName is the folder of `toolbus nats`'s store under the
+	// user's state directory ([defaultNatsData]).
+	natsDataName = "toolbus/nats"
 	// maxNatsPayload is the largest --max-payload: the server's default
 	// limit of the bytes pending for one client, which a message must fit.
 	maxNatsPayload = 64 << 20
@@ -94,7 +93,7 @@ JetStream is always on.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "nats-listen", "127.0.0.1:4222", "host:port NATS clients connect to (port 0 picks a free port)")
-	fl.StringVar(&f.data, "data", defaultNatsData, "directory of the JetStream store and of the users' password files, kept across restarts (relative to the working directory)")
+	fl.StringVar(&f.data, "data", defaultNatsData(), "directory of the JetStream store and of the users' password files, kept across restarts; by default in the user's state directory, never in a working tree where git would pick the passwords up")
 	fl.StringVar(&f.config, "config", "", "nats-server configuration file: cluster routes, accounts, users, permissions, TLS")
 	fl.StringVar(&f.token, "nats-token", "", "one all-powerful token instead of the users ingress and worker: a client with it can act as any caller and any worker and read every job record")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding one all-powerful token instead of the users ingress and worker; made with a generated token (mode 0600) when missing, and never printed")
@@ -615,4 +614,21 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// defaultNatsData is the JetStream store of `toolbus nats` when neither
+// --data nor the configuration file names one: it outlives the process, as
+// jobs, idempotency records and the users' passwords must survive a
+// restart, and it lies in the user's state directory
+// ($XDG_STATE_HOME/toolbus/nats, or ~/.local/state/toolbus/nats), outside
+// any working tree, since it holds secrets. Without a home directory it
+// is ./toolbus-nats, which the repository's .gitignore leaves out.
+func defaultNatsData() string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, natsDataName)
+	}
+	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+		return filepath.Join(home, ".local", "state", natsDataName)
+	}
+	return "toolbus-nats"
 }

@@ -96,7 +96,7 @@ Every flag can also be set by an environment variable, named in its help.`,
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
 	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newA2ACmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
 	root.AddCommand(newStatusCmd(), newConformCmd())
-	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd())
+	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd(), newAPIKeyCmd())
 	annotateEnv(root)
 	return root
 }

@@ -1,8 +1,10 @@
 package auth
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -93,6 +95,15 @@ type JWT struct {
 func HashAPIKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
+}
+
+// NewAPIKey returns a new API key: "tbk_" and 32 bytes from crypto/rand in
+// unpadded base64url. Give the key to its caller once and configure only
+// its [HashAPIKey] digest.
+func NewAPIKey() string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails: a broken random source crashes the program instead
+	return "tbk_" + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // Errors of [Authenticator.Authenticate].
