@@ -32,9 +32,9 @@ var (
 	errGone = errors.New("jobs: the job's record is gone")
 	// errStopped: the follower was stopped.
 	errStopped = errors.New("jobs: stopped following the job")
-	// errHubClosed: the connection to NATS is closed, and no record can
-	// be followed any more.
-	errHubClosed = errors.New("jobs: the connection to NATS is closed")
+	// errHubClosed: the connection to NATS is closed, or the service
+	// shut down, and no record can be followed any more.
+	errHubClosed = errors.New("jobs: jobs cannot be followed any more: the connection to NATS is closed or the service shut down")
 )
 
 // hub follows the records of jobs for every part of a process that waits
@@ -354,7 +354,9 @@ func (h *hub) update(e jetstream.KeyValueEntry) {
 	h.deliver(id, rec, e.Revision())
 }
 
-// close ends every follower: the connection is closed for good.
+// close ends every follower with errHubClosed, stops the watch and makes
+// every later follow fail: the connection is closed for good, or the
+// service shuts down.
 func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -370,5 +372,8 @@ func (h *hub) close() {
 		h.idle.Stop()
 		h.idle = nil
 	}
-	h.stop = nil
+	if h.stop != nil {
+		h.stop()
+		h.stop = nil
+	}
 }
