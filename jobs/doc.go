@@ -11,8 +11,9 @@
 //     and "P.jobs.notify", one message per completion callback due;
 //   - the KV bucket "P_jobs" of records: "job.<id>" is a job's [Record],
 //     "idem.<sha256>" maps a caller's idempotency key to a job id and
-//     the fingerprint of the submit (method, params, notify_url), so that
-//     the key is refused for any other submit.
+//     the fingerprint of the submit (method, params, notify_url,
+//     context_id, references), so that the key is refused for any other
+//     submit.
 //
 // A [Service] (one per ingress) creates or updates both at start with its
 // limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,

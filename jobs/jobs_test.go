@@ -348,7 +348,8 @@ func TestIdempotentSubmit(t *testing.T) {
 }
 
 // TestIdempotencyKeyRefusesOtherParams checks that a key names one job:
-// submitting another method, other params or another notify_url under it
+// submitting another method, other params, another notify_url, context_id
+// or references under it
 // is refused -32600 naming the key, as the synchronous Idempotency-Key
 // header does, and the first job stays the key's.
 func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
@@ -372,6 +373,8 @@ func TestIdempotencyKeyRefusesOtherParams(t *testing.T) {
 		{"no params", `{"method":"echo","idempotency_key":"k1"}`},
 		{"other method", `{"method":"sleep","params":{"n":1},"idempotency_key":"k1"}`},
 		{"a notify_url", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","notify_url":"http://127.0.0.1:1/done"}`},
+		{"a context_id", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","context_id":"c"}`},
+		{"references", `{"method":"echo","params":{"n":1},"idempotency_key":"k1","references":["c"]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, rpcErr := rpc(t, s, "alice", schema.MethodJobsSubmit, tc.params)
@@ -597,6 +600,12 @@ func TestBadInput(t *testing.T) {
 		{name: "notify_url without a secret", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"https://example.com/hook"}`, want: schema.ErrInvalidParams, field: "notify_url"},
 		{name: "notify_url not http", method: schema.MethodJobsSubmit, params: `{"method":"echo","notify_url":"file:///etc/passwd"}`, want: schema.ErrInvalidParams, field: "notify_url"},
 		{name: "context id too long", method: schema.MethodJobsSubmit, params: `{"method":"echo","context_id":"` + strings.Repeat("c", jobs.MaxContextIDBytes+1) + `"}`, want: schema.ErrLimitExceeded, limit: "max_context_id_bytes"},
+		{name: "too many references", method: schema.MethodJobsSubmit, params: `{"method":"echo","references":["r"` + strings.Repeat(`,"r"`, jobs.MaxReferences) + `]}`, want: schema.ErrLimitExceeded, limit: "max_references"},
+		{name: "empty reference", method: schema.MethodJobsSubmit, params: `{"method":"echo","references":[""]}`, want: schema.ErrInvalidParams, field: "references"},
+		{name: "reference too long", method: schema.MethodJobsSubmit, params: `{"method":"echo","references":["` + strings.Repeat("r", jobs.MaxReferenceBytes+1) + `"]}`, want: schema.ErrLimitExceeded, limit: "max_reference_bytes"},
+		{name: "message without id", method: schema.MethodJobsSubmit, params: `{"method":"echo","message":{"text":"hi"}}`, want: schema.ErrInvalidParams, field: "message.id"},
+		{name: "message data not an object", method: schema.MethodJobsSubmit, params: `{"method":"echo","message":{"id":"m","data":[1]}}`, want: schema.ErrInvalidParams, field: "message.data"},
+		{name: "message content not an object", method: schema.MethodJobsSubmit, params: `{"method":"echo","message":{"id":"m","content":"x"}}`, want: schema.ErrInvalidParams, field: "message.content"},
 		{name: "get without id", method: schema.MethodJobsGet, params: `{}`, want: schema.ErrInvalidParams, field: "id"},
 		{name: "get malformed id", method: schema.MethodJobsGet, params: `{"id":"nope"}`, want: schema.ErrInvalidParams, field: "id"},
 		{name: "get unknown id", method: schema.MethodJobsGet, params: `{"id":"` + unknown + `"}`, want: schema.ErrJobNotFound},

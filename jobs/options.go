@@ -49,7 +49,22 @@ const (
 	MaxIdempotencyKeyBytes = 256
 	MaxNotifyURLBytes      = 2048
 	MaxContextIDBytes      = 256
+	// MaxReferences bounds how many jobs one job's references name, and
+	// MaxReferenceBytes each of them.
+	MaxReferences     = 64
+	MaxReferenceBytes = 256
+	// MaxMessageIDBytes bounds the id of a submitted message.
+	MaxMessageIDBytes = 256
 )
+
+// MaxHistoryBytes is the byte budget of a job's history (the JSON of its
+// messages). The history lives in the job's record, which shares the NATS
+// server's max_payload (1 MiB by default) with the job's params and
+// result: when a message would take the history over its budget, or the
+// record over max_payload, the oldest messages are dropped and counted in
+// the record's history_dropped. It is fixed, so that every replica keeps
+// the same history.
+const MaxHistoryBytes = 64 << 10
 
 type config struct {
 	prefix         string

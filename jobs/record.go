@@ -5,6 +5,8 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,11 +50,12 @@ func (s *stored) waiting() string {
 	return s.Waiting
 }
 
-// summary returns the record without params and result, as rpc.jobs.list
-// returns it, so that a page stays small whatever the jobs carry.
+// summary returns the record without params, result and history, as
+// rpc.jobs.list returns it, so that a page stays small whatever the jobs
+// carry.
 func (s *stored) summary() *schema.JobRecord {
 	r := s.JobRecord
-	r.Params, r.Result = nil, nil
+	r.Params, r.Result, r.History = nil, nil, nil
 	r.Callback = shownCallback(r.Callback)
 	r.Waiting = s.waiting()
 	return &r
@@ -80,13 +83,96 @@ func shownCallback(c *schema.JobCallback) *schema.JobCallback {
 }
 
 // finish moves the record to a final state at now. A callback becomes
-// pending when the job has a notify_url.
+// pending when the job has a notify_url. A failure, and a cancel, is a
+// message of the job's history.
 func (s *stored) finish(state schema.JobState, result json.RawMessage, rpcErr *schema.Error, now time.Time) {
 	s.State, s.Result, s.Error, s.Waiting = state, result, rpcErr, ""
 	s.FinishedAt = &now
 	if s.NotifyURL != "" && s.Callback == nil {
 		s.Callback = &schema.JobCallback{State: schema.JobCallbackPending}
 	}
+	if rpcErr != nil {
+		s.say(rpcErr.Message, map[string]any{"error": rpcErr}, now)
+	}
+}
+
+// progress records what a running job reported at now; a text it had
+// not said last is a message of its history.
+func (s *stored) progress(p *schema.JobProgress, now time.Time) {
+	if p.Message != "" && (s.Progress == nil || s.Progress.Message != p.Message) {
+		s.say(p.Message, map[string]any{"percent": p.Percent}, now)
+	}
+	s.Progress = p
+}
+
+// say adds a message of the job to its history, named by the job's id
+// and the message's place in the history.
+func (s *stored) say(text string, data any, at time.Time) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		raw = nil
+	}
+	id := s.ID + "-" + strconv.Itoa(s.HistoryDropped+len(s.History)+1)
+	s.addMessage(schema.JobMessage{ID: id, Role: schema.JobRoleAgent, Text: text, Data: raw, At: at})
+}
+
+// addMessage adds m to the history and drops the oldest messages while
+// the history is over [MaxHistoryBytes].
+func (s *stored) addMessage(m schema.JobMessage) {
+	s.History = append(s.History, m)
+	size := 0
+	for _, m := range s.History {
+		size += messageBytes(m)
+	}
+	s.dropHistory(size - MaxHistoryBytes)
+}
+
+// dropHistory drops the oldest messages of the history until at least n
+// bytes of them are gone, or none is left, and returns how many bytes
+// went.
+func (s *stored) dropHistory(n int) int {
+	gone, k := 0, 0
+	for ; k < len(s.History) && gone < n; k++ {
+		gone += messageBytes(s.History[k])
+	}
+	if k == 0 {
+		return 0
+	}
+	s.HistoryDropped += k
+	s.History = slices.Clone(s.History[k:])
+	if len(s.History) == 0 {
+		s.History = nil
+	}
+	return gone
+}
+
+// fit drops the oldest messages of the history until the record, as the
+// bucket stores it, is at most limit bytes, so that a history never
+// costs a job its result or its progress; it reports whether the record
+// fits.
+func (s *stored) fit(limit int64) bool {
+	for {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return false
+		}
+		over := int64(len(b)) - limit
+		if over <= 0 {
+			return true
+		}
+		if s.dropHistory(int(over)) == 0 {
+			return false
+		}
+	}
+}
+
+// messageBytes is what m costs of the history's budget: its JSON.
+func messageBytes(m schema.JobMessage) int {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0
+	}
+	return len(b) + 1 // and the comma between two
 }
 
 // idEncoding is Crockford's base32 alphabet in lower case: its characters

@@ -802,19 +802,21 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 				fenced = true
 				return errSkip
 			}
+			now := time.Now().UTC()
 			if len(progress) > 0 && progress[0] != nil {
-				j.Progress = progress[0]
+				j.progress(progress[0], now)
 			}
 			if rpcErr != nil {
-				j.finish(schema.JobFailed, nil, rpcErr, time.Now().UTC())
+				j.finish(schema.JobFailed, nil, rpcErr, now)
 			} else {
-				j.finish(schema.JobSucceeded, result, nil, time.Now().UTC())
+				j.finish(schema.JobSucceeded, result, nil, now)
 			}
-			if limit := r.maxRecordBytes(); rpcErr == nil {
-				if b, _ := json.Marshal(j); int64(len(b)) > limit {
-					room := limit - int64(len(b)-len(result))
-					j.finish(schema.JobFailed, nil, schema.LimitError("max_result_bytes", max(room, 0), int64(len(result))), *j.FinishedAt)
-				}
+			// The oldest messages of the history give their room to
+			// the result before the result is refused.
+			if limit := r.maxRecordBytes(); !j.fit(limit) && rpcErr == nil {
+				b, _ := json.Marshal(j)
+				room := limit - int64(len(b)-len(result))
+				j.finish(schema.JobFailed, nil, schema.LimitError("max_result_bytes", max(room, 0), int64(len(result))), *j.FinishedAt)
 			}
 			return nil
 		})
@@ -954,7 +956,8 @@ func (s *supervisor) writeProgress(ctx context.Context) {
 		if j.State != schema.JobRunning || j.RunSeq != s.seq || j.Attempts != s.attempt {
 			return errSkip
 		}
-		j.Progress = p
+		j.progress(p, time.Now().UTC())
+		j.fit(s.r.maxRecordBytes())
 		return nil
 	})
 	if err != nil && !errors.Is(err, errSkip) {

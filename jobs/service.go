@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -140,6 +141,43 @@ type submitParams struct {
 	IdempotencyKey *string         `json:"idempotency_key"`
 	NotifyURL      *string         `json:"notify_url"`
 	ContextID      *string         `json:"context_id"`
+	References     []string        `json:"references"`
+	Message        *submitMessage  `json:"message"`
+}
+
+// submitMessage is the submitter's message of a job, the first of its
+// history.
+type submitMessage struct {
+	ID      *string         `json:"id"`
+	Text    string          `json:"text"`
+	Data    json.RawMessage `json:"data"`
+	Content json.RawMessage `json:"content"`
+}
+
+// message returns the history message of m, sent at now.
+func (m *submitMessage) message(now time.Time) (schema.JobMessage, *schema.Error) {
+	switch {
+	case m.ID == nil || *m.ID == "":
+		return schema.JobMessage{}, invalidParams("message.id", "required")
+	case len(*m.ID) > MaxMessageIDBytes:
+		return schema.JobMessage{}, schema.LimitError("max_message_id_bytes", MaxMessageIDBytes, int64(len(*m.ID)))
+	}
+	msg := schema.JobMessage{ID: *m.ID, Role: schema.JobRoleUser, Text: m.Text, At: now}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *json.RawMessage
+	}{{"message.data", m.Data, &msg.Data}, {"message.content", m.Content, &msg.Content}} {
+		raw := bytes.TrimSpace(f.raw)
+		if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+			continue
+		}
+		if raw[0] != '{' {
+			return schema.JobMessage{}, invalidParams(f.name, "must be an object")
+		}
+		*f.dst = raw
+	}
+	return msg, nil
 }
 
 func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubmitResult, *schema.Error) {
@@ -201,6 +239,27 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubm
 			return nil, schema.LimitError("max_context_id_bytes", MaxContextIDBytes, int64(len(*p.ContextID)))
 		}
 		rec.ContextID = *p.ContextID
+	}
+	if len(p.References) > MaxReferences {
+		return nil, schema.LimitError("max_references", MaxReferences, int64(len(p.References)))
+	}
+	for _, ref := range p.References {
+		switch {
+		case ref == "":
+			return nil, invalidParams("references", "must not name an empty id")
+		case len(ref) > MaxReferenceBytes:
+			return nil, schema.LimitError("max_reference_bytes", MaxReferenceBytes, int64(len(ref)))
+		}
+	}
+	if len(p.References) > 0 {
+		rec.References = slices.Clone(p.References)
+	}
+	if p.Message != nil {
+		m, e := p.Message.message(now)
+		if e != nil {
+			return nil, e
+		}
+		rec.addMessage(m)
 	}
 	if p.IdempotencyKey != nil {
 		key := *p.IdempotencyKey
@@ -323,7 +382,9 @@ type idemEntry struct {
 }
 
 // submitFingerprint sums what a submit asks for: the method, the params
-// (compacted, so that spacing does not count) and the notify_url.
+// (compacted, so that spacing does not count), the notify_url, and the
+// context_id and references when it has them (a submit without them sums
+// as services before them summed it, so their entries still match).
 func submitFingerprint(rec *stored) string {
 	h := sha256.New()
 	h.Write([]byte(rec.Method))
@@ -335,22 +396,31 @@ func submitFingerprint(rec *stored) string {
 	h.Write(params.Bytes())
 	h.Write([]byte{0})
 	h.Write([]byte(rec.NotifyURL))
+	if rec.ContextID != "" || len(rec.References) > 0 {
+		h.Write([]byte{0})
+		var n [binary.MaxVarintLen64]byte
+		for _, s := range append([]string{rec.ContextID}, rec.References...) {
+			h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+			h.Write([]byte(s))
+		}
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
 // keyReused is the answer to a submit whose idempotency key names job id,
-// submitted with another method, params or notify_url.
+// submitted with another method, params, notify_url, context_id or
+// references.
 func keyReused(key, id string) *schema.Error {
 	return schema.NewError(schema.CodeInvalidRequest,
-		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params or notify_url; "+
+		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params, notify_url, context_id or references; "+
 			"send the same submit to get that job, or a new key for a new job", key, id),
 		map[string]any{"reason": schema.ReasonIdempotencyKeyReused, "field": "idempotency_key", "idempotency_key": key, "id": id})
 }
 
 // claimKey creates rec's idempotency entry, pointing at rec.ID. When the
 // entry already exists it returns the job it points at, or refuses the
-// submit when that job was submitted with another method, params or
-// notify_url; when that job's record is missing (its submitter stopped
+// submit when that job was submitted with another method, params,
+// notify_url, context_id or references; when that job's record is missing (its submitter stopped
 // between the entry and the record) it adopts that id into rec, so the
 // submit completes the same job. Create makes two replicas racing with the
 // same key agree on one id.

@@ -122,12 +122,57 @@ type JobRecord struct {
 	// ContextID groups the job with others of one conversation, as the
 	// submitter named it (the A2A front door keeps an A2A contextId here);
 	// toolbus only stores it.
-	ContextID  string     `json:"context_id,omitempty"`
-	CreatedAt  time.Time  `json:"created_at"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	ContextID string `json:"context_id,omitempty"`
+	// References names the jobs this one follows up, as the submitter
+	// named them (the A2A front door keeps a message's referenceTaskIds
+	// here); toolbus only stores them.
+	References []string `json:"references,omitempty"`
+	// History holds the messages of the job's conversation, oldest
+	// first: the submitter's message, when the submit carried one, and
+	// what the job said on its way (each new text of its progress, and
+	// its failure), within a byte budget (jobs.MaxHistoryBytes). The
+	// oldest messages go first when the budget is reached;
+	// HistoryDropped counts them.
+	History        []JobMessage `json:"history,omitempty"`
+	HistoryDropped int          `json:"history_dropped,omitempty"`
+	CreatedAt      time.Time    `json:"created_at"`
+	StartedAt      *time.Time   `json:"started_at,omitempty"`
+	FinishedAt     *time.Time   `json:"finished_at,omitempty"`
 	// TTLSeconds is how long the record is kept once the job has finished.
 	TTLSeconds int64 `json:"ttl_seconds"`
+}
+
+// JobRole says who wrote a [JobMessage].
+type JobRole string
+
+// The roles of the messages of a job.
+const (
+	// JobRoleUser: the submitter's message.
+	JobRoleUser JobRole = "user"
+	// JobRoleAgent: what the job said (a new text of its progress, its
+	// failure).
+	JobRoleAgent JobRole = "agent"
+)
+
+// JobMessage is one message of a job's history. Its ID names it the same
+// on every read: the submitter's own id for its message, and for a
+// message of the job, the job's id and the message's place in the
+// history ("<job id>-3"), which stays its place when older messages are
+// dropped.
+type JobMessage struct {
+	ID   string  `json:"id"`
+	Role JobRole `json:"role"`
+	// Text is what the message says in words; empty when it says
+	// nothing in words.
+	Text string `json:"text,omitempty"`
+	// Data is what the message says as a JSON object: {"percent": …} for
+	// progress, {"error": {code, message, data}} for a failure.
+	Data json.RawMessage `json:"data,omitempty"`
+	// Content is the message as the protocol that carried it wrote it
+	// (an A2A message), kept byte for byte; absent in the job's own
+	// messages.
+	Content json.RawMessage `json:"content,omitempty"`
+	At      time.Time       `json:"at"`
 }
 
 // JobSubmitResult is the result of rpc.jobs.submit.
