@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -121,7 +122,9 @@ func (s *Startup) Fail(err error) {
 	}
 }
 
-// Err returns nil when nothing is waited for, or one line naming what is.
+// Err returns nil when nothing is waited for, or one line naming what is:
+// "starting: …" until the process has been ready once, "not ready: …"
+// after.
 func (s *Startup) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,7 +135,11 @@ func (s *Startup) Err() error {
 	for i, p := range s.parts {
 		reasons[i] = p + ": " + s.waiting[p]
 	}
-	return errors.New("starting: " + strings.Join(reasons, "; "))
+	state := "starting: "
+	if s.isReady {
+		state = "not ready: "
+	}
+	return errors.New(state + strings.Join(reasons, "; "))
 }
 
 // Reason returns what part waits for, or "" when it waits for nothing.
@@ -150,23 +157,34 @@ func (s *Startup) Stop() {
 
 // WatchConn returns the status function ([WithStatusFunc]) of the
 // connection called name to url: it keeps part "nats (name)" waiting until
-// the connection is up, and fails when the server refuses the credentials,
-// TLS fails or the server is too old.
+// the connection is up, with the reason of the latest failure while it is
+// not, and fails when, before the connection was ever up, the server
+// refuses the credentials, TLS fails or the server is too old. Once the
+// connection has been up, no failure ends the process: a server that
+// refuses the credentials later (NATS restarted with another token) keeps
+// the part waiting, with the refusal as its reason, while the connection
+// tries again with backoff (see the package documentation).
 func (s *Startup) WatchConn(name, url string) func(*nats.Conn, error) {
 	part := "nats (" + name + ")"
 	s.Wait(part, "connecting to "+RedactURL(url))
+	var up atomic.Bool
 	return func(nc *nats.Conn, err error) {
 		if err == nil {
 			err = CheckServer(nc, false)
 		}
+		var told *connectFailure
 		switch {
 		case err == nil:
+			up.Store(true)
 			if s.Reason(part) != "" {
 				s.log.Info("nats connected", "connection", name, "server", nc.ConnectedUrlRedacted(), "version", nc.ConnectedServerVersion())
 			}
 			s.Done(part)
-		case Permanent(err):
+		case Permanent(err) && !up.Load():
 			s.Fail(err)
+		case errors.As(err, &told):
+			// The sentence names the address already.
+			s.Wait(part, err.Error())
 		default:
 			s.Wait(part, "not connected to NATS at "+RedactURL(url)+": "+err.Error())
 		}
