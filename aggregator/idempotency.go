@@ -541,7 +541,7 @@ func outcomeUnknown() *schema.Error {
 		"limit exceeded: a call with this idempotency key started, but how it ended was not recorded "+
 			"(the idempotency store was full (idempotency_max_bytes), or the ingress running it stopped); "+
 			"it may have run, so it was not run again; send it with a new Idempotency-Key to run it",
-		map[string]any{"limit": "idempotency_max_bytes", "reason": schema.ReasonIdempotencyAnswerNotKept, "may_have_run": true})
+		map[string]any{"limit": "idempotency_max_bytes", "reason": schema.ReasonIdempotencyOutcomeUnknown, "may_have_run": true})
 }
 
 // answerNotKept is what a duplicate is answered when the first call ran

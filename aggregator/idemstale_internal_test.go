@@ -20,7 +20,7 @@ func TestIdempotencyStaleRecordNotRunAgain(t *testing.T) {
 		wantReason string
 	}{
 		{name: "past the grace", until: -staleGrace - time.Second, wantCode: schema.CodeLimitExceeded,
-			wantReason: schema.ReasonIdempotencyAnswerNotKept},
+			wantReason: schema.ReasonIdempotencyOutcomeUnknown},
 		{name: "past its deadline, within the grace", until: -staleGrace + 3*time.Second, wantCode: schema.CodeTimeout},
 	}
 	for _, tc := range tests {

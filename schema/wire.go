@@ -50,6 +50,10 @@ const (
 	ReasonIdempotencyStoreFull        = "idempotency_store_full"
 	ReasonIdempotencyStoreUnavailable = "idempotency_store_unavailable"
 	ReasonIdempotencyAnswerNotKept    = "idempotency_answer_not_kept"
+	// -32006: a call with the key started but how it ended was never
+	// recorded (the store was full, or the ingress running it stopped);
+	// it may have run, so it is not run again while its record lives.
+	ReasonIdempotencyOutcomeUnknown = "idempotency_outcome_unknown"
 	// -32600: an idempotency key sent again with another method or params.
 	ReasonIdempotencyKeyReused = "idempotency_key_reused"
 	// -32603: the worker that ran the call stopped answering, or answered
