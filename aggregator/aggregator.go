@@ -421,6 +421,15 @@ func (a *Aggregator) call(ctx context.Context, c *schema.Call, start time.Time, 
 	ctx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
 	resp := schema.Response{ID: c.ID}
+	if a.local == nil && !a.nc.IsConnected() {
+		// Published now, the call would wait in the connection's
+		// reconnect buffer until its deadline. Nothing has run, so it
+		// is answered at once, before the breaker counts it against
+		// the method or an idempotency record is asked for.
+		resp.Error = busDisconnected(a.nc, c.Method)
+		a.logCall(ctx, c, a.now().Sub(start), resp.Error)
+		return resp
+	}
 	run := func() ([]byte, *schema.Error) { return a.roundTrip(ctx, c, timeout, batchSlots) }
 	if a.breakers != nil {
 		direct := run
@@ -497,6 +506,11 @@ func (a *Aggregator) roundTrip(ctx context.Context, c *schema.Call, timeout time
 			return result, e
 		}
 	}
+	if !a.nc.IsConnected() {
+		// A call a local handler did not take, or one that waited for
+		// a slot while the connection dropped.
+		return nil, busDisconnected(a.nc, c.Method)
+	}
 	deadline, _ := ctx.Deadline()
 	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, deadline, c.TraceParent)
 	if err != nil {
@@ -552,15 +566,30 @@ func (a *Aggregator) requestError(ctx context.Context, c *schema.Call, timeout t
 		return schema.LimitError("max_payload", a.nc.MaxPayload(), -1)
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting),
+		// The connection dropped between the check of its state and
+		// the publication, and what waits for it fills the buffer.
+		errors.Is(err, nats.ErrReconnectBufExceeded),
 		// A connection that has never reached a server does not know yet
 		// that it supports headers.
 		errors.Is(err, nats.ErrHeadersNotSupported) && !a.nc.IsConnected():
-		return schema.NewError(schema.CodeUnavailable, "unavailable: not connected to NATS (the connection is "+
-			strings.ToLower(a.nc.Status().String())+"); send the call again shortly",
-			map[string]any{"retryable": true, "retry_after_ms": 1000, "reason": schema.ReasonBusDisconnected, "method": c.Method})
+		return busDisconnected(a.nc, c.Method)
 	}
 	return schema.NewError(schema.CodeInternal, "internal error: publish call: "+err.Error(),
 		map[string]any{"method": c.Method})
+}
+
+// busRetryAfter is the retry_after_ms of a call refused while NATS is
+// away: the first reconnection attempts come sooner.
+const busRetryAfter = time.Second
+
+// busDisconnected answers a call that was not published because the
+// ingress's NATS connection is not up (reconnecting, or closed): nothing
+// ran, so the caller, or the job that made the call, may send it again.
+func busDisconnected(nc *nats.Conn, method string) *schema.Error {
+	return schema.NewError(schema.CodeUnavailable, "unavailable: not connected to NATS (the connection is "+
+		strings.ToLower(nc.Status().String())+"); send the call again shortly",
+		map[string]any{"retryable": true, "retry_after_ms": busRetryAfter.Milliseconds(),
+			"reason": schema.ReasonBusDisconnected, "method": method})
 }
 
 // ctxError answers a call whose context ended: its own deadline passing is a
