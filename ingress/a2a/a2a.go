@@ -1,12 +1,10 @@
 package a2a
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -76,10 +74,12 @@ type Request struct {
 	// endpoint is the URL of the JSON-RPC binding as the client reached
 	// it, for the extended card.
 	endpoint string
-	// parts holds the raw data of each data part of the message of a
-	// message/send or message/stream (nil for other parts): the SDK reads
-	// numbers as float64, and a job's params keep every digit.
-	parts []json.RawMessage
+	// message is the message of a message/send or message/stream as the
+	// client wrote it, and parts the raw data of each of its data parts
+	// (nil for other parts): the SDK reads numbers as float64, and a job's
+	// params and history keep every digit.
+	message json.RawMessage
+	parts   []json.RawMessage
 }
 
 // Option configures [New].
@@ -288,132 +288,29 @@ func (s *Server) Close() {
 type requestKey struct{}
 
 // ServeHTTP answers the agent card at [CardPath] and A2A's JSON-RPC
-// binding at any other path it is mounted on.
+// binding at any other path it is mounted on (see envelope.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == CardPath {
 		s.serveCard(w, r)
 		return
 	}
-	hdr, herr := s.ing.Request(r)
-	hdr.endpoint = endpoint(r)
-	if herr != nil {
-		writeError(w, nil, fmt.Errorf("%s: %w", herr.Message, a2a.ErrInvalidRequest), nil)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-	var tooLong *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLong):
-		writeLimit(w, schema.LimitError("max_body_bytes", s.maxBody, -1))
-		return
-	case err != nil:
-		writeError(w, nil, fmt.Errorf("the request body could not be read; send it again: %w", a2a.ErrParseError), nil)
-		return
-	}
-	// The SDK decodes the whole body before anything of toolbus sees it,
-	// so the depth of every door is checked here, as /rpc checks it.
-	if e := schema.CheckDepth(body, s.maxDepth); e != nil {
-		writeLimit(w, e)
-		return
-	}
-	var head struct {
-		Method string `json:"method"`
-		ID     any    `json:"id"`
-	}
-	_ = json.Unmarshal(body, &head) // the SDK answers a body it cannot read
-	if head.Method == "message/send" || head.Method == "message/stream" {
-		hdr.parts = rawParts(body)
-	}
-	r = r.Clone(context.WithValue(r.Context(), requestKey{}, hdr))
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	w.Header().Set("Content-Type", "application/json")
-	rec := &written{ResponseWriter: w}
-	s.rpc.ServeHTTP(rec, r)
-	if !rec.wrote && head.Method == methodPushDelete {
-		// The SDK writes nothing for a call whose result is empty;
-		// JSON-RPC wants an answer, and A2A's is a null result.
-		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": head.ID, "result": nil})
-		w.Write(append(b, '\n'))
-	}
+	s.serveRPC(w, r)
 }
 
-const methodPushDelete = "tasks/pushNotificationConfig/delete"
-
-// written records whether anything was written, and passes flushes on, as
-// event streams need them.
-type written struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *written) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *written) WriteHeader(code int) {
-	w.wrote = true
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *written) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *written) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// writeError answers a request the SDK never sees, as the SDK answers
-// err: the code of the A2A error err wraps (a parse error, a server
-// error, or else an invalid request), and err's text in data.error, with
-// the members of data beside it.
-func writeError(w http.ResponseWriter, id any, err error, data map[string]any) {
-	w.Header().Set("Content-Type", "application/json")
-	code, msg := -32600, a2a.ErrInvalidRequest.Error()
-	switch {
-	case errors.Is(err, a2a.ErrParseError):
-		code, msg = -32700, a2a.ErrParseError.Error()
-	case errors.Is(err, a2a.ErrServerError):
-		code, msg = -32000, a2a.ErrServerError.Error()
-	}
-	if data == nil {
-		data = map[string]any{}
-	}
-	data["error"] = err.Error()
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
-		"error": map[string]any{"code": code, "message": msg, "data": data}})
-	w.Write(append(b, '\n'))
-}
-
-// writeLimit answers a request the SDK never sees with the toolbus
-// limit error e, as A2A carries a toolbus error ([a2aError]), with e's
-// limit and max in data besides its text.
-func writeLimit(w http.ResponseWriter, e *schema.Error) {
-	var data map[string]any
-	_ = json.Unmarshal(e.Data, &data)
-	writeError(w, nil, a2aError(e), data)
-}
-
-// rawParts returns the raw data of the data parts of the message in a
-// message/send or message/stream body.
-func rawParts(body []byte) []json.RawMessage {
+// rawParts returns the raw data of the data parts of a message as the
+// client wrote it (nil for other parts).
+func rawParts(message json.RawMessage) []json.RawMessage {
 	var m struct {
-		Params struct {
-			Message struct {
-				Parts []struct {
-					Kind string          `json:"kind"`
-					Data json.RawMessage `json:"data"`
-				} `json:"parts"`
-			} `json:"message"`
-		} `json:"params"`
+		Parts []struct {
+			Kind string          `json:"kind"`
+			Data json.RawMessage `json:"data"`
+		} `json:"parts"`
 	}
-	if json.Unmarshal(body, &m) != nil {
+	if json.Unmarshal(message, &m) != nil {
 		return nil
 	}
-	out := make([]json.RawMessage, len(m.Params.Message.Parts))
-	for i, p := range m.Params.Message.Parts {
+	out := make([]json.RawMessage, len(m.Parts))
+	for i, p := range m.Parts {
 		if p.Kind == "data" {
 			out[i] = p.Data
 		}
