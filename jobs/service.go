@@ -158,7 +158,7 @@ type submitMessage struct {
 func (m *submitMessage) message(now time.Time) (schema.JobMessage, *schema.Error) {
 	switch {
 	case m.ID == nil || *m.ID == "":
-		return schema.JobMessage{}, invalidParams("message.id", "required")
+		return schema.JobMessage{}, invalidParams("/message/id", "required")
 	case len(*m.ID) > MaxMessageIDBytes:
 		return schema.JobMessage{}, schema.LimitError("max_message_id_bytes", MaxMessageIDBytes, int64(len(*m.ID)))
 	}
@@ -167,7 +167,7 @@ func (m *submitMessage) message(now time.Time) (schema.JobMessage, *schema.Error
 		name string
 		raw  json.RawMessage
 		dst  *json.RawMessage
-	}{{"message.data", m.Data, &msg.Data}, {"message.content", m.Content, &msg.Content}} {
+	}{{"/message/data", m.Data, &msg.Data}, {"/message/content", m.Content, &msg.Content}} {
 		raw := bytes.TrimSpace(f.raw)
 		if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 			continue

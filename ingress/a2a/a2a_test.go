@@ -352,7 +352,7 @@ func TestRefusals(t *testing.T) {
 		{"method not a string", badMethod, a2a.ErrInvalidParams},
 		{"data part without method", noMethod, a2a.ErrInvalidParams},
 		{"text alone without a text method", text, a2a.ErrUnsupportedContentType},
-		{"message to an existing task", follow, a2a.ErrUnsupportedOperation},
+		{"message to a task that does not exist", follow, a2a.ErrTaskNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := alice.SendMessage(bounded(t), send(tc.m, true)); !errors.Is(err, tc.want) {

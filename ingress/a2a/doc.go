@@ -13,13 +13,25 @@
 //
 // How the parts meet:
 //
+//   - envelope.go checks each request before the SDK decodes it: the
+//     JSON-RPC envelope with [schema.Parse], as POST /rpc checks it, then
+//     the params of the method against A2A 0.3 (params.go), so that
+//     -32700 means "not JSON", -32600 a request that is not one (answered
+//     with its id whenever the id is valid), and -32602 params that do
+//     not fit, naming the member in data.field; it answers batches and
+//     notifications, and gives back the client's id byte for byte;
 //   - message.go picks the tool of a message (a data part with method and
 //     params, the skill in the message's metadata, or the operator's
-//     method for plain text) and submits the job;
+//     method for plain text) and submits the job, with the message as
+//     the first of the job's history and its referenceTaskIds as the
+//     job's references; it refuses a message to an existing task (a
+//     toolbus task runs one tool call);
 //   - task.go turns job records into A2A tasks and events: queued →
 //     submitted, running → working, succeeded → completed with the result
 //     as an artifact's data part, failed → failed with the error, canceled
-//     → canceled; progress becomes status-update events;
+//     → canceled; progress becomes status-update events; the job's
+//     history becomes the task's, cut to historyLength, each message with
+//     a messageId that is the same on every read;
 //   - follow.go follows a job's record until it is final, for a blocking
 //     message/send, message/stream and tasks/resubscribe;
 //   - push.go keeps push notification configs in a JetStream bucket and

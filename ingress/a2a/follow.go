@@ -83,15 +83,21 @@ func stopped(err error) error {
 	return err
 }
 
-// stream yields the task of job id as it is now, then its events until it
-// is final (see [events]).
-func (s *Server) stream(ctx context.Context, r Request, id string, yield func(a2a.Event, error) bool) {
+// stream yields the task of job id as it is now, with the last keep
+// messages of its history (all of them when keep is nil), then its events
+// until it is final (see [events]). A stream ends with a status update
+// marked final, also when the task was final from the start.
+func (s *Server) stream(ctx context.Context, r Request, id string, keep *int, yield func(a2a.Event, error) bool) {
 	var prev *schema.JobRecord
 	err := s.follow(ctx, r, id, func(cur *schema.JobRecord) error {
 		var out []a2a.Event
-		if prev == nil {
-			out = []a2a.Event{task(cur)}
-		} else {
+		switch {
+		case prev == nil && cur.State.Final():
+			out = []a2a.Event{lastMessages(task(cur), keep), &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(cur.ID),
+				ContextID: cur.ContextID, Status: status(cur), Final: true}}
+		case prev == nil:
+			out = []a2a.Event{lastMessages(task(cur), keep)}
+		default:
 			out = events(prev, cur)
 		}
 		prev = cur

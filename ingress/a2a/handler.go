@@ -2,6 +2,7 @@ package a2a
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"time"
@@ -13,8 +14,10 @@ import (
 
 // OnSendMessage implements message/send: it submits the job the message
 // asks for and answers with its task at once when the client asked for a
-// non-blocking send, and otherwise when the task is final or the call's
-// deadline passes, whichever comes first.
+// non-blocking send ("blocking": false), and otherwise, an absent
+// blocking included (as the SDK's server and client read it), when the
+// task is final or the call's deadline passes, whichever comes first. The
+// task's history is cut to configuration.historyLength.
 func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
 	r, err := request(ctx)
 	if err != nil {
@@ -24,8 +27,18 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 	if err != nil {
 		return nil, err
 	}
+	var keep *int
+	if p.Config != nil {
+		keep = p.Config.HistoryLength
+	}
 	if p.Config != nil && p.Config.Blocking != nil && !*p.Config.Blocking {
-		return task(rec), nil
+		// The record as stored holds the history; the one submit
+		// returned does not.
+		var cur schema.JobRecord
+		if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": rec.ID}, &cur); e == nil {
+			rec = &cur
+		}
+		return lastMessages(task(rec), keep), nil
 	}
 	wait, cancel := context.WithTimeout(ctx, r.timeout(rec.Method))
 	defer cancel()
@@ -38,7 +51,7 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 		return nil, err
 	}
 	// At the deadline the task is answered as it is; the client polls it.
-	return task(last), nil
+	return lastMessages(task(last), keep), nil
 }
 
 // OnSendMessageStream implements message/stream: it submits the job the
@@ -57,7 +70,11 @@ func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendPara
 			yield(nil, err)
 			return
 		}
-		s.stream(ctx, r, rec.ID, yield)
+		var keep *int
+		if p.Config != nil {
+			keep = p.Config.HistoryLength
+		}
+		s.stream(ctx, r, rec.ID, keep, yield)
 	}
 }
 
@@ -70,17 +87,25 @@ func (s *Server) OnResubscribeToTask(ctx context.Context, id *a2a.TaskIDParams) 
 			yield(nil, err)
 			return
 		}
-		s.stream(ctx, r, string(id.ID), yield)
+		s.stream(ctx, r, string(id.ID), nil, yield)
 	}
 }
 
-// OnGetTask implements tasks/get with rpc.jobs.get.
+// OnGetTask implements tasks/get with rpc.jobs.get: the task with the
+// last historyLength messages of its history (all of them without it,
+// none for 0).
 func (s *Server) OnGetTask(ctx context.Context, q *a2a.TaskQueryParams) (*a2a.Task, error) {
-	return s.jobTask(ctx, schema.MethodJobsGet, q.ID)
+	t, err := s.jobTask(ctx, schema.MethodJobsGet, q.ID)
+	if err != nil {
+		return nil, err
+	}
+	return lastMessages(t, q.HistoryLength), nil
 }
 
-// OnCancelTask implements tasks/cancel with rpc.jobs.cancel; a task that
-// has completed or failed cannot be canceled.
+// OnCancelTask implements tasks/cancel with rpc.jobs.cancel: a task that
+// has completed or failed cannot be canceled (-32002, naming its state),
+// and canceling a canceled task answers the task, as canceling twice is
+// canceling once.
 func (s *Server) OnCancelTask(ctx context.Context, id *a2a.TaskIDParams) (*a2a.Task, error) {
 	return s.jobTask(ctx, schema.MethodJobsCancel, id.ID)
 }
@@ -97,7 +122,15 @@ func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2
 	}
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, method, map[string]string{"id": string(id)}, &rec); e != nil {
-		if e.Code == schema.CodeInvalidParams && reason(e) != schema.ReasonJobFinished {
+		switch {
+		case e.Code == schema.CodeInvalidParams && reason(e) == schema.ReasonJobFinished:
+			var d struct {
+				State schema.JobState `json:"state"`
+			}
+			_ = json.Unmarshal(e.Data, &d)
+			return nil, fmt.Errorf("task %s is %s, and only a task that is submitted or working can be canceled: %w",
+				id, state(d.State), a2a.ErrTaskNotCancelable)
+		case e.Code == schema.CodeInvalidParams:
 			// A malformed id names no job of this caller.
 			return nil, fmt.Errorf("task %s not found: %w", id, a2a.ErrTaskNotFound)
 		}

@@ -34,9 +34,6 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 	if m == nil || len(m.Parts) == 0 {
 		return pick{}, fmt.Errorf("the message has no parts"+howToPick+": %w", a2a.ErrInvalidParams)
 	}
-	if m.TaskID != "" {
-		return pick{}, fmt.Errorf("a toolbus task runs one tool call and takes no further messages; send a message without taskId to start a new task: %w", a2a.ErrUnsupportedOperation)
-	}
 	skill, hasSkill := m.Metadata[SkillKey]
 	var p pick
 	if hasSkill {
@@ -129,12 +126,17 @@ func unknownSkill(method string) error {
 }
 
 // submit submits the job a message asks for, in the message's context (a
-// new one when it names none). A push config the message carries is
-// checked, and room for it reserved within its caller's bounds, before
-// the job is submitted: a message whose config cannot be kept is refused
-// and makes no task, and a task that exists is never answered with a
-// refusal while it runs.
+// new one when it names none), with the message as the first of its
+// history and its referenceTaskIds as its references. A message that
+// names a task (taskId) is a follow-up ([Server.followUp]). A push
+// config the message carries is checked, and room for it reserved within
+// its caller's bounds, before the job is submitted: a message whose
+// config cannot be kept is refused and makes no task, and a task that
+// exists is never answered with a refusal while it runs.
 func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
+	if p.Message != nil && p.Message.TaskID != "" {
+		return nil, s.followUp(ctx, r, p.Message)
+	}
 	picked, err := s.pick(r, p.Message)
 	if err != nil {
 		return nil, err
@@ -149,9 +151,19 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 			return nil, err
 		}
 	}
-	params := map[string]any{"method": picked.method, "context_id": contextID}
+	content := r.message
+	if content == nil {
+		if content, err = json.Marshal(p.Message); err != nil {
+			return nil, fmt.Errorf("the message cannot be kept: %w", a2a.ErrInternalError)
+		}
+	}
+	params := map[string]any{"method": picked.method, "context_id": contextID,
+		"message": map[string]any{"id": p.Message.ID, "content": content}}
 	if picked.params != nil {
 		params["params"] = picked.params
+	}
+	if refs := p.Message.ReferenceTasks; len(refs) > 0 {
+		params["references"] = refs
 	}
 	var sub schema.JobSubmitResult
 	if e := s.call(ctx, r, schema.MethodJobsSubmit, params, &sub); e != nil {
@@ -164,10 +176,43 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 		return nil, a2aError(e)
 	}
 	rec := &schema.JobRecord{ID: sub.ID, Method: picked.method, State: sub.State, ContextID: contextID, Caller: r.Caller, CreatedAt: now()}
+	for _, ref := range p.Message.ReferenceTasks {
+		rec.References = append(rec.References, string(ref))
+	}
 	if held != nil {
 		if err := s.settle(ctx, r, held, rec.ID); err != nil {
 			return nil, s.withdraw(ctx, r, rec.ID, err)
 		}
 	}
 	return rec, nil
+}
+
+// followUp answers a message that names a task (taskId). A toolbus task
+// runs one tool call, so it takes no further message: a task in a
+// terminal state is refused -32004 (unsupported operation) naming its
+// state, as A2A wants of any agent, and so is a task still running (a
+// task that asks for input, input-required, is a later feature). Another
+// caller's task and one that does not exist are both -32001 (task not
+// found), which says neither; a contextId other than the task's is
+// -32602. To run the tool again, a client sends a new message without
+// taskId in the same context.
+func (s *Server) followUp(ctx context.Context, r Request, m *a2a.Message) error {
+	var rec schema.JobRecord
+	if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": string(m.TaskID)}, &rec); e != nil {
+		if e.Code == schema.CodeInvalidParams || e.Code == schema.CodeJobNotFound {
+			return fmt.Errorf("task %s not found: %w", m.TaskID, a2a.ErrTaskNotFound)
+		}
+		return a2aError(e)
+	}
+	if m.ContextID != "" && m.ContextID != rec.ContextID {
+		return fmt.Errorf("the message's contextId %q is not the context of task %s; send the task's contextId, or none: %w",
+			m.ContextID, m.TaskID, a2a.ErrInvalidParams)
+	}
+	again := "to run the tool again, send a new message without taskId in context " + rec.ContextID
+	if rec.State.Final() {
+		return fmt.Errorf("task %s is %s, a terminal state, and takes no further messages; %s: %w",
+			m.TaskID, state(rec.State), again, a2a.ErrUnsupportedOperation)
+	}
+	return fmt.Errorf("task %s is %s: a toolbus task runs one tool call and takes no message while it runs; wait for it or cancel it; %s: %w",
+		m.TaskID, state(rec.State), again, a2a.ErrUnsupportedOperation)
 }

@@ -2,7 +2,10 @@ package a2a
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -31,16 +34,38 @@ func state(s schema.JobState) a2a.TaskState {
 	return a2a.TaskStateUnknown
 }
 
+// Keys of a task's metadata.
+const (
+	// MetaMethod names the skill (the toolbus method) the task runs.
+	MetaMethod = "method"
+	// MetaReferenceTaskIDs lists the referenceTaskIds of the message
+	// that started the task.
+	MetaReferenceTaskIDs = "referenceTaskIds"
+	// MetaHistoryDropped counts the oldest messages of the task's
+	// history that were dropped to keep it within its budget.
+	MetaHistoryDropped = "historyDropped"
+)
+
 // task returns the A2A task of a job record: its id is the job's, its
-// context the job's context_id, a completed task carries the result as
-// the data part of the artifact [ResultArtifactID], and the status message
-// says the progress or the error.
+// context the job's context_id, its history the job's messages, a
+// completed task carries the result as the data part of the artifact
+// [ResultArtifactID], and the status message says the progress or the
+// error. Its metadata names the method, the references of the message
+// that started it ([MetaReferenceTaskIDs]) and how many of its oldest
+// messages were dropped ([MetaHistoryDropped]).
 func task(rec *schema.JobRecord) *a2a.Task {
 	t := &a2a.Task{
 		ID:        a2a.TaskID(rec.ID),
 		ContextID: rec.ContextID,
 		Status:    status(rec),
-		Metadata:  map[string]any{"method": rec.Method},
+		History:   history(rec),
+		Metadata:  map[string]any{MetaMethod: rec.Method},
+	}
+	if len(rec.References) > 0 {
+		t.Metadata[MetaReferenceTaskIDs] = rec.References
+	}
+	if rec.HistoryDropped > 0 {
+		t.Metadata[MetaHistoryDropped] = rec.HistoryDropped
 	}
 	if rec.State == schema.JobSucceeded {
 		t.Artifacts = []*a2a.Artifact{artifact(rec)}
@@ -48,8 +73,88 @@ func task(rec *schema.JobRecord) *a2a.Task {
 	return t
 }
 
+// lastMessages keeps the last n messages of t's history, as
+// historyLength asks: all of them when n is nil, none when it is 0.
+func lastMessages(t *a2a.Task, n *int) *a2a.Task {
+	switch {
+	case n == nil:
+	case *n <= 0:
+		t.History = nil
+	case *n < len(t.History):
+		t.History = t.History[len(t.History)-*n:]
+	}
+	return t
+}
+
+// history returns the messages of a job as A2A messages, oldest first.
+func history(rec *schema.JobRecord) []*a2a.Message {
+	if len(rec.History) == 0 {
+		return nil
+	}
+	out := make([]*a2a.Message, 0, len(rec.History))
+	for _, m := range rec.History {
+		out = append(out, message(rec, m))
+	}
+	return out
+}
+
+// message returns a message of a job's history as an A2A message: the
+// client's own message as it sent it (its taskId and contextId those of
+// the task), a message of the job as an agent message of its text and
+// data.
+func message(rec *schema.JobRecord, m schema.JobMessage) *a2a.Message {
+	if len(m.Content) > 0 {
+		if msg, ok := decodeMessage(m.Content); ok {
+			msg.TaskID, msg.ContextID = a2a.TaskID(rec.ID), rec.ContextID
+			return msg
+		}
+	}
+	var parts []a2a.Part
+	if m.Text != "" {
+		parts = append(parts, a2a.TextPart{Text: m.Text})
+	}
+	if data, ok := rawValue(m.Data).(map[string]any); ok {
+		parts = append(parts, a2a.DataPart{Data: data})
+	}
+	role := a2a.MessageRoleAgent
+	if m.Role == schema.JobRoleUser {
+		role = a2a.MessageRoleUser
+	}
+	return &a2a.Message{ID: m.ID, Role: role, Parts: parts, TaskID: a2a.TaskID(rec.ID), ContextID: rec.ContextID}
+}
+
+// decodeMessage decodes an A2A message keeping the numbers of its data
+// parts and metadata as they are written, since the SDK would read them
+// as float64.
+func decodeMessage(raw json.RawMessage) (*a2a.Message, bool) {
+	var msg a2a.Message
+	if json.Unmarshal(raw, &msg) != nil {
+		return nil, false
+	}
+	for i, data := range rawParts(raw) {
+		if p, ok := msg.Parts[i].(a2a.DataPart); ok && data != nil {
+			if exact, ok := rawValue(data).(map[string]any); ok {
+				p.Data = exact
+				msg.Parts[i] = p
+			}
+		}
+	}
+	var meta struct {
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	if json.Unmarshal(raw, &meta) == nil {
+		if exact, ok := rawValue(meta.Metadata).(map[string]any); ok {
+			msg.Metadata = exact
+		}
+	}
+	return &msg, true
+}
+
 // status returns the A2A status of a job record, at the time of its last
-// change.
+// change. Its message is a message of the job's history when the history
+// holds what it says, and otherwise a message whose id is made of what it
+// says: either way, every read of the same status gives the same
+// messageId.
 func status(rec *schema.JobRecord) a2a.TaskStatus {
 	at := rec.CreatedAt
 	switch {
@@ -62,25 +167,39 @@ func status(rec *schema.JobRecord) a2a.TaskStatus {
 	st := a2a.TaskStatus{State: state(rec.State), Timestamp: &at}
 	switch {
 	case rec.Error != nil && rec.State.Final():
-		e := map[string]any{"code": rec.Error.Code, "message": rec.Error.Message}
-		if len(rec.Error.Data) > 0 {
-			e["data"] = rawValue(rec.Error.Data)
-		}
-		st.Message = agentMessage(rec, a2a.TextPart{Text: rec.Error.Message}, a2a.DataPart{Data: map[string]any{"error": e}})
+		data, _ := json.Marshal(map[string]any{"error": rec.Error})
+		st.Message = said(rec, rec.Error.Message, data)
 	case rec.Progress != nil && !rec.State.Final():
-		parts := []a2a.Part{a2a.DataPart{Data: map[string]any{"percent": rec.Progress.Percent}}}
-		if rec.Progress.Message != "" {
-			parts = append([]a2a.Part{a2a.TextPart{Text: rec.Progress.Message}}, parts...)
-		}
-		st.Message = agentMessage(rec, parts...)
+		data, _ := json.Marshal(map[string]any{"percent": rec.Progress.Percent})
+		st.Message = said(rec, rec.Progress.Message, data)
 	}
 	return st
 }
 
-func agentMessage(rec *schema.JobRecord, parts ...a2a.Part) *a2a.Message {
-	m := a2a.NewMessage(a2a.MessageRoleAgent, parts...)
-	m.TaskID, m.ContextID = a2a.TaskID(rec.ID), rec.ContextID
-	return m
+// said returns the agent message of a status that says text and data:
+// the job's last message when it says the same, and otherwise a message
+// named by the job and what it says.
+func said(rec *schema.JobRecord, text string, data json.RawMessage) *a2a.Message {
+	for i := len(rec.History) - 1; i >= 0; i-- {
+		if m := rec.History[i]; m.Role == schema.JobRoleAgent {
+			if m.Text == text && sameJSON(m.Data, data) {
+				return message(rec, m)
+			}
+			break
+		}
+	}
+	sum := sha256.Sum256([]byte(string(rec.State) + "\x00" + text + "\x00" + string(data)))
+	return message(rec, schema.JobMessage{ID: rec.ID + "-status-" + hex.EncodeToString(sum[:8]), Role: schema.JobRoleAgent, Text: text, Data: data})
+}
+
+// sameJSON reports whether a and b are the same JSON value, whatever
+// their spacing and the order of their members.
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // artifact returns the result of a succeeded job as an artifact with one
