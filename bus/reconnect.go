@@ -95,7 +95,9 @@ func (d *dialer) Dial(network, address string) (net.Conn, error) {
 
 // greetConn notes a server that ends or times out the first read of a
 // connection without having sent a byte: a NATS server sends its INFO
-// first, and a server of another protocol waits for the client to speak.
+// first, a server of another protocol waits for the client to speak (the
+// read times out), and a proxy with nothing behind it closes the
+// connection.
 type greetConn struct {
 	net.Conn
 	w       *watch
@@ -124,18 +126,31 @@ func (w *watch) dialed(addr string, err error) {
 func (w *watch) silent(addr string, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if addr == w.addr {
+	if addr != w.addr {
+		return
+	}
+	var timeout net.Error
+	if errors.As(err, &timeout) && timeout.Timeout() {
 		w.failed = silence{err}
+	} else {
+		w.failed = hangUp{err}
 	}
 }
 
 // silence is the read error of a connection whose server sent nothing
-// before it: [ErrNotNATS].
+// until the client gave up waiting: [ErrNotNATS].
 type silence struct{ err error }
 
 func (s silence) Error() string        { return s.err.Error() }
 func (s silence) Unwrap() error        { return s.err }
 func (s silence) Is(target error) bool { return target == ErrNotNATS }
+
+// hangUp is the read error of a connection whose server closed it before
+// sending anything.
+type hangUp struct{ err error }
+
+func (h hangUp) Error() string { return h.err.Error() }
+func (h hangUp) Unwrap() error { return h.err }
 
 // known records nc, which a callback or Connect hands over, and reports
 // what a step could not report before.
@@ -331,6 +346,9 @@ func (w *watch) describe(addr string, cause error) *connectFailure {
 		}
 		msg = fmt.Sprintf("the server at %s did not speak NATS (%v): is this the HTTP port? "+
 			"Give --nats the port NATS serves clients on (4222 unless configured otherwise)", where, cause)
+	case errors.As(cause, &hangUp{}):
+		msg = fmt.Sprintf("the server at %s closed the connection before saying anything (%v): "+
+			"is it a proxy with no NATS behind it? Check the address in --nats, and that NATS runs there", where, cause)
 	case errors.As(cause, &dns):
 		msg = fmt.Sprintf("cannot find the NATS host of %s (%v): check the host name in --nats", where, cause)
 	case errors.Is(cause, syscall.ECONNREFUSED):

@@ -172,7 +172,6 @@ func (s *Startup) WatchConn(name, url string) func(*nats.Conn, error) {
 		if err == nil {
 			err = CheckServer(nc, false)
 		}
-		var told *connectFailure
 		switch {
 		case err == nil:
 			up.Store(true)
@@ -182,9 +181,6 @@ func (s *Startup) WatchConn(name, url string) func(*nats.Conn, error) {
 			s.Done(part)
 		case Permanent(err) && !up.Load():
 			s.Fail(err)
-		case errors.As(err, &told):
-			// The sentence names the address already.
-			s.Wait(part, err.Error())
 		default:
 			s.Wait(part, "not connected to NATS at "+RedactURL(url)+": "+err.Error())
 		}
