@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,31 +112,6 @@ func (rt *Runtime) Descriptors() []schema.Descriptor {
 	return ds
 }
 
-// typed is the handler [Typed] makes: it decodes params into a P and knows
-// the JSON Schemas of P and R.
-type typed[P, R any] struct {
-	fn func(ctx context.Context, params P) (R, error)
-}
-
-var _ describer = (*typed[int, int])(nil)
-
-// ServeCall implements [Handler].
-func (t *typed[P, R]) ServeCall(ctx context.Context, req *Request) (any, error) {
-	var p P
-	if err := decodeParams(req.Params, &p); err != nil {
-		return nil, err
-	}
-	return t.fn(ctx, p)
-}
-
-// schemas derives the JSON Schemas of P and R. A type that has no JSON
-// Schema (a channel, a func) gets none rather than a wrong one.
-func (t *typed[P, R]) schemas() (params, result json.RawMessage) {
-	params, _ = deriveSchema(reflect.TypeFor[P]())
-	result, _ = deriveSchema(reflect.TypeFor[R]())
-	return params, result
-}
-
 // rawTypes are types whose values are any JSON, so their schema is {}.
 var rawTypes = []reflect.Type{
 	reflect.TypeFor[json.RawMessage](),
@@ -150,14 +124,12 @@ var (
 	marshalerType   = reflect.TypeFor[json.Marshaler]()
 )
 
-// deriveSchema returns the JSON Schema of the values of t as the typed
-// adapter decodes them. The adapter leaves a missing member at its zero
-// value, so no member is required: the "required" lists the inference
-// writes are removed, and a tool that needs a member says so with
-// [Schema]. A type with JSON methods of its own reads and writes JSON its
-// struct does not show, so its schema is {}; when t itself is one, it has
-// no schema.
-func deriveSchema(t reflect.Type) (json.RawMessage, error) {
+// inferSchema returns the JSON Schema of the values of t as the typed
+// adapter decodes them, by the rules of jsonschema-go: a struct field
+// without omitempty or omitzero in its json tag is required. A type with
+// JSON methods of its own reads and writes JSON its struct does not show,
+// so its schema is {}; when t itself is one, it has no schema.
+func inferSchema(t reflect.Type) (*jsonschema.Schema, error) {
 	opts := &jsonschema.ForOptions{
 		IgnoreInvalidTypes: true,
 		TypeSchemas: map[reflect.Type]*jsonschema.Schema{
@@ -189,15 +161,25 @@ func deriveSchema(t reflect.Type) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: derive the schema of %s: %w", t, err)
 	}
+	return s, nil
+}
+
+// encodeSchema returns s as JSON with its members in a stable order, or
+// nil when s is nil.
+func encodeSchema(s *jsonschema.Schema) (json.RawMessage, error) {
+	if s == nil {
+		return nil, nil
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
-		return nil, fmt.Errorf("worker: encode the schema of %s: %w", t, err)
+		return nil, fmt.Errorf("worker: encode a schema: %w", err)
 	}
+	// A round trip through a map sorts the members, so that the same
+	// type always announces the same bytes.
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, fmt.Errorf("worker: encode the schema of %s: %w", t, err)
+		return nil, fmt.Errorf("worker: encode a schema: %w", err)
 	}
-	dropRequired(v)
 	return json.Marshal(v)
 }
 
@@ -225,31 +207,5 @@ func customJSON(t reflect.Type, found, seen map[reflect.Type]bool) {
 		}
 	case reflect.Slice, reflect.Array, reflect.Map:
 		customJSON(t.Elem(), found, seen)
-	}
-}
-
-// dropRequired removes "required" from the schema v and its subschemas.
-func dropRequired(v any) {
-	s, ok := v.(map[string]any)
-	if !ok {
-		return
-	}
-	delete(s, "required")
-	for _, k := range []string{"properties", "patternProperties", "$defs", "definitions"} {
-		if m, ok := s[k].(map[string]any); ok {
-			for _, sub := range m {
-				dropRequired(sub)
-			}
-		}
-	}
-	for _, k := range []string{"items", "additionalProperties", "additionalItems", "not"} {
-		dropRequired(s[k])
-	}
-	for _, k := range []string{"prefixItems", "anyOf", "oneOf", "allOf"} {
-		if l, ok := s[k].([]any); ok {
-			for _, sub := range l {
-				dropRequired(sub)
-			}
-		}
 	}
 }

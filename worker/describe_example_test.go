@@ -47,6 +47,6 @@ func ExampleDescribe() {
 	fmt.Println("result:", string(d.Result))
 	// Output:
 	// math.add - Adds two integers. - idempotent: true
-	// params: {"additionalProperties":false,"properties":{"a":{"description":"the first addend","type":"integer"},"b":{"type":"integer"}},"type":"object"}
+	// params: {"additionalProperties":false,"properties":{"a":{"description":"the first addend","type":"integer"},"b":{"type":"integer"}},"required":["a"],"type":"object"}
 	// result: {"type":"integer"}
 }

@@ -90,8 +90,10 @@ func TestDescriptors(t *testing.T) {
 		if p["type"] != "object" || p["additionalProperties"] != false {
 			t.Errorf("params schema = %s, want a closed object", d.Params)
 		}
-		if _, ok := p["required"]; ok {
-			t.Errorf("params schema = %s, want no required list: Typed leaves missing members zero", d.Params)
+		// a has no omitempty, b and note have: only a is required, by
+		// the rule the decoder also holds params to.
+		if req, _ := p["required"].([]any); len(req) != 1 || req[0] != "a" {
+			t.Errorf("params schema = %s, want required [\"a\"]", d.Params)
 		}
 		props, _ := p["properties"].(map[string]any)
 		a, _ := props["a"].(map[string]any)

@@ -5,8 +5,14 @@
 // method, the raw JSON params, the caller, the deadline and the message
 // headers) but it returns a result or an error instead of writing a response.
 // [Typed] adapts a plain function of a params struct, decoding the params and
-// answering -32602 when they do not fit. [Middleware] wraps handlers and
-// [Chain] composes middleware.
+// answering -32602 when they do not fit. A field of the struct whose json
+// tag has neither omitempty nor omitzero is required, by the rule of the
+// JSON Schema Typed derives and announces: params that lack it are
+// answered -32602 naming it, whether or not the ingress validates params,
+// so {} never reaches the function as a zero value. Every -32602 names its
+// member in data.field as a JSON pointer into the params ("/text",
+// "/items/0/name"), as [InvalidParams] does for a tool's own checks.
+// [Middleware] wraps handlers and [Chain] composes middleware.
 //
 // A [Runtime] holds the tools of one process. [Runtime.Handle] registers a
 // handler for a method or a pattern ("math.*" serves math.add and math.sub);

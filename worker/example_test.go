@@ -39,13 +39,15 @@ func ExampleChain() {
 }
 
 // A tool written with Typed gets its params decoded into a struct; params
-// that do not fit are answered -32602 naming the member, and a tool's own
-// error code passes through unchanged.
+// that do not fit are answered -32602 naming the member as a JSON pointer,
+// a member without omitempty is required, and a tool's own error code
+// passes through unchanged.
 func ExampleTyped() {
 	type transferParams struct {
 		From   string `json:"from"`
 		To     string `json:"to"`
 		Amount int64  `json:"amount"`
+		Memo   string `json:"memo,omitempty"` // may be left out
 	}
 	type transferResult struct {
 		Receipt string `json:"receipt"`
@@ -63,6 +65,7 @@ func ExampleTyped() {
 	for _, params := range []string{
 		`{"from":"alice","to":"bob","amount":30}`,
 		`{"from":"alice","to":"bob","amount":"30"}`,
+		`{"from":"alice","to":"bob"}`,
 		`{"from":"alice","to":"bob","amount":500}`,
 	} {
 		result, err := transfer.ServeCall(context.Background(), &worker.Request{Method: "bank.transfer", Params: json.RawMessage(params)})
@@ -76,7 +79,8 @@ func ExampleTyped() {
 	}
 	// Output:
 	// result {"receipt":"alice pays bob 30"}
-	// error -32602 {"field":"amount","reason":"expected int64, got string"}
+	// error -32602 {"field":"/amount","reason":"expected int64, got string"}
+	// error -32602 {"field":"/amount","reason":"required member is missing"}
 	// error 2001 {"balance":100}
 }
 

@@ -110,9 +110,16 @@ func TestErrors(t *testing.T) {
 }
 
 func TestTypedParams(t *testing.T) {
+	type item struct {
+		Name string `json:"name"`
+		Note string `json:"note,omitempty"`
+	}
 	type params struct {
-		MS    int    `json:"ms"`
-		Label string `json:"label"`
+		MS    int             `json:"ms"`
+		Label string          `json:"label,omitempty"`
+		Items []item          `json:"items,omitempty"`
+		Opt   *item           `json:"opt,omitempty"`
+		Tags  map[string]item `json:"tags,omitzero"`
 	}
 	c := newCluster(t, bus.EmbeddedConfig{})
 	err := c.rt.Handle("typed", worker.Typed(func(_ context.Context, p params) (params, error) {
@@ -123,25 +130,38 @@ func TestTypedParams(t *testing.T) {
 	}
 	c.start(t)
 
-	t.Run("fits", func(t *testing.T) {
-		if got, want := c.result(t, "typed", `{"ms":5,"label":"x"}`), `{"ms":5,"label":"x"}`; got != want {
-			t.Errorf("result = %s, want %s", got, want)
-		}
-	})
-	t.Run("absent params are the zero value", func(t *testing.T) {
-		if got, want := c.result(t, "typed", ""), `{"ms":0,"label":""}`; got != want {
-			t.Errorf("result = %s, want %s", got, want)
-		}
-	})
+	for _, tc := range []struct {
+		name, params, want string
+	}{
+		{"fits", `{"ms":5,"label":"x"}`, `{"ms":5,"label":"x"}`},
+		{"optional members left out", `{"ms":0}`, `{"ms":0}`},
+		{"nested required members present", `{"ms":1,"items":[{"name":"a"}],"opt":{"name":"b"},"tags":{"t":{"name":"c"}}}`,
+			`{"ms":1,"items":[{"name":"a"}],"opt":{"name":"b"},"tags":{"t":{"name":"c"}}}`},
+		{"a null pointer member", `{"ms":1,"opt":null}`, `{"ms":1}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := c.result(t, "typed", tc.params); got != tc.want {
+				t.Errorf("typed(%s) = %s, want %s", tc.params, got, tc.want)
+			}
+		})
+	}
 	for _, tc := range []struct {
 		name      string
 		params    string
 		wantField any // nil when no member can be named
 	}{
-		{"wrong type", `{"ms":"five"}`, "ms"},
-		{"unknown member", `{"ms":1,"bogus":true}`, "bogus"},
+		{"wrong type", `{"ms":"five"}`, "/ms"},
+		{"nested wrong type", `{"ms":1,"opt":{"name":5}}`, "/opt/name"},
+		{"unknown member", `{"ms":1,"bogus":true}`, "/bogus"},
 		{"positional", `[1,"x"]`, nil},
 		{"invalid JSON", `{"ms":`, nil},
+		{"required member missing", `{"label":"x"}`, "/ms"},
+		{"empty object", `{}`, "/ms"},
+		{"absent params", "", "/ms"},
+		{"null params", "null", "/ms"},
+		{"required member of an element missing", `{"ms":1,"items":[{"name":"a"},{"note":"b"}]}`, "/items/1/name"},
+		{"required member of a pointer missing", `{"ms":1,"opt":{}}`, "/opt/name"},
+		{"required member of a map value missing", `{"ms":1,"tags":{"a/b":{}}}`, "/tags/a~1b/name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := c.rpcError(t, "typed", tc.params, time.Time{})
@@ -153,6 +173,32 @@ func TestTypedParams(t *testing.T) {
 			}
 			if r := dataMember(t, got, "reason"); r == nil || r == "" {
 				t.Errorf("data.reason = %v, want a reason", r)
+			}
+		})
+	}
+}
+
+// TestInvalidParamsField checks that every error names its member as a
+// JSON pointer, as the ingress's schema validation does.
+func TestInvalidParamsField(t *testing.T) {
+	tests := []struct {
+		name, field string
+		wantField   any // nil when the error names no member
+		wantMsg     string
+	}{
+		{"bare name", "n", "/n", "invalid params: /n: must be positive"},
+		{"pointer", "/items/0/n", "/items/0/n", "invalid params: /items/0/n: must be positive"},
+		{"name with a slash and a tilde", "a/b~c", "/a~1b~0c", "invalid params: /a~1b~0c: must be positive"},
+		{"no member", "", nil, "invalid params: must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := worker.InvalidParams(tt.field, "must be positive")
+			if !errors.Is(e, schema.ErrInvalidParams) {
+				t.Fatalf("InvalidParams(%q) = %v, want -32602", tt.field, e)
+			}
+			if f := dataMember(t, e, "field"); f != tt.wantField || e.Message != tt.wantMsg {
+				t.Errorf("InvalidParams(%q) = %q field %v, want %q field %v", tt.field, e.Message, f, tt.wantMsg, tt.wantField)
 			}
 		})
 	}
