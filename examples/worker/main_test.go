@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -60,6 +62,14 @@ func TestExampleWorker(t *testing.T) {
 	if r := c.Call(t, "text.count", `{"text":7}`); r.Error == nil || r.Error.Code != schema.CodeInvalidParams {
 		t.Errorf("text.count with a number for text = %s %v, want -32602", r.Result, r.Error)
 	}
+	// text has no omitempty, so it is required: by the announced schema
+	// at the ingress, and by the worker itself when nothing validates.
+	if r := c.Call(t, "text.count", `{}`); r.Error == nil || r.Error.Code != schema.CodeInvalidParams || fieldOf(t, r.Error) != "/text" {
+		t.Errorf("text.count of {} = %s %v, want -32602 naming /text", r.Result, r.Error)
+	}
+	if r := c.Call(t, "text.count", `{"text":"a b","unique":false}`); r.Error != nil {
+		t.Errorf("text.count with unique = %v, want a count", r.Error)
+	}
 	if r := c.Call(t, "text.digest", `{"text":"x","rounds":0}`); r.Error == nil || r.Error.Code != schema.CodeInvalidParams {
 		t.Errorf("text.digest of 0 rounds = %s %v, want -32602", r.Result, r.Error)
 	}
@@ -93,6 +103,43 @@ func TestExampleWorker(t *testing.T) {
 		t.Fatalf("cancel job %s = %v", job.ID, r.Error)
 	}
 	toolbustest.Eventually(t, func() bool { return record().State == schema.JobCanceled }, "the digest job is canceled")
+}
+
+// TestCountRequiresText runs text.count's handler with no ingress in front
+// of it, as a worker whose ingress does not validate params serves it.
+func TestCountRequiresText(t *testing.T) {
+	h := worker.Typed(count)
+	for _, tc := range []struct {
+		name, params, wantField string
+	}{
+		{"empty object", `{}`, "/text"},
+		{"absent params", ``, "/text"},
+		{"only the optional member", `{"unique":true}`, "/text"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := h.ServeCall(context.Background(), &worker.Request{Method: "text.count", Params: json.RawMessage(tc.params)})
+			var rpcErr *schema.Error
+			if !errors.As(err, &rpcErr) || rpcErr.Code != schema.CodeInvalidParams || fieldOf(t, rpcErr) != tc.wantField {
+				t.Fatalf("text.count(%s) = %v, %v, want -32602 naming %s", tc.params, res, err, tc.wantField)
+			}
+		})
+	}
+	res, err := h.ServeCall(context.Background(), &worker.Request{Method: "text.count", Params: json.RawMessage(`{"text":"one two"}`)})
+	if err != nil || res != (CountResult{Words: 2}) {
+		t.Errorf(`text.count({"text":"one two"}) = %v, %v, want 2 words without unique`, res, err)
+	}
+}
+
+// fieldOf returns data.field of an error.
+func fieldOf(t *testing.T, e *schema.Error) string {
+	t.Helper()
+	var data struct {
+		Field string `json:"field"`
+	}
+	if err := json.Unmarshal(e.Data, &data); err != nil {
+		t.Fatalf("error data %s: %v", e.Data, err)
+	}
+	return data.Field
 }
 
 func TestOptions(t *testing.T) {

@@ -147,23 +147,32 @@ func TestTools(t *testing.T) {
 
 		{name: "sleep", method: "sleep", params: `{"ms":10}`, want: `{"slept_ms":10}`},
 		{name: "sleep zero", method: "sleep", params: `{"ms":0}`, want: `{"slept_ms":0}`},
-		{name: "sleep negative", method: "sleep", params: `{"ms":-1}`, code: schema.CodeInvalidParams, field: "ms"},
-		{name: "sleep absurd", method: "sleep", params: `{"ms":99999999999}`, code: schema.CodeInvalidParams, field: "ms"},
-		{name: "sleep not a number", method: "sleep", params: `{"ms":"10"}`, code: schema.CodeInvalidParams, field: "ms"},
-		{name: "sleep fraction", method: "sleep", params: `{"ms":1.5}`, code: schema.CodeInvalidParams, field: "ms"},
-		{name: "sleep without ms", method: "sleep", params: `{}`, code: schema.CodeInvalidParams, field: "ms"},
-		{name: "sleep unknown member", method: "sleep", params: `{"ms":1,"s":1}`, code: schema.CodeInvalidParams, field: "s"},
+		{name: "sleep negative", method: "sleep", params: `{"ms":-1}`, code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep absurd", method: "sleep", params: `{"ms":99999999999}`, code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep not a number", method: "sleep", params: `{"ms":"10"}`, code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep fraction", method: "sleep", params: `{"ms":1.5}`, code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep without ms", method: "sleep", params: `{}`, code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep unknown member", method: "sleep", params: `{"ms":1,"s":1}`, code: schema.CodeInvalidParams, field: "/s"},
+		{name: "sleep without params", method: "sleep", code: schema.CodeInvalidParams, field: "/ms"},
+		{name: "sleep null ms", method: "sleep", params: `{"ms":null}`, code: schema.CodeInvalidParams, field: "/ms"},
 
 		{name: "fail default", method: "fail", params: `{"message":"boom"}`, code: schema.CodeToolError},
 		{name: "fail without params", method: "fail", code: schema.CodeToolError},
+		{name: "fail of an empty object", method: "fail", params: `{}`, code: schema.CodeToolError},
 		{name: "fail invalid params code", method: "fail", params: `{"code":-32602}`, code: schema.CodeInvalidParams},
 
 		{name: "sha256", method: "sha256", params: `{"data":"abc"}`,
 			want: `{"digest":"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad","rounds":1}`},
 		{name: "sha256 rounds", method: "sha256", params: `{"data":"abc","rounds":1000}`,
 			want: `{"digest":"` + digest("abc", 1000) + `","rounds":1000}`},
-		{name: "sha256 too many rounds", method: "sha256", params: `{"data":"abc","rounds":10000001}`, code: schema.CodeInvalidParams, field: "rounds"},
-		{name: "sha256 negative rounds", method: "sha256", params: `{"data":"abc","rounds":-1}`, code: schema.CodeInvalidParams, field: "rounds"},
+		{name: "sha256 too many rounds", method: "sha256", params: `{"data":"abc","rounds":10000001}`, code: schema.CodeInvalidParams, field: "/rounds"},
+		{name: "sha256 negative rounds", method: "sha256", params: `{"data":"abc","rounds":-1}`, code: schema.CodeInvalidParams, field: "/rounds"},
+		{name: "sha256 without data", method: "sha256", params: `{"rounds":2}`, code: schema.CodeInvalidParams, field: "/data"},
+		{name: "sha256 of empty data", method: "sha256", params: `{"data":""}`,
+			want: `{"digest":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","rounds":1}`},
+
+		{name: "fetch_page without url", method: "fetch_page", params: `{}`, code: schema.CodeInvalidParams, field: "/url"},
+		{name: "fetch_page of an empty url", method: "fetch_page", params: `{"url":""}`, code: schema.CodeInvalidParams, field: "/url"},
 
 		{name: "subtract positional", method: "subtract", params: `[42, 23]`, want: `19`},
 		{name: "subtract positional reversed", method: "subtract", params: `[23, 42]`, want: `-19`},
@@ -172,14 +181,14 @@ func TestTools(t *testing.T) {
 		{name: "subtract floats", method: "subtract", params: `[2.5, 1]`, want: `1.5`},
 		{name: "subtract overflow goes float", method: "subtract", params: `[-9223372036854775808, 1]`, want: `-9223372036854776000`},
 		{name: "subtract one value", method: "subtract", params: `[42]`, code: schema.CodeInvalidParams},
-		{name: "subtract string", method: "subtract", params: `["42", 1]`, code: schema.CodeInvalidParams, field: "minuend"},
-		{name: "subtract missing member", method: "subtract", params: `{"minuend": 42}`, code: schema.CodeInvalidParams, field: "subtrahend"},
-		{name: "subtract unknown member", method: "subtract", params: `{"minuend": 42, "subtrahend": 1, "x": 0}`, code: schema.CodeInvalidParams, field: "x"},
+		{name: "subtract string", method: "subtract", params: `["42", 1]`, code: schema.CodeInvalidParams, field: "/0"},
+		{name: "subtract missing member", method: "subtract", params: `{"minuend": 42}`, code: schema.CodeInvalidParams, field: "/subtrahend"},
+		{name: "subtract unknown member", method: "subtract", params: `{"minuend": 42, "subtrahend": 1, "x": 0}`, code: schema.CodeInvalidParams, field: "/x"},
 		{name: "subtract without params", method: "subtract", code: schema.CodeInvalidParams},
 
 		{name: "sum", method: "sum", params: `[1,2,4]`, want: `7`},
 		{name: "sum empty", method: "sum", params: `[]`, want: `0`},
-		{name: "sum not numbers", method: "sum", params: `[1,"2"]`, code: schema.CodeInvalidParams, field: "[1]"},
+		{name: "sum not numbers", method: "sum", params: `[1,"2"]`, code: schema.CodeInvalidParams, field: "/1"},
 		{name: "sum object", method: "sum", params: `{"a":1}`, code: schema.CodeInvalidParams},
 
 		{name: "get_data", method: "get_data", want: `["hello",5]`},
@@ -314,18 +323,18 @@ func TestFetchPage(t *testing.T) {
 		field  string
 		reason string // data.reason, for tool errors
 	}{
-		{"no URL", "", schema.CodeInvalidParams, "url", ""},
-		{"bad URL", "http://[::1", schema.CodeInvalidParams, "url", ""},
-		{"no scheme", "127.0.0.1/page", schema.CodeInvalidParams, "url", ""},
-		{"file scheme", "file:///etc/passwd", schema.CodeInvalidParams, "url", ""},
-		{"ftp scheme", "ftp://127.0.0.1/x", schema.CodeInvalidParams, "url", ""},
-		{"no host", "http:///page", schema.CodeInvalidParams, "url", ""},
+		{"no URL", "", schema.CodeInvalidParams, "/url", ""},
+		{"bad URL", "http://[::1", schema.CodeInvalidParams, "/url", ""},
+		{"no scheme", "127.0.0.1/page", schema.CodeInvalidParams, "/url", ""},
+		{"file scheme", "file:///etc/passwd", schema.CodeInvalidParams, "/url", ""},
+		{"ftp scheme", "ftp://127.0.0.1/x", schema.CodeInvalidParams, "/url", ""},
+		{"no host", "http:///page", schema.CodeInvalidParams, "/url", ""},
 		{"timeout", srv.URL + "/slow", schema.CodeToolError, "", "timeout"},
 		{"connection refused", closedURL, schema.CodeToolError, "", "refused"},
 		{"a NATS server's banner", "http://" + nats + "/", schema.CodeToolError, "", "protocol"},
-		{"private address", "http://10.0.0.1/", schema.CodeInvalidParams, "url", ""},
-		{"metadata address", "http://169.254.169.254/latest/meta-data/", schema.CodeInvalidParams, "url", ""},
-		{"IPv6 loopback, not allowed", "http://[::1]/", schema.CodeInvalidParams, "url", ""},
+		{"private address", "http://10.0.0.1/", schema.CodeInvalidParams, "/url", ""},
+		{"metadata address", "http://169.254.169.254/latest/meta-data/", schema.CodeInvalidParams, "/url", ""},
+		{"IPv6 loopback, not allowed", "http://[::1]/", schema.CodeInvalidParams, "/url", ""},
 		{"redirect to the metadata address", srv.URL + "/inside", schema.CodeToolError, "", "blocked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -371,7 +380,7 @@ func TestFetchPageRefusesLoopback(t *testing.T) {
 	for _, url := range []string{srv.URL + "/", "http://inside.test:" + port + "/", "http://[::ffff:127.0.0.1]:" + port + "/"} {
 		params, _ := json.Marshal(map[string]string{"url": url})
 		r := call(t, nc, "fetch_page", string(params), 10*time.Second)
-		check(t, r, "", schema.CodeInvalidParams, "url")
+		check(t, r, "", schema.CodeInvalidParams, "/url")
 		if e := r.Err(); e == nil || !strings.Contains(e.Message, "loopback") || !strings.Contains(e.Message, "--fetch-allow") {
 			t.Errorf("fetch_page(%s) = %v, want an error naming loopback and --fetch-allow", url, e)
 		}

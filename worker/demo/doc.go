@@ -7,13 +7,18 @@
 //	echo          the params, byte for byte
 //	sleep         {"ms": N} → {"slept_ms": N}, ending early with the call's context
 //	              and reporting progress in tenths when it runs as a job
-//	fail          {"code", "message", "data"} → exactly that error
-//	sha256        {"data", "rounds"} → {"digest", "rounds"}, hashing rounds times
+//	fail          {"code", "message", "data"}, each optional → exactly that error
+//	sha256        {"data", "rounds"}, rounds optional (1) → {"digest", "rounds"},
+//	              hashing rounds times
 //	fetch_page    {"url"} → {"title", "content", "status_code", ...}
 //	subtract      [42, 23] or {"minuend": 42, "subtrahend": 23} → 19
 //	sum           [1, 2, 4] → 7
 //	get_data      → ["hello", 5]
 //	update, notify_hello, notify_sum   accept anything and answer null
+//
+// Every member shown is required unless it is marked optional: params
+// without one are answered -32602 naming it ("/ms"), as [worker.Typed]
+// holds them to the schema the tools announce.
 //
 // fetch_page fetches http and https URLs on public addresses. It refuses
 // loopback, private, link-local and other internal addresses, also when a

@@ -25,6 +25,7 @@ type fetcher struct {
 	timeout  time.Duration
 }
 
+// fetchParams require url.
 type fetchParams struct {
 	URL string `json:"url"`
 }
@@ -54,7 +55,7 @@ func (f *fetcher) fetch(ctx context.Context, p fetchParams) (*page, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(fctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, worker.InvalidParams("url", err.Error())
+		return nil, worker.InvalidParams("/url", err.Error())
 	}
 	req.Header.Set("User-Agent", "toolbus-demo")
 	req.Header.Set("Accept", "text/html, text/*;q=0.9, */*;q=0.5")
@@ -88,17 +89,17 @@ func (f *fetcher) fetch(ctx context.Context, p fetchParams) (*page, error) {
 
 func checkURL(raw string) (*url.URL, error) {
 	if raw == "" {
-		return nil, worker.InvalidParams("url", "required")
+		return nil, worker.InvalidParams("/url", "must not be empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, worker.InvalidParams("url", "not a valid URL")
+		return nil, worker.InvalidParams("/url", "not a valid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, worker.InvalidParams("url", fmt.Sprintf("scheme must be http or https, got %q", u.Scheme))
+		return nil, worker.InvalidParams("/url", fmt.Sprintf("scheme must be http or https, got %q", u.Scheme))
 	}
 	if u.Host == "" {
-		return nil, worker.InvalidParams("url", "has no host")
+		return nil, worker.InvalidParams("/url", "has no host")
 	}
 	return u, nil
 }
@@ -125,8 +126,8 @@ func (f *fetcher) failure(ctx, fctx context.Context, u *url.URL, err error) erro
 		reason := blocked.Reason() + "; fetch_page reaches loopback, private, link-local and other internal " +
 			"addresses only when the operator allows them with --fetch-allow"
 		if strings.EqualFold(blocked.Host, strings.TrimSuffix(u.Hostname(), ".")) {
-			return schema.NewError(schema.CodeInvalidParams, "invalid params: url: "+reason,
-				map[string]any{"field": "url", "reason": reason, "range": blocked.Range.Kind})
+			return schema.NewError(schema.CodeInvalidParams, "invalid params: /url: "+reason,
+				map[string]any{"field": "/url", "reason": reason, "range": blocked.Range.Kind})
 		}
 		return schema.NewError(schema.CodeToolError, "fetch_page: "+u.Host+" redirected to an address it may not reach: "+reason,
 			map[string]any{"url": u.String(), "reason": string(egress.ClassBlocked), "range": blocked.Range.Kind})

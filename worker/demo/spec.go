@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
@@ -31,10 +32,10 @@ func (p *subtractParams) UnmarshalJSON(b []byte) error {
 			return worker.InvalidParams("", fmt.Sprintf("expected [minuend, subtrahend], got %d values", len(raws)))
 		}
 		var err error
-		if p.minuend, err = number("minuend", raws[0]); err != nil {
+		if p.minuend, err = number("/0", raws[0]); err != nil {
 			return err
 		}
-		p.subtrahend, err = number("subtrahend", raws[1])
+		p.subtrahend, err = number("/1", raws[1])
 		return err
 	}
 	var named struct {
@@ -47,10 +48,10 @@ func (p *subtractParams) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	var err error
-	if p.minuend, err = number("minuend", named.Minuend); err != nil {
+	if p.minuend, err = number("/minuend", named.Minuend); err != nil {
 		return err
 	}
-	p.subtrahend, err = number("subtrahend", named.Subtrahend)
+	p.subtrahend, err = number("/subtrahend", named.Subtrahend)
 	return err
 }
 
@@ -74,7 +75,7 @@ func (ns *numbers) UnmarshalJSON(b []byte) error {
 	}
 	*ns = make(numbers, len(raws))
 	for i, raw := range raws {
-		n, err := number(fmt.Sprintf("[%d]", i), raw)
+		n, err := number(schema.Pointer(strconv.Itoa(i)), raw)
 		if err != nil {
 			return err
 		}
@@ -102,11 +103,11 @@ func accept(context.Context, *worker.Request) (any, error) {
 }
 
 // number reads one JSON number; anything else is invalid params naming
-// field.
+// field, the JSON pointer of the value.
 func number(field string, raw json.RawMessage) (json.Number, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
-		return "", worker.InvalidParams(field, "required")
+		return "", worker.InvalidParams(field, "required member is missing")
 	}
 	if raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
 		return "", worker.InvalidParams(field, "expected a number, got "+string(raw))

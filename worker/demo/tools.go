@@ -17,6 +17,7 @@ func echo(_ context.Context, req *worker.Request) (any, error) {
 	return req.Params, nil
 }
 
+// sleepParams requires ms; a pointer tells {"ms": null} from {"ms": 0}.
 type sleepParams struct {
 	MS *int64 `json:"ms"`
 }
@@ -28,11 +29,11 @@ type sleepResult struct {
 func sleep(ctx context.Context, p sleepParams) (sleepResult, error) {
 	switch {
 	case p.MS == nil:
-		return sleepResult{}, worker.InvalidParams("ms", "required")
+		return sleepResult{}, worker.InvalidParams("/ms", "must be a number of milliseconds, not null")
 	case *p.MS < 0:
-		return sleepResult{}, worker.InvalidParams("ms", "must not be negative")
+		return sleepResult{}, worker.InvalidParams("/ms", "must not be negative")
 	case *p.MS > MaxSleep.Milliseconds():
-		return sleepResult{}, worker.InvalidParams("ms", fmt.Sprintf("must be at most %d", MaxSleep.Milliseconds()))
+		return sleepResult{}, worker.InvalidParams("/ms", fmt.Sprintf("must be at most %d", MaxSleep.Milliseconds()))
 	}
 	// Progress is reported in tenths when the call runs as a job.
 	total := time.Duration(*p.MS) * time.Millisecond
@@ -55,10 +56,11 @@ func sleep(ctx context.Context, p sleepParams) (sleepResult, error) {
 	}
 }
 
+// failParams are all optional: fail without params is a tool error.
 type failParams struct {
-	Code    *int            `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data"`
+	Code    *int            `json:"code,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
 }
 
 // fail answers the error its params describe; without a code it is a tool
@@ -74,9 +76,10 @@ func fail(_ context.Context, p failParams) (any, error) {
 	return nil, e
 }
 
+// sha256Params require data; rounds may be left out for one round.
 type sha256Params struct {
 	Data   string `json:"data"`
-	Rounds int64  `json:"rounds"`
+	Rounds int64  `json:"rounds,omitempty"`
 }
 
 type sha256Result struct {
@@ -93,9 +96,9 @@ const ctxCheckRounds = 1 << 10
 func hashRounds(ctx context.Context, p sha256Params) (sha256Result, error) {
 	switch {
 	case p.Rounds < 0:
-		return sha256Result{}, worker.InvalidParams("rounds", "must not be negative")
+		return sha256Result{}, worker.InvalidParams("/rounds", "must not be negative")
 	case p.Rounds > MaxRounds:
-		return sha256Result{}, worker.InvalidParams("rounds", fmt.Sprintf("must be at most %d (max_rounds)", MaxRounds))
+		return sha256Result{}, worker.InvalidParams("/rounds", fmt.Sprintf("must be at most %d (max_rounds)", MaxRounds))
 	case p.Rounds == 0:
 		p.Rounds = 1
 	}
