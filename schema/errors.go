@@ -111,7 +111,11 @@ func marshalData(data any) json.RawMessage {
 
 // LimitError reports that a configured limit was exceeded. limit is the name
 // an operator sets (for example "max_batch_items"); got is what was seen, or
-// -1 when it is not known exactly (a body cut off at its limit).
+// -1 when it is not known exactly (a body cut off at its limit). For the
+// limits every front door of the ingress holds a request to (max_body_bytes,
+// max_batch_items, max_depth) the message also says what the caller can do
+// and names the ingress flag that raises the limit; data is the same for
+// every limit.
 func LimitError(limit string, max, got int64) *Error {
 	data := map[string]any{"limit": limit, "max": max}
 	msg := fmt.Sprintf("limit exceeded: %s is %d", limit, max)
@@ -119,7 +123,25 @@ func LimitError(limit string, max, got int64) *Error {
 		data["got"] = got
 		msg = fmt.Sprintf("limit exceeded: %s is %d, got %d", limit, max, got)
 	}
+	if fix := raiseLimit(limit); fix != "" {
+		msg += "; " + fix
+	}
 	return NewError(CodeLimitExceeded, msg, data)
+}
+
+// raiseLimit returns what a caller can do about one of the ingress's
+// request limits, and the flag of toolbus ingress and toolbus dev that
+// raises it; "" for any other limit.
+func raiseLimit(limit string) string {
+	switch limit {
+	case "max_body_bytes":
+		return "send a smaller body, or raise the limit with --max-body-bytes"
+	case "max_batch_items":
+		return "split the batch, or raise the limit with --max-batch-items"
+	case "max_depth":
+		return "nest the JSON less deeply, or raise the limit with --max-depth"
+	}
+	return ""
 }
 
 // ErrorFrom maps any error to the [*Error] it answers with: an [*Error]

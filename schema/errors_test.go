@@ -178,8 +178,15 @@ func TestLimitError(t *testing.T) {
 		msg      string
 		data     string
 	}{
-		{name: "known size", limit: "max_batch_items", max: 1000, got: 1001, msg: "limit exceeded: max_batch_items is 1000, got 1001", data: `{"got":1001,"limit":"max_batch_items","max":1000}`},
-		{name: "unknown size", limit: "max_body_bytes", max: 4 << 20, got: -1, msg: "limit exceeded: max_body_bytes is 4194304", data: `{"limit":"max_body_bytes","max":4194304}`},
+		{name: "known size", limit: "max_batch_items", max: 1000, got: 1001,
+			msg:  "limit exceeded: max_batch_items is 1000, got 1001; split the batch, or raise the limit with --max-batch-items",
+			data: `{"got":1001,"limit":"max_batch_items","max":1000}`},
+		{name: "unknown size", limit: "max_body_bytes", max: 4 << 20, got: -1,
+			msg:  "limit exceeded: max_body_bytes is 4194304; send a smaller body, or raise the limit with --max-body-bytes",
+			data: `{"limit":"max_body_bytes","max":4194304}`},
+		{name: "depth", limit: "max_depth", max: 64, got: -1,
+			msg:  "limit exceeded: max_depth is 64; nest the JSON less deeply, or raise the limit with --max-depth",
+			data: `{"limit":"max_depth","max":64}`},
 		{name: "zero seen", limit: "max_result_bytes", max: 0, got: 0, msg: "limit exceeded: max_result_bytes is 0, got 0", data: `{"got":0,"limit":"max_result_bytes","max":0}`},
 	}
 	for _, tt := range tests {

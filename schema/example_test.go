@@ -113,7 +113,7 @@ func ExampleLimitError() {
 	fmt.Println(e.Message)
 	fmt.Println(string(e.Data))
 	// Output:
-	// limit exceeded: max_batch_items is 1000, got 1500
+	// limit exceeded: max_batch_items is 1000, got 1500; split the batch, or raise the limit with --max-batch-items
 	// {"got":1500,"limit":"max_batch_items","max":1000}
 }
 
