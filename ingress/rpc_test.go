@@ -336,6 +336,10 @@ func TestLimits(t *testing.T) {
 				t.Errorf("answer %s: code %d id %s data %v, want -32006, null id, limit %q",
 					rec.Body, as[0].Code, as[0].ID, as[0].Data, tt.wantLimit)
 			}
+			// The message names the flag that raises the limit.
+			if flag := "--" + strings.ReplaceAll(tt.wantLimit, "_", "-"); !strings.Contains(rec.Body.String(), flag) {
+				t.Errorf("answer %s: want the message to name %s", rec.Body, flag)
+			}
 			if n := f.dispatches(); n != 0 {
 				t.Errorf("Dispatch called %d times, want 0", n)
 			}
