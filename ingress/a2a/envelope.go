@@ -100,10 +100,9 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 func (e *paramsError) error(method string) *schema.Error {
 	what := "the params of " + method
 	if e.Field != "" {
-		what = "the member " + e.Field + " of the params of " + method
+		what = e.Field + " in the params of " + method
 	}
-	return schema.NewError(schema.CodeInvalidParams,
-		fmt.Sprintf("invalid params: %s %s; A2A 0.3 defines the params of every method", what, e.Reason),
+	return schema.NewError(schema.CodeInvalidParams, fmt.Sprintf("invalid params: %s %s, as A2A 0.3 defines them", what, e.Reason),
 		map[string]any{"field": e.Field})
 }
 
@@ -136,25 +135,19 @@ func refuseBatch(w http.ResponseWriter, items []schema.Item) {
 
 // refusal is the answer to request id (nil: null) that the front door
 // gives itself, in the form the SDK gives its own: the A2A code of e
-// ([a2aError]), A2A's message for it, and e's message in data.error
-// beside the members of e's data. JSON-RPC's own codes stay as they are,
-// so their data.error is e's message alone.
+// ([a2aError]) with A2A's message for it, and in data.error e's message
+// (with toolbus's code when A2A's differs) beside the members of e's
+// data.
 func refusal(id json.RawMessage, e *schema.Error) schema.Response {
-	var err error
-	switch e.Code {
-	case schema.CodeParseError:
-		err = fmt.Errorf("%s: %w", e.Message, a2a.ErrParseError)
-	case schema.CodeInvalidRequest:
-		err = fmt.Errorf("%s: %w", e.Message, a2a.ErrInvalidRequest)
-	case schema.CodeInvalidParams:
-		err = fmt.Errorf("%s: %w", e.Message, a2a.ErrInvalidParams)
-	default:
-		err = a2aError(e)
-	}
+	err := a2aError(e)
 	code, msg := a2aCode(err)
+	text := err.Error()
+	if code == e.Code {
+		text = e.Message // no toolbus code to tell apart
+	}
 	data := map[string]any{}
 	_ = json.Unmarshal(e.Data, &data)
-	data["error"] = err.Error()
+	data["error"] = text
 	return schema.Response{ID: id, Error: schema.NewError(code, msg, data)}
 }
 
