@@ -98,9 +98,12 @@ func isSchemaJSON(raw json.RawMessage) bool {
 	return bytes.HasPrefix(b, []byte("{")) || bytes.Equal(b, []byte("true")) || bytes.Equal(b, []byte("false"))
 }
 
-// Announcement is what a worker publishes on the discovery subject: who it
-// is, how often it announces, and the descriptors of the tools it serves.
-// A worker that stops sends one last announcement with Leaving set.
+// Announcement is what a worker publishes for each tool it serves, on that
+// tool's own discovery subject (PROTOCOL.md section 9, revision 8): who it
+// is, how often it announces, and in Tools the one descriptor of that
+// tool. A worker that stops sends one last announcement with Leaving set
+// for each. Workers before revision 8 published one announcement of all
+// their tools on the shared subject.
 type Announcement struct {
 	// V is [AnnouncementVersion].
 	V int `json:"v"`

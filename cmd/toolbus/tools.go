@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -85,11 +86,11 @@ func printTools(out io.Writer, doc discovery.OpenRPC) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "METHOD\tWORKERS\tPARAMS\tDESCRIPTION")
 	for _, m := range doc.Methods {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Name, m.X.Workers, paramsSummary(m), firstLine(m.Description))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", m.Name, m.X.Workers, printable(paramsSummary(m)), printable(firstLine(m.Description)))
 	}
 	tw.Flush()
 	for _, p := range doc.Problems {
-		fmt.Fprintf(out, "%s %s (workers %s): %s\n", p.Kind, p.Method, strings.Join(p.Workers, ", "), p.Reason)
+		fmt.Fprintf(out, "%s %s (workers %s): %s\n", p.Kind, p.Method, printable(strings.Join(p.Workers, ", ")), printable(p.Reason))
 	}
 }
 
@@ -118,6 +119,18 @@ func paramsSummary(m discovery.OpenRPCMethod) string {
 		parts[i] = name + ":" + typ
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printable drops the control characters of s, text a worker announced,
+// so that it cannot move the cursor, clear the screen or forge lines on
+// the operator's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
 }
 
 func firstLine(s string) string {

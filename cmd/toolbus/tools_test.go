@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -25,7 +26,7 @@ func TestToolsCommand(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"list", []string{"tools", "--url", c.URL}, []string{"METHOD", "math.add", "1", "a?:integer", "adds"}, false},
+		{"list", []string{"tools", "--url", c.URL}, []string{"METHOD", "math.add", "1", "a:integer", "adds"}, false},
 		{"show", []string{"tools", "show", "--url", c.URL, "math.add"}, []string{`"name": "math.add"`, `"workers": 1`}, false},
 		{"show of an unknown method", []string{"tools", "show", "--url", c.URL, "nope"}, nil, true},
 	}
@@ -41,5 +42,21 @@ func TestToolsCommand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPrintToolsDropsControlCharacters: what workers announce reaches the
+// operator's terminal without its control characters.
+func TestPrintToolsDropsControlCharacters(t *testing.T) {
+	var doc discovery.OpenRPC
+	doc.Methods = []discovery.OpenRPCMethod{{Name: "evil", Description: "looks fine\x1b[2J\x1b[1;1Hforged\rline"}}
+	doc.Problems = []discovery.Problem{{Kind: "conflict", Method: "evil", Workers: []string{"w\x1b]0;title\x07"}, Reason: "bad\x1b[31m"}}
+	var out strings.Builder
+	printTools(&out, doc)
+	if strings.ContainsAny(out.String(), "\x1b\r\x07") {
+		t.Errorf("printTools wrote %q, want no control characters", out.String())
+	}
+	if !strings.Contains(out.String(), "looks fine[2J[1;1Hforgedline") {
+		t.Errorf("printTools wrote %q, want the description's printable text", out.String())
 	}
 }
