@@ -84,7 +84,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	sdk.Body = io.NopCloser(bytes.NewReader(sdkBody(req, token)))
 	switch {
 	case req.IsNotification():
-		s.rpc.ServeHTTP(&bufferWriter{}, sdk)
+		s.rpc.ServeHTTP(discardWriter{}, sdk)
 		w.WriteHeader(http.StatusNoContent)
 	case req.Method == methodStream || req.Method == methodResubscribe:
 		s.rpc.ServeHTTP(&streamWriter{ResponseWriter: w, token: idMember(strconv.Quote(token)), id: idMember(string(req.ID))}, sdk)
@@ -256,9 +256,14 @@ func (b *bufferWriter) Header() http.Header {
 func (b *bufferWriter) Write(p []byte) (int, error) { return b.buf.Write(p) }
 func (b *bufferWriter) WriteHeader(int)             {}
 
-// Flush makes a bufferWriter a stream writer to the SDK, for a
-// notification of a method that streams.
-func (b *bufferWriter) Flush() {}
+// discardWriter drops the answer to a notification; it flushes, so that
+// the notification of a method that streams runs as the request would.
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (discardWriter) WriteHeader(int)             {}
+func (discardWriter) Flush()                      {}
 
 // streamWriter passes the events of a stream on with the client's id in
 // place of the token. The SDK writes each event with one Write, so a
