@@ -305,6 +305,6 @@ func (r *Registry) Check(method string, params json.RawMessage, validate bool) (
 
 func unknownMethod(method string) *schema.Error {
 	return schema.NewError(schema.CodeMethodNotFound,
-		"method not found: no worker has announced "+method+"; check the name, or start a worker that serves it and submit again",
+		"method not found: no worker has announced "+method+"; "+discoverHint+" and submit again",
 		map[string]any{"reason": schema.ReasonUnknownMethod, "method": method})
 }

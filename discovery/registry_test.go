@@ -216,6 +216,36 @@ func TestLayer(t *testing.T) {
 	})
 }
 
+// TestUnknownMethodNamesDiscover checks that a method nobody announced is
+// answered -32601 pointing at rpc.discover, as a call and as a job's
+// submit alike, and that the code and reason stay those of the layer
+// below.
+func TestUnknownMethodNamesDiscover(t *testing.T) {
+	r := newTestRegistry(t)
+	r.Observe(ann("w1", addTool))
+	call := schema.Call{Request: schema.Request{ID: json.RawMessage("1"), Method: "never"}}
+	byCall := schema.Collect(context.Background(), Layer(r, true)(&noResponders{}), []schema.Call{call})[0].Error
+	_, bySubmit := r.Check("never", nil, true)
+	tests := []struct {
+		name       string
+		got        *schema.Error
+		wantReason string
+	}{
+		{"a call", byCall, schema.ReasonNoResponders},
+		{"a job's submit", bySubmit, schema.ReasonUnknownMethod},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !errors.Is(tt.got, schema.ErrMethodNotFound) || tt.got.Reason() != tt.wantReason {
+				t.Fatalf("never = %v, want -32601 with reason %s", tt.got, tt.wantReason)
+			}
+			if !strings.Contains(tt.got.Message, discoverHint) || !strings.Contains(tt.got.Message, Method) {
+				t.Errorf("never = %q, want the message to end with %q", tt.got.Message, discoverHint)
+			}
+		})
+	}
+}
+
 func TestParamDescriptors(t *testing.T) {
 	tests := []struct {
 		name          string

@@ -20,7 +20,9 @@ import (
 // shortens the call's deadline to the method's advertised timeout; after,
 // it turns "no worker serves it" into -32003 (unavailable, retryable) for
 // a method reg knows ([Registry.Known]), so that an agent can tell a
-// method that is down from one that does not exist. Params that do not fit are
+// method that is down from one that does not exist, and adds to the
+// -32601 of a method reg does not know that rpc.discover lists the
+// methods the caller may call. Params that do not fit are
 // answered -32602 with data {"field": JSON pointer, "reason", "method",
 // "source": "schema"} and never reach a worker.
 func Layer(reg *Registry, validate bool) schema.Layer {
@@ -62,11 +64,27 @@ func (g *layer) Dispatch(ctx context.Context, calls []schema.Call, emit func(i i
 		pass.Add(i, c)
 	}
 	pass.Dispatch(ctx, g.next, func(i int, r schema.Response) {
-		if i >= 0 && r.Error != nil && isNoResponders(r.Error) && g.reg.Known(calls[i].Method) {
-			r.Error = unavailableMethod(calls[i].Method)
+		if i >= 0 && r.Error != nil && isNoResponders(r.Error) {
+			if g.reg.Known(calls[i].Method) {
+				r.Error = unavailableMethod(calls[i].Method)
+			} else {
+				r.Error = withDiscoverHint(r.Error)
+			}
 		}
 		emit(i, r)
 	})
+}
+
+// discoverHint ends the message of every -32601 for a method discovery
+// does not know, on every door (a call, a job's submit): where an agent
+// finds the names it may use.
+const discoverHint = "check the name (rpc.discover lists the methods you may call), or start a worker that serves it"
+
+// withDiscoverHint returns a copy of e, a -32601 for a method nobody
+// announced, whose message says how to find the right name. Its code and
+// data are e's.
+func withDiscoverHint(e *schema.Error) *schema.Error {
+	return &schema.Error{Code: e.Code, Message: e.Message + "; " + discoverHint, Data: e.Data}
 }
 
 // isNoResponders reports whether e is the dispatcher's answer for a call
