@@ -88,6 +88,21 @@
 // cancels the tool's context at once; the runner also sees the canceled
 // record at its next lease renewal, should that message be missed.
 //
+// # Conversations
+//
+// A submit may name its context (context_id), the jobs it follows up
+// (references) and carry the submitter's message (message: an id, and
+// text, data or the message as its protocol wrote it, content); the A2A
+// front door sends all three. The message is the first of the record's
+// history; the job adds its own messages as it goes, each new text of its
+// progress and its failure or cancel, named "<id>-<place>". The history
+// lives in the record, within [MaxHistoryBytes] and the record's
+// max_payload: the oldest messages are dropped first and counted in
+// history_dropped, and a result takes the room of the history before it
+// is refused. context_id and references are part of the idempotency
+// fingerprint; the message is not, so a retried submit with a new message
+// id names the same job.
+//
 // # Retention
 //
 // Finished records expire after a TTL (default 24h) through JetStream's
