@@ -77,10 +77,13 @@ func (e *InterruptedError) Unwrap() error { return e.Err }
 
 // Defaults of a [Runner].
 const (
-	DefaultLease            = 30 * time.Second
-	DefaultRunConcurrency   = 16
-	DefaultMaxDeliver       = 10
-	DefaultProgressInterval = time.Second
+	DefaultLease          = 30 * time.Second
+	DefaultRunConcurrency = 16
+	DefaultMaxDeliver     = 10
+	// DefaultProgressInterval is as often as a worker sends progress
+	// (worker.ProgressInterval), so that a job's record follows its tool
+	// within about that time, and is written at most ten times a second.
+	DefaultProgressInterval = 100 * time.Millisecond
 	DefaultMaxRunTime       = time.Hour
 	DefaultFetchWait        = 5 * time.Second
 	// DefaultWaitBackoff and DefaultMaxWaitBackoff bound how long a job
@@ -186,7 +189,9 @@ func WithMaxDeliver(n int) RunnerOption {
 }
 
 // WithProgressInterval sets how often at most a job's progress is written
-// to its record (default [DefaultProgressInterval]).
+// to its record (default [DefaultProgressInterval]): the first report is
+// written at once, and the newest of those that come within an interval
+// when it ends, so the record lags the tool by at most one interval.
 func WithProgressInterval(d time.Duration) RunnerOption {
 	return func(c *runnerConfig) error {
 		if d < 10*time.Millisecond {
