@@ -335,7 +335,7 @@ func (r Request) rawData(i int) (map[string]json.RawMessage, bool) {
 func request(ctx context.Context) (Request, error) {
 	r, ok := ctx.Value(requestKey{}).(Request)
 	if !ok || r.Call == nil || r.Subscribe == nil {
-		return Request{}, fmt.Errorf("the call reached the handler without its request: %w", a2a.ErrInternalError)
+		return Request{}, refuse(a2a.ErrInternalError, "the call reached the handler without its request")
 	}
 	return r, nil
 }

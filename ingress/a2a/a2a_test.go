@@ -361,6 +361,30 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 
+	// A refusal's data.error is toolbus's sentence alone: plain text, not
+	// ending in the code's own message again.
+	t.Run("words of a refusal", func(t *testing.T) {
+		body := `{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","messageId":"m1","parts":[{"kind":"text","text":"hi"}]}}}`
+		status, raw := c.PostURL(t, c.BaseURL+toolbusa2a.Path, body, auth.APIKeyHeader, "alice-key")
+		var resp struct {
+			Error struct {
+				Message string `json:"message"`
+				Data    struct {
+					Error string `json:"error"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		if status != http.StatusOK || json.Unmarshal(raw, &resp) != nil || resp.Error.Data.Error == "" {
+			t.Fatalf("text message without a text method = %d %s, want an error with data.error", status, raw)
+		}
+		if strings.HasSuffix(resp.Error.Data.Error, resp.Error.Message) {
+			t.Errorf("data.error %q repeats the message %q at its end", resp.Error.Data.Error, resp.Error.Message)
+		}
+		if strings.Contains(string(raw), `\u003c`) || strings.Contains(string(raw), `\u003e`) {
+			t.Errorf("refusal %s has escaped angle brackets, want words that need no escape", raw)
+		}
+	})
+
 	tk := sendTask(t, alice, send(call("slow", nil), false))
 	t.Run("task of another caller", func(t *testing.T) {
 		if _, err := bob.GetTask(bounded(t), &a2a.TaskQueryParams{ID: tk.ID}); !errors.Is(err, a2a.ErrTaskNotFound) {

@@ -76,7 +76,7 @@ func (s *Server) agentCard(url string, show func(string) bool) *a2a.AgentCard {
 	card := &a2a.AgentCard{
 		Name: s.name,
 		Description: "toolbus cluster " + s.name + ": each skill is a tool; a message runs it as a durable job whose id is the task's. " +
-			`Name the skill in a data part {"method": "<skill>", "params": {...}} or in the message metadata "skill".`,
+			`Name the skill in a data part {"method": "NAME", "params": {...}} or in the message metadata "skill".`,
 		URL:                url,
 		PreferredTransport: a2a.TransportProtocolJSONRPC,
 		ProtocolVersion:    ProtocolVersion,

@@ -48,7 +48,25 @@ func a2aError(e *schema.Error) error {
 	default:
 		sentinel = a2a.ErrInternalError
 	}
-	return fmt.Errorf("%s (toolbus code %d): %w", e.Message, e.Code, sentinel)
+	return refuse(sentinel, "%s (toolbus code %d)", e.Message, e.Code)
+}
+
+// sentenceError is an A2A error whose text is toolbus's sentence alone. The SDK
+// answers it with the code of kind and puts its text in data.error beside
+// kind's own message, which a wrapping "%w" would repeat at its end.
+type sentenceError struct {
+	msg  string
+	kind error
+}
+
+func (r *sentenceError) Error() string { return r.msg }
+
+func (r *sentenceError) Unwrap() error { return r.kind }
+
+// refuse returns the A2A error of kind (an a2a.Err… sentinel) with the
+// sentence format makes of args.
+func refuse(kind error, format string, args ...any) error {
+	return &sentenceError{msg: fmt.Sprintf(format, args...), kind: kind}
 }
 
 // reason returns data.reason of e, or "".

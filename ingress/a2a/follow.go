@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
@@ -28,7 +27,7 @@ func (s *Server) follow(ctx context.Context, r Request, id string, visit func(re
 	}
 	var rec schema.JobRecord
 	if err := json.Unmarshal(first, &rec); err != nil {
-		return fmt.Errorf("the record of task %s cannot be read: %w", id, a2a.ErrInternalError)
+		return refuse(a2a.ErrInternalError, "the record of task %s cannot be read", id)
 	}
 	if err := visit(&rec); err != nil || rec.State.Final() {
 		return stopped(err)
@@ -51,7 +50,7 @@ func (s *Server) follow(ctx context.Context, r Request, id string, visit func(re
 		}
 		var cur schema.JobRecord
 		if json.Unmarshal(params, &cur) != nil {
-			err = fmt.Errorf("the record of task %s cannot be read: %w", id, a2a.ErrInternalError)
+			err = refuse(a2a.ErrInternalError, "the record of task %s cannot be read", id)
 		} else if err = visit(&cur); err == nil {
 			final = cur.State.Final()
 		}
@@ -62,7 +61,7 @@ func (s *Server) follow(ctx context.Context, r Request, id string, visit func(re
 	select {
 	case <-s.quit:
 		if err == nil && !final {
-			return fmt.Errorf("this ingress is shutting down; resubscribe to task %s on another: %w", id, a2a.ErrServerError)
+			return refuse(a2a.ErrServerError, "this ingress is shutting down; resubscribe to task %s on another", id)
 		}
 	default:
 	}
@@ -70,10 +69,10 @@ func (s *Server) follow(ctx context.Context, r Request, id string, visit func(re
 	case err != nil || final:
 		return stopped(err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("the client stopped waiting; task %s goes on: %w", id, a2a.ErrServerError)
+		return refuse(a2a.ErrServerError, "the client stopped waiting; task %s goes on", id)
 	}
-	return fmt.Errorf("stopped following task %s before it ended: its record is gone, or this ingress lost JetStream; "+
-		"get the task, or resubscribe to it: %w", id, a2a.ErrServerError)
+	return refuse(a2a.ErrServerError, "stopped following task %s before it ended: its record is gone, or this ingress lost JetStream; "+
+		"get the task, or resubscribe to it", id)
 }
 
 func stopped(err error) error {

@@ -3,7 +3,6 @@ package a2a
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"iter"
 	"time"
 
@@ -118,7 +117,7 @@ func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2
 		return nil, err
 	}
 	if id == "" {
-		return nil, fmt.Errorf("give the task's id: %w", a2a.ErrInvalidParams)
+		return nil, refuse(a2a.ErrInvalidParams, "give the task's id")
 	}
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, method, map[string]string{"id": string(id)}, &rec); e != nil {
@@ -128,11 +127,11 @@ func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2
 				State schema.JobState `json:"state"`
 			}
 			_ = json.Unmarshal(e.Data, &d)
-			return nil, fmt.Errorf("task %s is %s, and only a task that is submitted or working can be canceled: %w",
-				id, state(d.State), a2a.ErrTaskNotCancelable)
+			return nil, refuse(a2a.ErrTaskNotCancelable, "task %s is %s, and only a task that is submitted or working can be canceled",
+				id, state(d.State))
 		case e.Code == schema.CodeInvalidParams:
 			// A malformed id names no job of this caller.
-			return nil, fmt.Errorf("task %s not found: %w", id, a2a.ErrTaskNotFound)
+			return nil, refuse(a2a.ErrTaskNotFound, "task %s not found", id)
 		}
 		return nil, a2aError(e)
 	}

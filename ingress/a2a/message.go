@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -23,7 +22,7 @@ type pick struct {
 }
 
 // howToPick ends every refusal of a message that names no usable skill.
-const howToPick = `; name a skill with a data part {"method": "<skill>", "params": {...}} or with the message metadata {"skill": "<skill>"} and its params in a data part; the agent card lists the skills`
+const howToPick = `; name a skill with a data part {"method": "NAME", "params": {...}} or with the message metadata {"skill": "NAME"} and its params in a data part; the agent card lists the skills`
 
 // pick reads the tool a message selects: a data part carrying "method"
 // (and "params"), or else the skill named in the message's metadata with
@@ -32,14 +31,14 @@ const howToPick = `; name a skill with a data part {"method": "<skill>", "params
 // nothing usable is refused with an A2A error that says how to select.
 func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 	if m == nil || len(m.Parts) == 0 {
-		return pick{}, fmt.Errorf("the message has no parts"+howToPick+": %w", a2a.ErrInvalidParams)
+		return pick{}, refuse(a2a.ErrInvalidParams, "the message has no parts"+howToPick+"")
 	}
 	skill, hasSkill := m.Metadata[SkillKey]
 	var p pick
 	if hasSkill {
 		name, ok := skill.(string)
 		if !ok || name == "" {
-			return pick{}, fmt.Errorf("the metadata %q must be a skill name (a string)"+howToPick+": %w", SkillKey, a2a.ErrInvalidParams)
+			return pick{}, refuse(a2a.ErrInvalidParams, "the metadata %q must be a skill name (a string)"+howToPick+"", SkillKey)
 		}
 		p.method = name
 	}
@@ -55,17 +54,17 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 				data, dataAt = &part, i
 			}
 		default:
-			return pick{}, fmt.Errorf("part %d is a %T, which toolbus tools do not take; send text or data parts: %w", i, part, a2a.ErrUnsupportedContentType)
+			return pick{}, refuse(a2a.ErrUnsupportedContentType, "part %d is a %T, which toolbus tools do not take; send text or data parts", i, part)
 		}
 	}
 	switch {
 	case data != nil && data.Data["method"] != nil:
 		method, ok := data.Data["method"].(string)
 		if !ok || method == "" {
-			return pick{}, fmt.Errorf(`the data part's "method" must be a skill name (a string)`+howToPick+": %w", a2a.ErrInvalidParams)
+			return pick{}, refuse(a2a.ErrInvalidParams, `the data part's "method" must be a skill name (a string)`+howToPick+"")
 		}
 		if hasSkill && method != p.method {
-			return pick{}, fmt.Errorf("the data part names the skill %q and the metadata %q; name one: %w", method, p.method, a2a.ErrInvalidParams)
+			return pick{}, refuse(a2a.ErrInvalidParams, "the data part names the skill %q and the metadata %q; name one", method, p.method)
 		}
 		p.method = method
 		if params, ok := data.Data["params"]; ok && params != nil {
@@ -74,14 +73,14 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 				b = bytes.TrimSpace(raw["params"])
 			}
 			if err != nil || len(b) == 0 || (b[0] != '{' && b[0] != '[') {
-				return pick{}, fmt.Errorf(`the data part's "params" must be an object or an array: %w`, a2a.ErrInvalidParams)
+				return pick{}, refuse(a2a.ErrInvalidParams, `the data part's "params" must be an object or an array`)
 			}
 			p.params = b
 		}
 	case hasSkill && data != nil:
 		b, err := json.Marshal(data.Data)
 		if err != nil {
-			return pick{}, fmt.Errorf("the data part cannot be read as params: %w", a2a.ErrInvalidParams)
+			return pick{}, refuse(a2a.ErrInvalidParams, "the data part cannot be read as params")
 		}
 		if dataAt < len(r.parts) && r.parts[dataAt] != nil {
 			b = r.parts[dataAt]
@@ -92,9 +91,9 @@ func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
 	case s.textMethod != "" && data == nil:
 		p.method, p.params = s.textMethod, textParams(texts)
 	case data != nil:
-		return pick{}, fmt.Errorf(`the data part has no "method"`+howToPick+": %w", a2a.ErrInvalidParams)
+		return pick{}, refuse(a2a.ErrInvalidParams, `the data part has no "method"`+howToPick+"")
 	default:
-		return pick{}, fmt.Errorf("this agent takes no text alone"+howToPick+": %w", a2a.ErrUnsupportedContentType)
+		return pick{}, refuse(a2a.ErrUnsupportedContentType, "this agent takes no text alone"+howToPick+"")
 	}
 	if err := schema.ValidateMethod(p.method); err != nil || schema.IsReserved(p.method) || !s.known(r, p.method) {
 		return pick{}, unknownSkill(p.method)
@@ -122,7 +121,7 @@ func (s *Server) known(r Request, method string) bool {
 }
 
 func unknownSkill(method string) error {
-	return fmt.Errorf("no skill %q for this caller"+howToPick+": %w", method, a2a.ErrInvalidParams)
+	return refuse(a2a.ErrInvalidParams, "no skill %q for this caller"+howToPick+"", method)
 }
 
 // submit submits the job a message asks for, in the message's context (a
@@ -154,7 +153,7 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 	content := r.message
 	if content == nil {
 		if content, err = json.Marshal(p.Message); err != nil {
-			return nil, fmt.Errorf("the message cannot be kept: %w", a2a.ErrInternalError)
+			return nil, refuse(a2a.ErrInternalError, "the message cannot be kept")
 		}
 	}
 	params := map[string]any{"method": picked.method, "context_id": contextID,
@@ -200,19 +199,19 @@ func (s *Server) followUp(ctx context.Context, r Request, m *a2a.Message) error 
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": string(m.TaskID)}, &rec); e != nil {
 		if e.Code == schema.CodeInvalidParams || e.Code == schema.CodeJobNotFound {
-			return fmt.Errorf("task %s not found: %w", m.TaskID, a2a.ErrTaskNotFound)
+			return refuse(a2a.ErrTaskNotFound, "task %s not found", m.TaskID)
 		}
 		return a2aError(e)
 	}
 	if m.ContextID != "" && m.ContextID != rec.ContextID {
-		return fmt.Errorf("the message's contextId %q is not the context of task %s; send the task's contextId, or none: %w",
-			m.ContextID, m.TaskID, a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "the message's contextId %q is not the context of task %s; send the task's contextId, or none",
+			m.ContextID, m.TaskID)
 	}
 	again := "to run the tool again, send a new message without taskId in context " + rec.ContextID
 	if rec.State.Final() {
-		return fmt.Errorf("task %s is %s, a terminal state, and takes no further messages; %s: %w",
-			m.TaskID, state(rec.State), again, a2a.ErrUnsupportedOperation)
+		return refuse(a2a.ErrUnsupportedOperation, "task %s is %s, a terminal state, and takes no further messages; %s",
+			m.TaskID, state(rec.State), again)
 	}
-	return fmt.Errorf("task %s is %s: a toolbus task runs one tool call and takes no message while it runs; wait for it or cancel it; %s: %w",
-		m.TaskID, state(rec.State), again, a2a.ErrUnsupportedOperation)
+	return refuse(a2a.ErrUnsupportedOperation, "task %s is %s: a toolbus task runs one tool call and takes no message while it runs; wait for it or cancel it; %s",
+		m.TaskID, state(rec.State), again)
 }

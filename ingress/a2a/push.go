@@ -117,7 +117,7 @@ func (p *PushStore) bucket() (jetstream.KeyValue, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.kv == nil {
-		return nil, fmt.Errorf("push notifications are not available yet (their JetStream bucket is not open); try again shortly: %w", a2a.ErrServerError)
+		return nil, refuse(a2a.ErrServerError, "push notifications are not available yet (their JetStream bucket is not open); try again shortly")
 	}
 	return p.kv, nil
 }
@@ -207,10 +207,10 @@ func taskOf(key string) string {
 // an address the operator did not allow.
 func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 	if s.push == nil {
-		return fmt.Errorf("push notifications are not enabled on this server; poll tasks/get or use message/stream: %w", a2a.ErrPushNotificationNotSupported)
+		return refuse(a2a.ErrPushNotificationNotSupported, "push notifications are not enabled on this server; poll tasks/get or use message/stream")
 	}
 	over := func(what, limit string, got, max int) error {
-		return fmt.Errorf("the push notification %s is %d bytes, over the limit %s (%d); send a shorter one: %w", what, got, limit, max, a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "the push notification %s is %d bytes, over the limit %s (%d); send a shorter one", what, got, limit, max)
 	}
 	switch {
 	case len(c.URL) > MaxPushURLBytes:
@@ -222,7 +222,7 @@ func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 	}
 	if c.Auth != nil {
 		if len(c.Auth.Schemes) > MaxPushSchemes {
-			return fmt.Errorf("the push notification authentication names %d schemes, over the limit max_push_schemes (%d); name the one the receiver takes: %w", len(c.Auth.Schemes), MaxPushSchemes, a2a.ErrInvalidParams)
+			return refuse(a2a.ErrInvalidParams, "the push notification authentication names %d schemes, over the limit max_push_schemes (%d); name the one the receiver takes", len(c.Auth.Schemes), MaxPushSchemes)
 		}
 		n := len(c.Auth.Credentials)
 		for _, scheme := range c.Auth.Schemes {
@@ -234,10 +234,10 @@ func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return fmt.Errorf("the push notification URL must be an absolute http or https URL: %w", a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "the push notification URL must be an absolute http or https URL")
 	}
 	if u.User != nil {
-		return fmt.Errorf("the push notification URL must not carry credentials; put them in the config's authentication: %w", a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "the push notification URL must not carry credentials; put them in the config's authentication")
 	}
 	lctx, cancel := context.WithTimeout(ctx, pushTimeout)
 	defer cancel()
@@ -254,7 +254,7 @@ func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 		s.log.Info("push notification URL refused: its host did not resolve", "host", u.Hostname(), "err", err)
 		return pushURLRefused(egress.NameRule(u.Hostname()))
 	default:
-		return fmt.Errorf("the push notification URL must be an absolute http or https URL with a valid port: %w", a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "the push notification URL must be an absolute http or https URL with a valid port")
 	}
 	return nil
 }
@@ -263,19 +263,19 @@ func (s *Server) checkPush(ctx context.Context, c *a2a.PushConfig) error {
 // host the callback rule refuses: it names the rule, and of a host name
 // neither whether it resolves nor where to (the operator's log has that).
 func pushURLRefused(why string) error {
-	return fmt.Errorf("the push notification URL is refused: %s; push notifications reach only hosts with public addresses, unless the operator allows others with --callback-allow: %w", why, a2a.ErrInvalidParams)
+	return refuse(a2a.ErrInvalidParams, "the push notification URL is refused: %s; push notifications reach only hosts with public addresses, unless the operator allows others with --callback-allow", why)
 }
 
 // own returns the record of task id when r's caller may see it, read with
 // rpc.jobs.get; another caller's task is not found.
 func (s *Server) own(ctx context.Context, r Request, id a2a.TaskID) (*schema.JobRecord, error) {
 	if id == "" {
-		return nil, fmt.Errorf("give the task's id: %w", a2a.ErrInvalidParams)
+		return nil, refuse(a2a.ErrInvalidParams, "give the task's id")
 	}
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": string(id)}, &rec); e != nil {
 		if e.Code == schema.CodeInvalidParams {
-			return nil, fmt.Errorf("task %s not found: %w", id, a2a.ErrTaskNotFound)
+			return nil, refuse(a2a.ErrTaskNotFound, "task %s not found", id)
 		}
 		return nil, a2aError(e)
 	}
@@ -387,10 +387,10 @@ func (s *Server) withdraw(ctx context.Context, r Request, id string, err error) 
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, schema.MethodJobsCancel, map[string]string{"id": id}, &rec); e != nil {
 		s.log.Error("a task whose push notification config could not be kept was not canceled", "task", id, "err", e)
-		return fmt.Errorf("the push notification config could not be kept (%v), and task %s could not be canceled (%s); cancel it with tasks/cancel: %w",
-			err, id, e.Message, a2a.ErrServerError)
+		return refuse(a2a.ErrServerError, "the push notification config could not be kept (%v), and task %s could not be canceled (%s); cancel it with tasks/cancel",
+			err, id, e.Message)
 	}
-	return fmt.Errorf("task %s was canceled because its push notification config could not be kept (%v); send the message again: %w", id, err, a2a.ErrServerError)
+	return refuse(a2a.ErrServerError, "task %s was canceled because its push notification config could not be kept (%v); send the message again", id, err)
 }
 
 // holding is what one caller keeps in the bucket: its configs and
@@ -451,7 +451,7 @@ func (s *Server) holding(ctx context.Context, kv jetstream.KeyValue, caller stri
 func (s *Server) keep(ctx context.Context, kv jetstream.KeyValue, key, task string, entry pushEntry) (uint64, error) {
 	value, err := json.Marshal(entry)
 	if err != nil {
-		return 0, fmt.Errorf("the push notification config cannot be encoded: %w", a2a.ErrInvalidParams)
+		return 0, refuse(a2a.ErrInvalidParams, "the push notification config cannot be encoded")
 	}
 	for attempt := 1; ; attempt++ {
 		prev, err := kv.Get(ctx, key)
@@ -526,7 +526,7 @@ func (s *Server) refusal(h holding, task string) error {
 	maxConfigs, maxBytes := s.pushCaps.maxConfigs(), s.pushCaps.maxBytes()
 	switch {
 	case task != "" && h.tasks[task] > MaxPushConfigs:
-		return fmt.Errorf("task %s has %d push notification configs already, the most it may have; delete one first: %w", task, MaxPushConfigs, a2a.ErrInvalidParams)
+		return refuse(a2a.ErrInvalidParams, "task %s has %d push notification configs already, the most it may have; delete one first", task, MaxPushConfigs)
 	case h.configs > maxConfigs:
 		return a2aError(schema.NewError(schema.CodeLimitExceeded, fmt.Sprintf(
 			"limit exceeded: %s is %d: this caller keeps %d push notification configs of tasks that are not final already; "+
@@ -559,9 +559,9 @@ func (s *Server) takeBack(ctx context.Context, kv jetstream.KeyValue, key string
 
 func storeError(err error) error {
 	if bus.StoreFull(err) || errors.Is(err, jetstream.ErrMaxBytesExceeded) {
-		return fmt.Errorf("the bucket of push notification configs is full (its byte cap); nothing was kept, and it takes more as configs expire or are deleted: %w", a2a.ErrServerError)
+		return refuse(a2a.ErrServerError, "the bucket of push notification configs is full (its byte cap); nothing was kept, and it takes more as configs expire or are deleted")
 	}
-	return fmt.Errorf("the bucket of push notification configs is unavailable (%v); try again shortly: %w", err, a2a.ErrServerError)
+	return refuse(a2a.ErrServerError, "the bucket of push notification configs is unavailable (%v); try again shortly", err)
 }
 
 // scan returns the entries under the keys that filter matches, as they
@@ -633,7 +633,7 @@ func (s *Server) OnGetTaskPushConfig(ctx context.Context, p *a2a.GetTaskPushConf
 	case json.Unmarshal(e.Value(), &pe) == nil && pe.Caller == r.Caller:
 		return &a2a.TaskPushConfig{TaskID: p.TaskID, Config: pe.Config}, nil
 	}
-	return nil, fmt.Errorf("task %s has no push notification config %q; tasks/pushNotificationConfig/list lists them: %w", p.TaskID, id, a2a.ErrInvalidParams)
+	return nil, refuse(a2a.ErrInvalidParams, "task %s has no push notification config %q; tasks/pushNotificationConfig/list lists them", p.TaskID, id)
 }
 
 // OnListTaskPushConfig implements tasks/pushNotificationConfig/list.
@@ -681,7 +681,7 @@ func (s *Server) pushRequest(ctx context.Context, id a2a.TaskID) (Request, jetst
 		return Request{}, nil, err
 	}
 	if s.push == nil {
-		return Request{}, nil, fmt.Errorf("push notifications are not enabled on this server: %w", a2a.ErrPushNotificationNotSupported)
+		return Request{}, nil, refuse(a2a.ErrPushNotificationNotSupported, "push notifications are not enabled on this server")
 	}
 	if _, err := s.own(ctx, r, id); err != nil {
 		return Request{}, nil, err
