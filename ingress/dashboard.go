@@ -4,16 +4,21 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/schema"
 )
 
-// WithDashboard turns the dashboard at /ui/ on or off (default on). The
-// page and its files are served without credentials, since they hold no
-// data; GET /ui/api/state, which does, needs them like every other route
-// when [WithAuth] is on (the page asks for an API key then), and shows a
-// caller what is its own (see [dashboard.State]).
+// WithDashboard turns the dashboard at /ui/ on or off (default on). With
+// [WithAuth] on, the page asks for an API key, which the ingress checks
+// and keeps in a cookie of the browser's session for the dashboard's
+// paths alone (HttpOnly, SameSite=Strict, Secure over TLS); the page and
+// its data at GET /ui/api/state then show the key's caller what is its
+// own, an operator everything (see [dashboard.State]). The data route
+// takes the usual Authorization or X-Api-Key header too.
 func WithDashboard(on bool) Option {
 	return func(c *config) error {
 		c.noDashboard = !on
@@ -77,16 +82,79 @@ func WithID(id string) Option {
 func (s *Server) setupDashboard() {
 	s.dash = dashboard.New(dashboard.Source{
 		ID: s.id, Stats: s.stats, InFlight: s.inFlight.Load, Registry: s.cfg.registry, Jobs: s.cfg.jobStats,
-		Gather: s.cfg.gather, NATS: s.cfg.natsState,
+		Gather: s.cfg.gather, NATS: s.cfg.natsState, Row: s.dashboardRow,
 	})
 	if s.cfg.noDashboard {
 		return
 	}
-	h := s.dash.Handler(func(r *http.Request) dashboard.View {
-		return s.requestView(r.Context()).dashboard()
-	}, s.log)
-	s.mux.Handle("GET /ui/", h)
+	h := s.dash.Handler(dashboardAccess{s}, s.log)
+	s.mux.Handle("/ui/", h)
 	s.mux.Handle("GET /ui", h)
+}
+
+// dashboardAccess tells the dashboard who asks, by the ingress's
+// authentication: the dashboard's routes pass the authentication
+// middleware ([dashboard.Open]) because a browser sends the page's key as
+// a cookie, which the dashboard reads and hands to View.
+type dashboardAccess struct{ s *Server }
+
+var _ dashboard.Access = dashboardAccess{}
+
+// View returns the view of r's caller: by r's own credentials, as on
+// every other route, or else by key, the API key (or bearer token) the
+// dashboard's cookie holds, checked as if it came in the Authorization
+// header. An operator's key sees everything and a caller's key its own,
+// as with the header.
+func (a dashboardAccess) View(r *http.Request, key string) (dashboard.View, error) {
+	s := a.s
+	if s.auth == nil {
+		return s.view(nil).dashboard(), nil
+	}
+	p, err := s.auth.Authenticate(r)
+	if errors.Is(err, auth.ErrNoCredentials) && key != "" {
+		p, err = s.auth.Authenticate(&http.Request{Header: http.Header{"Authorization": {"Bearer " + key}}})
+	}
+	if err != nil {
+		return dashboard.View{}, err
+	}
+	return s.view(p).dashboard(), nil
+}
+
+// Refuse answers HTTP 401 as the authentication middleware does.
+func (a dashboardAccess) Refuse(w http.ResponseWriter, r *http.Request, err error) {
+	s := a.s
+	start := time.Now()
+	challenge := `Bearer realm="toolbus"`
+	reason := schema.ReasonUnauthenticated
+	if !errors.Is(err, auth.ErrNoCredentials) {
+		challenge += `, error="invalid_token"`
+		reason = schema.ReasonInvalidCredentials
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	o := s.refuse(w, http.StatusUnauthorized, schema.NewError(schema.CodeForbidden,
+		"unauthenticated: a valid API key or bearer token is required",
+		map[string]any{"reason": reason}))
+	o.reason = err.Error()
+	s.logRequest(r, "auth", start, o)
+}
+
+// dashboardRow names the dashboard's row of method as [Server.methodLabel]
+// names the calls of method in the statistics, without handing out a
+// label: "_invalid" for a name the ingress never routes, "_unknown" with
+// discovery for a method no worker ever announced, else the method.
+func (s *Server) dashboardRow(method string) string {
+	switch {
+	case schema.ValidateMethod(method) != nil:
+		return labelInvalid
+	case schema.IsReserved(method):
+		if s.router != nil && s.router.extension(method) != nil {
+			return method
+		}
+		return labelInvalid
+	case s.cfg.registry != nil && !s.cfg.registry.Known(method):
+		return labelUnknown
+	}
+	return method
 }
 
 // Dashboard returns what the dashboard shows an operator now (see

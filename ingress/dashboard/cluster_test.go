@@ -147,10 +147,11 @@ func TestClusterErrors(t *testing.T) {
 		}
 		return out
 	}
-	if got := ids(clusterErrors(own, list, "self", View{AllCallers: true})); !slices.Equal(got, []string{"7", "1", "8"}) {
+	d := New(Source{ID: "self", Stats: callstats.New(), InFlight: func() int64 { return 0 }})
+	if got := ids(d.clusterErrors(own, list, View{AllCallers: true})); !slices.Equal(got, []string{"7", "1", "8"}) {
 		t.Errorf("operator sees %v, want 7, 1, 8 (newest first, no worker's, self once)", got)
 	}
-	if got := ids(clusterErrors(own, list, "self", View{Caller: "alice"})); !slices.Equal(got, []string{"7", "1"}) {
+	if got := ids(d.clusterErrors(own, list, View{Caller: "alice"})); !slices.Equal(got, []string{"7", "1"}) {
 		t.Errorf("alice sees %v, want her own 7 and this replica's 1", got)
 	}
 }

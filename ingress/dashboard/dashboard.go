@@ -4,7 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"io/fs"
+	"html/template"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -83,18 +83,25 @@ type Source struct {
 	Gather func(ctx context.Context) ([]bus.Status, error)
 	// NATS, when not nil, describes the bus as this replica sees it.
 	NATS func(ctx context.Context) NATSState
+	// Row, when not nil, names the row of Methods that counts the calls
+	// of method: method itself, or the label under which calls of
+	// methods without a row of their own are counted together (such as
+	// "_unknown", a method no worker ever announced). The recent errors
+	// name their method so, so that a method has one name on the page.
+	Row func(method string) string
 }
 
 // Dashboard answers what the page at /ui/ shows. Make one with [New]; its
 // methods are safe for concurrent use.
 type Dashboard struct {
 	src      Source
+	tmpl     *template.Template
 	gathered gathered
 }
 
 // New returns the dashboard of src; src.Stats and src.InFlight are
 // required.
-func New(src Source) *Dashboard { return &Dashboard{src: src} }
+func New(src Source) *Dashboard { return &Dashboard{src: src, tmpl: parsePage()} }
 
 // Query is what a request of the state asks beyond its caller's [View].
 type Query struct {
@@ -103,38 +110,99 @@ type Query struct {
 	Replica string
 }
 
-// Open reports whether path is one of the dashboard's static files, which
-// hold no data and need no credentials.
+// Open reports whether path is the dashboard's, which authenticates its
+// requests itself through [Access]: the ingress lets them through
+// without credentials, since a browser sends the page's key as a cookie
+// rather than in a header, and the page itself must load to ask for one.
+// A request with no accepted credentials gets the page and its files,
+// which then ask for a key, and no data.
 func Open(path string) bool {
-	return path == "/ui" || (strings.HasPrefix(path, "/ui/") && path != "/ui/api/state")
+	return path == "/ui" || strings.HasPrefix(path, "/ui/")
 }
 
-// Handler serves the page under /ui/ and its data at GET /ui/api/state,
-// as view says the request's caller may see it; GET /ui redirects to the
-// page.
-func (d *Dashboard) Handler(view func(r *http.Request) View, log *slog.Logger) http.Handler {
-	files, err := fs.Sub(ui, "ui")
-	if err != nil {
-		panic(err) // the embedded tree is fixed at build time
-	}
+// Access is how the dashboard learns who asks; the server that holds the
+// credentials implements it.
+type Access interface {
+	// View returns what the caller of r may see: the caller of r's own
+	// credentials (its headers) when it carries any, else the caller of
+	// key, the API key the dashboard's cookie holds or a sign-in posts
+	// ("" when none). It fails when no caller was accepted; without
+	// authentication every request has the view of everything.
+	View(r *http.Request, key string) (View, error)
+	// Refuse answers r, whose caller View refused with err, as the
+	// server answers any request without accepted credentials (HTTP 401).
+	Refuse(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Handler serves the dashboard under /ui/: the page, with what the
+// caller may see drawn into it; its script and style sheet; the same
+// data at GET /ui/api/state, which the page polls; and signing in and
+// out at [SessionPath]. GET /ui redirects to the page.
+func (d *Dashboard) Handler(access Access, log *slog.Logger) http.Handler {
+	s := &site{d: d, access: access, log: log}
 	mux := http.NewServeMux()
-	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(files)))
-	mux.HandleFunc("GET /ui/api/state", func(w http.ResponseWriter, r *http.Request) {
-		q := Query{Replica: r.URL.Query().Get("replica")}
-		b, err := json.Marshal(d.State(r.Context(), view(r), q))
-		if err != nil {
-			log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))
-			http.Error(w, "internal error", http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(b)
-	})
+	for _, name := range []string{"app.js", "style.css"} {
+		mux.HandleFunc("GET /ui/"+name, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			http.ServeFileFS(w, r, ui, "ui/"+name)
+		})
+	}
+	mux.HandleFunc("GET /ui/{$}", s.page)
+	mux.HandleFunc("GET /ui/api/state", s.state)
+	// Signing in and out change what the browser holds: another site
+	// may not start them.
+	csrf := http.NewCrossOriginProtection()
+	mux.Handle("POST "+SessionPath, csrf.Handler(http.HandlerFunc(s.signIn)))
+	mux.Handle("DELETE "+SessionPath, csrf.Handler(http.HandlerFunc(s.signOut)))
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 	})
 	return mux
+}
+
+// site is the dashboard's routes and what they need.
+type site struct {
+	d      *Dashboard
+	access Access
+	log    *slog.Logger
+}
+
+// caller returns the view of r's caller, by its own credentials or the
+// key of its cookie, and whether the cookie held a key.
+func (s *site) caller(r *http.Request) (v View, fromCookie bool, err error) {
+	key := cookieKey(r)
+	v, err = s.access.View(r, key)
+	return v, key != "", err
+}
+
+// state answers GET /ui/api/state.
+func (s *site) state(w http.ResponseWriter, r *http.Request) {
+	v, fromCookie, err := s.caller(r)
+	if err != nil {
+		if fromCookie {
+			// A key that is no longer accepted is forgotten, so that
+			// the page asks for another.
+			clearKeyCookie(w, r)
+		}
+		s.access.Refuse(w, r, err)
+		return
+	}
+	s.writeState(w, r, v)
+}
+
+// writeState answers the state v may see as JSON; the query's replica
+// asks for one replica's trends.
+func (s *site) writeState(w http.ResponseWriter, r *http.Request, v View) {
+	q := Query{Replica: r.URL.Query().Get("replica")}
+	b, err := json.Marshal(s.d.State(r.Context(), v, q))
+	if err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "dashboard state", slog.String("error", err.Error()))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
 }
 
 // State returns what the dashboard shows v now: [Dashboard.Overview],
@@ -144,6 +212,7 @@ func (d *Dashboard) Handler(view func(r *http.Request) View, log *slog.Logger) h
 // gathered at most every few seconds (see [Source.Gather]).
 func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 	st := d.Overview(v)
+	queued := int64(-1) // the queue's depth, when it was read
 	if d.src.Jobs != nil {
 		jctx, cancel := context.WithTimeout(ctx, jobStatsTimeout)
 		js, err := d.src.Jobs(jctx, JobsQuery{Caller: v.Caller, All: v.AllCallers, Recent: RecentJobs})
@@ -153,7 +222,8 @@ func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 		} else if v.AllCallers {
 			// Every caller's count is the queue's depth, which the
 			// trends sample whenever it is read.
-			d.src.Stats.RecordJobsQueued(int64(js.ByState["queued"]))
+			queued = int64(js.ByState["queued"])
+			d.src.Stats.RecordJobsQueued(queued)
 		}
 		st.Jobs = &js
 	}
@@ -164,14 +234,14 @@ func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 	if !v.AllCallers {
 		q.Replica = ""
 	}
-	st.Trends = d.trends(list, v, q.Replica)
+	st.Trends = d.trends(list, v, q.Replica, live{inFlight: d.src.InFlight(), queued: queued})
 	if q.Replica == "" {
 		// The whole cluster's errors, not only this replica's.
-		st.RecentErrors = clusterErrors(st.RecentErrors, list, d.src.ID, v)
+		st.RecentErrors = d.clusterErrors(st.RecentErrors, list, v)
 		st.ErrorGroups = groupErrors(st.RecentErrors)
 	}
 	if v.AllCallers {
-		st.Replicas = replicas(list, d.src.ID)
+		st.Replicas = replicas(list, d.src.ID, st.Ingress.InFlight)
 		describeWorkers(st.Workers, list, st.Now)
 		if d.src.NATS != nil {
 			n := d.src.NATS(ctx)
@@ -184,8 +254,10 @@ func (d *Dashboard) State(ctx context.Context, v View, q Query) State {
 	return st
 }
 
-// replicas lists the ingress replicas among list, this one first.
-func replicas(list []bus.Status, self string) []ReplicaState {
+// replicas lists the ingress replicas among list, this one first, with
+// its calls in flight now (as the page's header shows them) rather than
+// when its status was gathered.
+func replicas(list []bus.Status, self string, selfInFlight int64) []ReplicaState {
 	out := []ReplicaState{}
 	now := time.Now()
 	for _, s := range list {
@@ -193,6 +265,9 @@ func replicas(list []bus.Status, self string) []ReplicaState {
 			continue
 		}
 		r := ReplicaState{ID: s.ID, Host: s.Host, Pid: s.Pid, Version: s.Version, InFlight: s.InFlight}
+		if s.ID == self {
+			r.InFlight = selfInFlight
+		}
 		if !s.Started.IsZero() {
 			r.UptimeSeconds = now.Sub(s.Started).Seconds()
 		}
@@ -302,9 +377,9 @@ func (d *Dashboard) Overview(v View) State {
 		if !v.AllCallers && e.Caller != v.Caller {
 			continue
 		}
-		st.RecentErrors = append(st.RecentErrors, ErrorState{
+		st.RecentErrors = append(st.RecentErrors, d.errorState(bus.ErrorStatus{
 			Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID,
-		})
+		}))
 	}
 	st.ErrorGroups = groupErrors(st.RecentErrors)
 	if st.Methods == nil {
@@ -319,20 +394,32 @@ func (d *Dashboard) Overview(v View) State {
 	return st
 }
 
+// errorState is the row of the recent errors that shows e, its method
+// named as the row of Methods that counts it (see [Source.Row]).
+func (d *Dashboard) errorState(e bus.ErrorStatus) ErrorState {
+	out := ErrorState{Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID}
+	if d.src.Row != nil {
+		if row := d.src.Row(e.Method); row != e.Method {
+			out.Method, out.Sent = row, e.Method
+		}
+	}
+	return out
+}
+
 // clusterErrors adds to own, this replica's errors, those the other
 // ingress replicas of list report that v may see, newest first, at most
 // as many as one replica keeps.
-func clusterErrors(own []ErrorState, list []bus.Status, self string, v View) []ErrorState {
+func (d *Dashboard) clusterErrors(own []ErrorState, list []bus.Status, v View) []ErrorState {
 	out := slices.Clone(own)
 	for _, s := range list {
-		if s.Kind != bus.KindIngress || s.ID == self {
+		if s.Kind != bus.KindIngress || s.ID == d.src.ID {
 			continue
 		}
 		for _, e := range s.RecentErrors {
 			if !v.AllCallers && e.Caller != v.Caller {
 				continue
 			}
-			out = append(out, ErrorState{Time: e.Time, ID: e.ID, Method: e.Method, Code: e.Code, Message: e.Message, TraceID: e.TraceID})
+			out = append(out, d.errorState(e))
 		}
 	}
 	slices.SortStableFunc(out, func(a, b ErrorState) int { return b.Time.Compare(a.Time) })
@@ -358,7 +445,7 @@ func groupErrors(errs []ErrorState) []ErrorGroup {
 			continue
 		}
 		at[k] = len(out)
-		out = append(out, ErrorGroup{Method: e.Method, Code: e.Code, Class: schema.Classify(e.Code).String(),
+		out = append(out, ErrorGroup{Method: e.Method, Sent: e.Sent, Code: e.Code, Class: schema.Classify(e.Code).String(),
 			Message: e.Message, Count: 1, Last: e.Time, ID: e.ID, TraceID: e.TraceID})
 	}
 	return out

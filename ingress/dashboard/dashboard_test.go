@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
 )
 
@@ -44,5 +45,102 @@ func TestViewScopesRows(t *testing.T) {
 				t.Errorf("in-flight chart shown = %v, want %v (an operator's alone)", st.Trends.InFlightSVG != "", tt.view.AllCallers)
 			}
 		})
+	}
+}
+
+// TestMethodsOrder checks that the user's tools come first, then the
+// labels of calls counted together, and the ingress's rpc.* methods last.
+func TestMethodsOrder(t *testing.T) {
+	stats := callstats.New()
+	for _, m := range []string{"rpc.jobs.get", "zeta", "_unknown", "alpha", "rpc.discover"} {
+		stats.Begin(m)
+		stats.End(m, 0, 0)
+	}
+	st := New(Source{ID: "i1", Stats: stats, InFlight: func() int64 { return 0 }}).Overview(Everything())
+	var got []string
+	for _, m := range st.Methods {
+		got = append(got, m.Method)
+	}
+	if want := []string{"alpha", "zeta", "_unknown", "rpc.discover", "rpc.jobs.get"}; !slices.Equal(got, want) {
+		t.Errorf("rows = %q, want %q", got, want)
+	}
+}
+
+// TestJobsQueuedAgree checks that the jobs chart's newest point is the
+// count the jobs section shows, whatever an earlier sample of the same
+// step said.
+func TestJobsQueuedAgree(t *testing.T) {
+	tests := []struct {
+		name   string
+		queued int
+	}{
+		{"emptied since the sample", 0},
+		{"grown since the sample", 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stats := callstats.New()
+			stats.RecordJobsQueued(5)
+			d := New(Source{ID: "i1", Stats: stats, InFlight: func() int64 { return 0 },
+				Jobs: func(context.Context, JobsQuery) (JobsState, error) {
+					return JobsState{ByState: map[string]int{"queued": tt.queued}}, nil
+				}})
+			st := d.State(context.Background(), Everything(), Query{})
+			if st.Trends.JobsQueued != int64(st.Jobs.ByState["queued"]) {
+				t.Errorf("jobs chart now = %d, jobs section = %d queued; want them equal", st.Trends.JobsQueued, st.Jobs.ByState["queued"])
+			}
+			if st.Trends.JobsSVG == "" {
+				t.Errorf("no jobs chart")
+			}
+		})
+	}
+}
+
+// TestErrorsNameTheirRow checks that an error names its method as the
+// row of the methods that counts it, with the name sent beside it.
+func TestErrorsNameTheirRow(t *testing.T) {
+	stats := callstats.New()
+	stats.RecordError(callstats.ErrorAnswer{ID: "1", Method: "no.such", Code: -32601, Message: "method not found: no.such"})
+	stats.RecordError(callstats.ErrorAnswer{ID: "2", Method: "echo", Code: 2001, Message: "bad"})
+	row := func(m string) string {
+		if m == "no.such" {
+			return "_unknown"
+		}
+		return m
+	}
+	st := New(Source{ID: "i1", Stats: stats, InFlight: func() int64 { return 0 }, Row: row}).State(context.Background(), Everything(), Query{})
+	got := map[string][2]string{}
+	for _, e := range st.RecentErrors {
+		got[e.ID] = [2]string{e.Method, e.Sent}
+	}
+	if got["1"] != [2]string{"_unknown", "no.such"} || got["2"] != [2]string{"echo", ""} {
+		t.Errorf("errors' method, sent = %v, want _unknown, no.such for 1 and echo alone for 2", got)
+	}
+	for _, g := range st.ErrorGroups {
+		if g.ID == "1" && (g.Method != "_unknown" || g.Sent != "no.such") {
+			t.Errorf("group %+v, want method _unknown sent as no.such", g)
+		}
+	}
+}
+
+// TestInFlightAgrees checks that this replica's calls in flight are one
+// count in the header, its replica's row and the cluster's figure of
+// now, and that the others' are added from their status.
+func TestInFlightAgrees(t *testing.T) {
+	stats := callstats.New()
+	d := New(Source{ID: "i1", Stats: stats, InFlight: func() int64 { return 3 },
+		Gather: func(context.Context) ([]bus.Status, error) {
+			return []bus.Status{
+				{Kind: bus.KindIngress, ID: "i1", InFlight: 7}, // gathered a while ago
+				{Kind: bus.KindIngress, ID: "i2", InFlight: 2},
+			}, nil
+		}})
+	st := d.State(context.Background(), Everything(), Query{})
+	if st.Ingress.InFlight != 3 || st.Replicas[0].InFlight != 3 || st.Trends.InFlight != 5 {
+		t.Errorf("in flight: header %d, own row %d, cluster now %d; want 3, 3, 5", st.Ingress.InFlight, st.Replicas[0].InFlight, st.Trends.InFlight)
+	}
+	st = d.State(context.Background(), Everything(), Query{Replica: "i1"})
+	if st.Trends.InFlight != 3 {
+		t.Errorf("in flight now of i1 = %d, want 3", st.Trends.InFlight)
 	}
 }

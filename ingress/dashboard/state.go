@@ -1,12 +1,14 @@
 package dashboard
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // State is what GET /ui/api/state answers, which the page at /ui/ shows.
@@ -93,7 +95,10 @@ type ReplicaState struct {
 // ErrorGroup is the recent error answers of one method with one code and
 // message.
 type ErrorGroup struct {
-	Method  string `json:"method"`
+	Method string `json:"method"`
+	// Sent is the newest answer's method as the caller sent it, when
+	// Method is the label its row in Methods has (see [ErrorState]).
+	Sent    string `json:"sent,omitempty"`
 	Code    int    `json:"code"`
 	Class   string `json:"class"` // tool, caller or infra: schema.Classify
 	Message string `json:"message"`
@@ -112,13 +117,18 @@ type TrendsState struct {
 	Start       time.Time `json:"start"`
 	StepSeconds int       `json:"step_seconds"`
 	Points      int       `json:"points"`
-	// InFlightSVG charts the peak of calls in flight per step; InFlight
-	// is the last step's, InFlightPeak the span's.
+	// InFlightSVG charts the peak of calls in flight per step;
+	// InFlightPeak is the span's peak and InFlight the calls in flight
+	// now (this replica's as [State.Ingress] counts them, the others' as
+	// their status answers said).
 	InFlightSVG  string `json:"in_flight_svg,omitempty"`
 	InFlight     int64  `json:"in_flight"`
 	InFlightPeak int64  `json:"in_flight_peak"`
-	// JobsSVG charts the queued jobs per step, sampled when the jobs are
-	// read; empty when they never were. JobsQueued is the newest reading.
+	// JobsSVG charts the peak of queued jobs per step, sampled every
+	// few seconds and whenever the jobs are read; empty when they never
+	// were. Its newest point and JobsQueued are the count of queued jobs
+	// that [State.Jobs] shows, when this answer read it; else the newest
+	// sample (-1 when none).
 	JobsSVG    string             `json:"jobs_svg,omitempty"`
 	JobsQueued int64              `json:"jobs_queued"`
 	Methods    []MethodTrendState `json:"methods"`
@@ -173,12 +183,17 @@ type JetStreamState struct {
 
 // ErrorState is one recent error answer.
 type ErrorState struct {
-	Time    time.Time `json:"time"`
-	ID      string    `json:"id"` // the JSON-RPC id as sent, e.g. `7` or `"a"`
-	Method  string    `json:"method"`
-	Code    int       `json:"code"`
-	Message string    `json:"message"`
-	TraceID string    `json:"trace_id,omitempty"`
+	Time time.Time `json:"time"`
+	ID   string    `json:"id"` // the JSON-RPC id as sent, e.g. `7` or `"a"`
+	// Method names the row of [State.Methods] that counts the call: the
+	// method, or the label of the calls of methods without a row of
+	// their own, such as "_unknown"; Sent is then the method the caller
+	// sent, empty otherwise.
+	Method  string `json:"method"`
+	Sent    string `json:"sent,omitempty"`
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // JobsState is the jobs part of the dashboard.
@@ -216,6 +231,25 @@ type JobError struct {
 // window is the span of the dashboard's rates and percentiles.
 const window = callstats.Window
 
+// sortMethods sorts the rows as the page shows them: the tools workers
+// serve by name first, then the labels under which calls of other
+// names are counted ("_unknown", "_other"), and last the ingress's own
+// rpc.* methods, which the page folds away.
 func sortMethods(m []bus.MethodStatus) {
-	slices.SortFunc(m, func(a, b bus.MethodStatus) int { return strings.Compare(a.Method, b.Method) })
+	slices.SortFunc(m, func(a, b bus.MethodStatus) int {
+		return cmp.Or(cmp.Compare(methodGroup(a.Method), methodGroup(b.Method)), strings.Compare(a.Method, b.Method))
+	})
+}
+
+// methodGroup is the group of a method's row in [sortMethods].
+func methodGroup(method string) int {
+	switch {
+	case schema.IsReserved(method):
+		return 2
+	case strings.HasPrefix(method, "_"):
+		// The labels' names begin so; a tool whose name does too sorts
+		// among them, as it is shown without a count of workers too.
+		return 1
+	}
+	return 0
 }

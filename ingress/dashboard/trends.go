@@ -1,21 +1,33 @@
 package dashboard
 
 import (
+	"slices"
+
 	"github.com/toolbus/toolbus/bus"
 )
 
 // Chart sizes, in the page's pixels: a method's sparklines and the
 // cluster's two charts.
 const (
-	sparkW, sparkH     = 120, 22
-	clusterW, clusterH = 300, 48
+	sparkW, sparkH     = 120, 20
+	clusterW, clusterH = 300, 40
 )
+
+// live is what the page shows elsewhere as it is now, which the trends'
+// figures of now must agree with.
+type live struct {
+	inFlight int64 // this replica's calls in flight
+	queued   int64 // the jobs queue's depth as the jobs section read it; -1 when not read
+}
 
 // trends draws the trends of the cluster, or of the replica named (when
 // it is known), as v may see them: the methods it may call and, for an
 // operator, the calls in flight and the jobs queue, which count every
-// caller's.
-func (d *Dashboard) trends(list []bus.Status, v View, replica string) *TrendsState {
+// caller's. The newest point of the jobs queue is now's reading, the
+// count the jobs section shows, rather than the peak of the step under
+// way; the calls in flight now are this replica's as counted now and
+// the others' as their status answers said.
+func (d *Dashboard) trends(list []bus.Status, v View, replica string, now live) *TrendsState {
 	by := replicaTrends(list, d.src.ID, d.src.Stats.Trends(0))
 	var t bus.Trends
 	scope := ScopeCluster
@@ -34,16 +46,27 @@ func (d *Dashboard) trends(list []bus.Status, v View, replica string) *TrendsSta
 		return out
 	}
 	if v.AllCallers {
-		out.InFlight = t.InFlight[n-1]
+		out.InFlight = inFlightNow(list, d.src.ID, scope, now.inFlight)
 		for _, x := range t.InFlight {
 			out.InFlightPeak = max(out.InFlightPeak, x)
 		}
 		out.InFlightSVG = chart(clusterW, clusterH, 4, series{"inflight", floats(t.InFlight, 1)})
-		if len(t.JobsQueued) == n {
-			out.JobsQueued = t.JobsQueued[n-1]
-			out.JobsSVG = chart(clusterW, clusterH, 4, series{"jobs", floats(t.JobsQueued, 1)})
-		} else {
-			out.JobsQueued = -1
+		jobs := t.JobsQueued
+		if now.queued >= 0 {
+			if len(jobs) != n {
+				jobs = make([]int64, n)
+				for i := range jobs {
+					jobs[i] = -1 // not read then
+				}
+			} else {
+				jobs = slices.Clone(jobs)
+			}
+			jobs[n-1] = now.queued
+		}
+		out.JobsQueued = -1
+		if len(jobs) == n {
+			out.JobsQueued = jobs[n-1]
+			out.JobsSVG = chart(clusterW, clusterH, 4, series{"jobs", floats(jobs, 1)})
 		}
 	}
 	step := float64(t.StepSeconds)
@@ -81,4 +104,23 @@ func (d *Dashboard) trends(list []bus.Status, v View, replica string) *TrendsSta
 		out.Methods = append(out.Methods, ms)
 	}
 	return out
+}
+
+// inFlightNow is the calls in flight now in scope: this replica's count
+// self, the others' as their status answers in list said, summed over
+// every ingress for [ScopeCluster].
+func inFlightNow(list []bus.Status, selfID, scope string, self int64) int64 {
+	if scope == selfID {
+		return self
+	}
+	n := int64(0)
+	if scope == ScopeCluster {
+		n = self
+	}
+	for _, s := range list {
+		if s.Kind == bus.KindIngress && s.ID != selfID && (scope == ScopeCluster || scope == s.ID) {
+			n += s.InFlight
+		}
+	}
+	return n
 }

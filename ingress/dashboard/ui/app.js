@@ -1,15 +1,30 @@
-// The toolbus operator dashboard: polls api/state (dashboard.State) and
-// renders it. Everything in the state is untrusted text (ids, messages
-// and method names come from callers and tools), so it only ever reaches
-// the page through textContent and attribute values, never as markup.
-// The one exception is the charts: SVG the server draws from numbers
-// alone (ingress/dashboard/chart.go), parsed as SVG, never as HTML.
+// The toolbus operator dashboard: shows the state the server drew into
+// the page (dashboard.State, as JSON in #initial-state), then polls
+// api/state and shows each answer. Everything in the state is untrusted
+// text (ids, messages and method names come from callers and tools), so
+// it only ever reaches the page through textContent and attribute
+// values, never as markup. The one exception is the charts: SVG the
+// server draws from numbers alone (ingress/dashboard/chart.go), parsed
+// as SVG, never as HTML.
+//
+// With authentication on, the API key entered in the form goes to
+// api/session once; the server checks it and keeps it in a cookie that
+// this script cannot read. Nothing here stores it.
 'use strict';
 
 (() => {
   const POLL_MS = 2000;
   const TIMEOUT_MS = 5000;
-  const KEY_STORE = 'toolbus.dashboard.apiKey';
+  // JSON-RPC reserves method names that begin so for its extensions: the
+  // ingress's own methods, which the methods table folds away.
+  const RESERVED = 'rpc.';
+
+  // What the rows named after a label rather than a method count.
+  const LABELS = {
+    _unknown: 'calls of methods no worker ever announced, counted together: the names sent are in the recent errors',
+    _invalid: 'calls of names the ingress never routes, counted together',
+    _other: 'calls of methods past the number the ingress keeps apart, counted together',
+  };
 
   const JOB_STATES = ['queued', 'running', 'succeeded', 'failed', 'canceled'];
 
@@ -33,6 +48,10 @@
 
   // Which trends to show: '' for the cluster's, else a replica's id.
   let scope = '';
+  // Whether the rows of the ingress's own rpc.* methods are folded away.
+  let reservedFolded = true;
+  // The state shown last, drawn again when a fold opens or closes.
+  let shown = null;
 
   // svgNode parses a chart the server drew; an empty one is no node.
   function svgNode(markup) {
@@ -63,20 +82,6 @@
     return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
   }
 
-  // The API key lives in sessionStorage, which a browser may refuse to
-  // open; the page then works without remembering it.
-  const keyStore = {
-    get() {
-      try { return sessionStorage.getItem(KEY_STORE) || ''; } catch { return ''; }
-    },
-    set(v) {
-      try { sessionStorage.setItem(KEY_STORE, v); } catch { /* not kept */ }
-    },
-    clear() {
-      try { sessionStorage.removeItem(KEY_STORE); } catch { /* nothing kept */ }
-    },
-  };
-
   // ---- formatting ----
 
   const dash = '—';
@@ -104,6 +109,10 @@
 
   function count(n) {
     return Number.isFinite(n) ? n.toLocaleString('en-US') : dash;
+  }
+
+  function plural(n, noun) {
+    return `${count(n)} ${noun}${n === 1 ? '' : 's'}`;
   }
 
   function duration(seconds) {
@@ -136,6 +145,32 @@
     return s;
   }
 
+  // ---- ids ----
+
+  // shortIds maps each of ids to its distinguishing part: the whole id
+  // when it is short, else its shortest end of at least six characters
+  // that no other of ids ends with. Ids made by one process (NUIDs, job
+  // ids) share a long start and differ at their end.
+  function shortIds(ids) {
+    const MIN = 6;
+    const all = Array.from(new Set(ids.filter((id) => typeof id === 'string' && id !== '')));
+    const out = new Map();
+    for (const id of all) {
+      if (id.length <= 12) { out.set(id, id); continue; }
+      let n = MIN;
+      while (n < id.length && all.some((o) => o !== id && o.endsWith(id.slice(-n)))) n++;
+      out.set(id, n >= id.length - 1 ? id : `…${id.slice(-n)}`);
+    }
+    return out;
+  }
+
+  // idCell is a cell that shows the distinguishing part of id, with the
+  // whole id in its title and in what a copy of it takes.
+  function idCell(col, id, short, opts = {}) {
+    const text = id ? (short.get(id) || id) : dash;
+    return cell(col, text, { cls: 'mono id', title: id || '', full: id || '', ...opts });
+  }
+
   // ---- tables ----
 
   // cell describes one td: its column (data-col, for tests and styling),
@@ -154,6 +189,8 @@
       td.dataset.col = c.col;
       if (c.cls) td.className = c.cls;
       if (c.title) td.title = c.title;
+      if (c.full) td.dataset.full = c.full;
+      if (c.span) td.colSpan = c.span;
       if (c.svg !== undefined) {
         const node = svgNode(c.svg);
         if (node) td.append(node);
@@ -174,7 +211,7 @@
     const tbody = section.querySelector('tbody');
     const old = Array.from(tbody.rows);
     rows.forEach((r, i) => {
-      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.width, c.svg])]);
+      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.full, c.span, c.width, c.svg])]);
       const cur = old[i];
       if (cur && signatures.get(cur) === sig) return;
       const tr = buildRow(r);
@@ -187,9 +224,23 @@
 
   // ---- sections ----
 
-  function renderSummary(s) {
+  // processIds maps the ids of the state's ingresses and workers to
+  // their distinguishing parts, all compared with each other: an
+  // ingress and a worker of one process have ids that differ at the
+  // end alone.
+  function processIds(s) {
+    const ids = [(s.ingress || {}).id];
+    for (const r of s.replicas || []) ids.push(r.id);
+    for (const w of s.workers || []) ids.push(w.id);
+    return shortIds(ids);
+  }
+
+  function renderSummary(s, ids) {
     const ing = s.ingress || {};
-    $('#ingress-id').textContent = ing.id || dash;
+    const idEl = $('#ingress-id');
+    idEl.textContent = ing.id ? (ids.get(ing.id) || ing.id) : dash;
+    idEl.title = ing.id || '';
+    idEl.dataset.full = ing.id || '';
     // One page per replica: the tab says which.
     document.title = ing.id ? `toolbus ${ing.id}` : 'toolbus dashboard';
     $('#uptime').textContent = duration(ing.uptime_seconds);
@@ -204,64 +255,88 @@
     $('#viewer').title = s.all_callers
       ? 'every caller\'s jobs and errors, every method'
       : 'your own jobs and errors, and the methods you may call';
+    // A caller is named only when a key was accepted.
+    $('#forget-key').hidden = !s.caller;
   }
 
   function share(n, of) {
     return of > 0 ? n / of : 0;
   }
 
+  function methodRow(m, trends) {
+    const idle = !(m.calls > 0);
+    const noWorkers = m.workers === 0;
+    const infra = share(m.infra_errors, m.calls);
+    const tool = share(m.tool_errors, m.calls);
+    const caller = share(m.caller_errors, m.calls);
+    const reserved = m.method.startsWith(RESERVED);
+    const cls = [infra > 0 && 'warn', noWorkers && 'bad', reserved && 'reserved'].filter(Boolean).join(' ');
+    const t = trends[m.method] || {};
+    const of = `of ${count(m.calls)} calls in the last 60 s`;
+    return {
+      cls,
+      cells: [
+        cell('method', m.method, { cls: 'mono name', title: LABELS[m.method] || m.method }),
+        cell('rate', rate(m.rate), { cls: 'num' }),
+        cell('rate_trend', '', { cls: 'spark', svg: t.rate_svg || '', title: t.method ? `peak ${rate(t.peak_rate)}/s, ${count(t.calls)} calls in 15 min` : 'no calls in 15 min' }),
+        cell('tool_errors', percent(tool), { cls: tool > 0 ? 'num toolerr' : 'num', title: `${count(m.tool_errors)} ${of}` }),
+        cell('infra_errors', percent(infra), { cls: infra > 0 ? 'num err' : 'num', title: `${count(m.infra_errors)} ${of}` }),
+        cell('caller_errors', percent(caller), { cls: 'num', title: `${count(m.caller_errors)} ${of}` }),
+        cell('errors_trend', '', { cls: 'spark', svg: t.errors_svg || '', title: t.method ? `${count(t.tool_errors)} tool, ${count(t.infra_errors)} infrastructure, ${count(t.caller_errors)} caller errors in 15 min` : '' }),
+        cell('p99', idle ? dash : millis(m.p99_ms), { cls: 'num', title: idle ? '' : `p50 ${millis(m.p50_ms)} ms` }),
+        cell('p99_trend', '', { cls: 'spark', svg: t.p99_svg || '', title: t.method ? `peak ${millis(t.peak_p99_ms)} ms` : '' }),
+        cell('in_flight', count(m.in_flight), { cls: 'num' }),
+        cell('workers', m.workers === null || m.workers === undefined ? dash : count(m.workers), {
+          cls: noWorkers ? 'num err' : 'num',
+          title: noWorkers ? 'no live worker serves this method' : '',
+        }),
+        cell('total', count(m.total), { cls: 'num' }),
+      ],
+    };
+  }
+
+  // renderMethods shows the user's tools first (the server sorts them
+  // so), then, behind a fold, the ingress's own rpc.* methods.
   function renderMethods(s) {
     const trends = {};
     for (const t of (s.trends && s.trends.methods) || []) trends[t.method] = t;
-    const rows = (s.methods || []).map((m) => {
-      const idle = !(m.calls > 0);
-      const noWorkers = m.workers === 0;
-      const infra = share(m.infra_errors, m.calls);
-      const tool = share(m.tool_errors, m.calls);
-      const caller = share(m.caller_errors, m.calls);
-      const cls = [infra > 0 && 'warn', noWorkers && 'bad'].filter(Boolean).join(' ');
-      const t = trends[m.method] || {};
-      const of = `of ${count(m.calls)} calls in the last 60 s`;
-      return {
-        cls,
-        cells: [
-          cell('method', m.method, { cls: 'mono', title: m.method }),
-          cell('rate', rate(m.rate), { cls: 'num' }),
-          cell('rate_trend', '', { cls: 'spark', svg: t.rate_svg || '', title: t.method ? `peak ${rate(t.peak_rate)}/s, ${count(t.calls)} calls in 15 min` : 'no calls in 15 min' }),
-          cell('tool_errors', percent(tool), { cls: tool > 0 ? 'num toolerr' : 'num', title: `${count(m.tool_errors)} ${of}` }),
-          cell('infra_errors', percent(infra), { cls: infra > 0 ? 'num err' : 'num', title: `${count(m.infra_errors)} ${of}` }),
-          cell('caller_errors', percent(caller), { cls: 'num', title: `${count(m.caller_errors)} ${of}` }),
-          cell('errors_trend', '', { cls: 'spark', svg: t.errors_svg || '', title: t.method ? `${count(t.tool_errors)} tool, ${count(t.infra_errors)} infrastructure, ${count(t.caller_errors)} caller errors in 15 min` : '' }),
-          cell('p99', idle ? dash : millis(m.p99_ms), { cls: 'num', title: idle ? '' : `p50 ${millis(m.p50_ms)} ms` }),
-          cell('p99_trend', '', { cls: 'spark', svg: t.p99_svg || '', title: t.method ? `peak ${millis(t.peak_p99_ms)} ms` : '' }),
-          cell('in_flight', count(m.in_flight), { cls: 'num' }),
-          cell('workers', m.workers === null || m.workers === undefined ? dash : count(m.workers), {
-            cls: noWorkers ? 'num err' : 'num',
-            title: noWorkers ? 'no live worker serves this method' : '',
-          }),
-          cell('total', count(m.total), { cls: 'num' }),
-        ],
-      };
-    });
+    const methods = s.methods || [];
+    const own = methods.filter((m) => !m.method.startsWith(RESERVED));
+    const reserved = methods.filter((m) => m.method.startsWith(RESERVED));
+    const rows = own.map((m) => methodRow(m, trends));
+    if (reserved.length > 0) {
+      const calls = reserved.reduce((n, m) => n + (m.total || 0), 0);
+      const label = `${reservedFolded ? '▸ show' : '▾ hide'} the ingress's own ${RESERVED}* methods ` +
+        `(${plural(reserved.length, 'method')}, ${plural(calls, 'call')} since start)`;
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.className = 'link fold';
+      button.setAttribute('aria-expanded', String(!reservedFolded));
+      button.textContent = label;
+      rows.push({ cls: 'fold-row', cells: [cell('fold', '', { node: button, span: 12, title: label })] });
+      if (!reservedFolded) rows.push(...reserved.map((m) => methodRow(m, trends)));
+    }
     fill($('#methods'), rows);
   }
 
-  function renderCluster(s) {
+  function renderCluster(s, ids) {
     const t = s.trends || {};
     const ops = Boolean(s.all_callers);
-    $('#trend-scope').textContent = t.scope ? `· trends: ${t.scope === 'cluster' ? 'every ingress' : t.scope}, last 15 min` : '';
+    const scopeName = (id) => (id === 'cluster' ? 'every ingress' : (ids.get(id) || id));
+    $('#trend-scope').textContent = t.scope ? `· trends: ${scopeName(t.scope)}, last 15 min` : '';
     const errEl = $('#cluster-error');
     errEl.hidden = !s.cluster_error;
     errEl.textContent = s.cluster_error ? `other ingresses could not be asked: ${s.cluster_error}` : '';
     $('#cluster-operator').hidden = ops;
     $('#inflight-chart-box').hidden = !ops;
     $('#jobs-chart-box').hidden = !ops;
+    $('#chart-axis').hidden = !ops;
     $('#replicas').hidden = !ops;
     showChart($('#inflight-chart'), t.in_flight_svg);
-    $('#inflight-now').textContent = ops ? `${count(t.in_flight)} now, ${count(t.in_flight_peak)} peak` : dash;
+    $('#inflight-now').textContent = ops ? `${count(t.in_flight)} now · ${count(t.in_flight_peak)} peak` : dash;
     showChart($('#jobs-chart'), t.jobs_svg);
-    $('#jobs-now').textContent = t.jobs_svg && t.jobs_queued >= 0 ? `${count(t.jobs_queued)} now` : dash;
-    $('#jobs-chart-hint').textContent = s.jobs ? 'read when this page loads the jobs' : 'jobs off';
+    // The newest point is the count the jobs section shows.
+    $('#jobs-now').textContent = !s.jobs ? 'jobs off' : (t.jobs_svg && t.jobs_queued >= 0 ? `${count(t.jobs_queued)} now` : dash);
     const select = $('#scope');
     select.disabled = !ops;
     const want = [''].concat((s.replicas || []).map((r) => r.id));
@@ -270,7 +345,8 @@
       select.replaceChildren(...want.map((id) => {
         const o = document.createElement('option');
         o.value = id;
-        o.textContent = id === '' ? 'every ingress' : id;
+        o.textContent = id === '' ? 'every ingress' : (ids.get(id) || id);
+        o.title = id;
         return o;
       }));
     }
@@ -278,8 +354,8 @@
     const rows = (s.replicas || []).map((r) => ({
       cls: r.error ? 'bad' : '',
       cells: [
-        cell('id', r.id, { cls: 'mono', title: r.error || r.id }),
-        cell('host', r.host, { cls: 'mono clip', title: r.host }),
+        idCell('id', r.id, ids, r.error ? { title: `${r.id}: ${r.error}` } : {}),
+        cell('host', r.host, { cls: 'mono wrap', title: r.host }),
         cell('pid', r.pid ? String(r.pid) : dash, { cls: 'num' }),
         cell('uptime', duration(r.uptime_seconds), { cls: 'num' }),
         cell('in_flight', count(r.in_flight), { cls: 'num' }),
@@ -304,48 +380,63 @@
     $('#nats-rtt').textContent = n.connected ? `${millis(n.rtt_ms)} ms, ${count(n.reconnects)} reconnects` : dash;
     $('#nats-servers').textContent = (n.servers || []).join(', ') || dash;
     const js = n.jetstream;
-    const of = (used, lim) => (lim > 0 ? `${bytes(used)} of ${bytes(lim)}` : `${bytes(used)}, no limit`);
-    $('#js-memory').textContent = js ? of(js.memory, js.max_memory) : (n.jetstream_error || 'off');
-    $('#js-storage').textContent = js ? of(js.storage, js.max_storage) : dash;
-    $('#js-streams').textContent = js ? `${count(js.streams)}, ${count(js.consumers)}` : dash;
+    // A limit of -1 is none.
+    const of = (used, lim, what) => `${bytes(used)}${lim > 0 ? ` of ${bytes(lim)}` : ''} ${what}`;
+    $('#js-memory').textContent = js
+      ? `${of(js.memory, js.max_memory, 'memory')}, ${of(js.storage, js.max_storage, 'storage')}`
+      : (n.jetstream_error || 'off');
+    $('#js-memory').title = js ? 'used, of the limit when there is one' : '';
+    $('#js-streams').textContent = js ? `${plural(js.streams, 'stream')}, ${plural(js.consumers, 'consumer')}` : dash;
   }
 
-  function renderWorkers(s) {
+  function renderWorkers(s, ids) {
     const section = $('#workers');
     const off = s.discovery === false;
     section.classList.toggle('off', off);
     $('#discovery-off').hidden = !off;
-    const rows = (s.workers || []).map((w) => {
-      const methods = (w.methods || []).join(', ');
-      return {
+    // A worker's methods take a line of their own under its process,
+    // as wide as the table, so that a long list is not cut off.
+    const rows = (s.workers || []).flatMap((w) => [
+      {
+        cls: 'worker',
         cells: [
-          cell('id', w.id, { cls: 'mono', title: w.id }),
-          cell('host', w.host || dash, { cls: 'mono clip', title: w.host || '' }),
+          idCell('id', w.id, ids),
+          cell('host', w.host || dash, { cls: 'mono wrap', title: w.host || '' }),
           cell('pid', w.pid ? String(w.pid) : dash, { cls: 'num' }),
-          cell('version', w.version || dash, { cls: 'mono clip', title: w.version || '' }),
+          cell('version', w.version || dash, { cls: 'mono wrap', title: w.version || '' }),
           cell('uptime', w.started ? duration(w.uptime_seconds) : dash, { cls: 'num', title: w.started || '' }),
           cell('in_flight', w.host ? count(w.in_flight) : dash, { cls: 'num' }),
-          cell('methods', methods, { cls: 'mono wrap' }),
         ],
-      };
-    });
+      },
+      {
+        cls: 'worker-methods',
+        cells: [cell('methods', (w.methods || []).join(', '), { cls: 'mono wrap methods', span: 6, title: `the methods of ${w.id}` })],
+      },
+    ]);
     fill(section, rows);
   }
 
   function renderErrors(s) {
-    const rows = (s.error_groups || []).map((e) => {
+    const groups = s.error_groups || [];
+    const traces = shortIds(groups.map((e) => e.trace_id));
+    // Without tracing no error has a trace id: the column would be empty.
+    $('#errors table').classList.toggle('no-trace', !groups.some((e) => e.trace_id));
+    const rows = groups.map((e) => {
       const code = String(e.code);
       return {
         cls: e.class === 'infra' ? 'warn' : '',
         cells: [
           cell('time', clock(e.last, true), { cls: 'tnum', title: e.last || '' }),
           cell('count', `×${count(e.count)}`, { cls: 'num' }),
-          cell('method', e.method, { cls: 'mono', title: e.method }),
+          // The method as the methods table names its row: a label such
+          // as _unknown for names no worker announced, the name sent in
+          // the title (and in the message).
+          cell('method', e.method, { cls: 'mono name', title: e.sent ? `sent as ${e.sent}` : (LABELS[e.method] || e.method) }),
           cell('code', code, { cls: 'num err', title: CODE_NAMES[code] || 'tool code' }),
           cell('class', e.class, { cls: `class-${e.class}` }),
-          cell('message', e.message, { cls: 'clip', title: e.message }),
-          cell('id', e.id, { cls: 'mono clip', title: e.id }),
-          cell('trace_id', e.trace_id || '', { cls: 'mono clip', title: e.trace_id || '' }),
+          cell('message', e.message, { cls: 'wrap message' }),
+          cell('id', e.id, { cls: 'mono name', title: e.id }),
+          e.trace_id ? idCell('trace_id', e.trace_id, traces) : cell('trace_id', ''),
         ],
       };
     });
@@ -391,21 +482,25 @@
       return;
     }
     renderJobCounts(j.by_state || {});
-    const rows = (j.recent || []).map((job) => {
+    const recent = j.recent || [];
+    const ids = shortIds(recent.map((job) => job.id));
+    const rows = recent.map((job) => {
       const known = JOB_STATES.includes(job.state);
       const p = job.percent;
-      const hasP = typeof p === 'number' && Number.isFinite(p);
+      // A job under way shows how far it got beside its state.
+      const hasP = typeof p === 'number' && Number.isFinite(p) && !['succeeded', 'failed', 'canceled'].includes(job.state);
+      const state = hasP ? `${job.state} ${Math.round(p)}%` : job.state;
+      const stateCls = known ? `state state-${job.state}` : 'state';
       return {
         cells: [
-          cell('id', job.id, { cls: 'mono', title: job.id }),
-          cell('method', job.method, { cls: 'mono', title: job.method }),
-          cell('state', job.state, { cls: known ? `state state-${job.state}` : 'state' }),
+          idCell('id', job.id, ids),
+          cell('method', job.method, { cls: 'mono name', title: job.method }),
           hasP
-            ? cell('progress', `${Math.round(p)}%`, { cls: 'progress', node: progressBar(p), width: p })
-            : cell('progress', dash, { cls: 'progress' }),
+            ? cell('state', state, { cls: stateCls, node: progressBar(p), width: p })
+            : cell('state', state, { cls: stateCls }),
           job.error
-            ? cell('message', `${job.error.code} ${job.error.message}`, { cls: 'clip err', title: `${job.error.code} ${job.error.message}` })
-            : cell('message', job.message || '', { cls: 'clip', title: job.message || '' }),
+            ? cell('message', `${job.error.code} ${job.error.message}`, { cls: 'wrap message err' })
+            : cell('message', job.message || '', { cls: 'wrap message' }),
           cell('created', clock(job.created), { cls: 'tnum', title: job.created || '' }),
         ],
       };
@@ -414,11 +509,13 @@
   }
 
   function render(s) {
+    shown = s;
+    const ids = processIds(s);
     setEmpty(null);
-    renderSummary(s);
+    renderSummary(s, ids);
     renderMethods(s);
-    renderCluster(s);
-    renderWorkers(s);
+    renderCluster(s, ids);
+    renderWorkers(s, ids);
     renderErrors(s);
     renderNATS(s);
     renderJobs(s);
@@ -439,20 +536,17 @@
     document.body.classList.add('stale');
   }
 
-  function showForgetKey() {
-    $('#forget-key').hidden = !keyStore.get();
-  }
-
   // askForKey shows the API key form; polling waits for it, since asking
-  // again without a key could only be refused again.
-  function askForKey(refused, reason) {
+  // again without a key could only be refused again. Without a note of
+  // its own the form keeps the one the server wrote into the page.
+  function askForKey(note) {
     const form = $('#auth');
-    $('#auth-note').textContent = refused
-      ? `The key was refused${reason ? ` (${reason})` : ''}.`
-      : '';
+    if (note) $('#auth-note').textContent = note;
     form.hidden = false;
-    setEmpty('Enter an API key to see this.');
-    $('#nats-operator').textContent = 'Enter an API key to see this.';
+    if (!shown) {
+      setEmpty('Enter an API key to see this.');
+      $('#nats-operator').textContent = 'Enter an API key to see this.';
+    }
     $('#auth-key').focus();
   }
 
@@ -469,13 +563,15 @@
     return body.trim().slice(0, 200);
   }
 
-  // LoadError is a failed poll; its message is the reason the banner
+  // LoadError is a failed request; its message is the reason the banner
   // shows.
   class LoadError extends Error {}
 
-  // load fetches the state. It returns {state}, or {unauthorized, reason}
-  // on a 401, and throws a LoadError on any other failure.
-  async function load(key) {
+  // request sends one request to the ingress within TIMEOUT_MS. It
+  // returns {state} for an answer with a state, {done} for one without
+  // a body, or {unauthorized, reason} on a 401, and throws a LoadError
+  // on any other failure. The browser sends the key's cookie itself.
+  async function request(url, init = {}) {
     const ctrl = new AbortController();
     let timedOut = false;
     const deadline = setTimeout(() => { timedOut = true; ctrl.abort(); }, TIMEOUT_MS);
@@ -484,13 +580,10 @@
       return new LoadError(`${what}: ${err && err.message ? err.message : err}`);
     };
     try {
-      const headers = { Accept: 'application/json' };
-      if (key) headers.Authorization = `Bearer ${key}`;
       let resp;
       try {
-        const url = scope ? `api/state?replica=${encodeURIComponent(scope)}` : 'api/state';
         resp = await fetch(url, {
-          headers, cache: 'no-store', credentials: 'same-origin', signal: ctrl.signal,
+          cache: 'no-store', credentials: 'same-origin', signal: ctrl.signal, ...init,
         });
       } catch (err) {
         throw fail(err, 'cannot reach the ingress');
@@ -502,6 +595,7 @@
         const reason = await errorText(resp);
         throw new LoadError(`HTTP ${resp.status}${reason ? `: ${reason}` : ''}`);
       }
+      if (resp.status === 204) return { done: true };
       try {
         return { state: await resp.json() };
       } catch (err) {
@@ -512,12 +606,36 @@
     }
   }
 
+  // load fetches the state of the chosen scope.
+  function load() {
+    const url = scope ? `api/state?replica=${encodeURIComponent(scope)}` : 'api/state';
+    return request(url, { headers: { Accept: 'application/json' } });
+  }
+
   let timer = 0;
   let busy = false;
 
   function pollIn(ms) {
     clearTimeout(timer);
     timer = setTimeout(poll, ms);
+  }
+
+  // show renders a state that was just read, and notes the time of the
+  // first one the page showed.
+  function show(s) {
+    render(s);
+    connected();
+    $('#auth').hidden = true;
+    painted();
+  }
+
+  // painted lets the page be painted, once it shows what it should
+  // (see html.loading in style.css), and notes when.
+  function painted() {
+    const root = document.documentElement;
+    if (!root.classList.contains('loading')) return;
+    root.classList.remove('loading');
+    performance.mark('toolbus-rendered');
   }
 
   // poll loads and shows the state, then schedules the next poll. A
@@ -528,18 +646,14 @@
     busy = true;
     let next = POLL_MS;
     try {
-      const key = keyStore.get();
-      const got = await load(key);
+      const got = await load();
       if (got.unauthorized) {
-        keyStore.clear();
-        showForgetKey();
-        askForKey(Boolean(key), got.reason);
-        disconnected(key ? 'API key refused' : 'API key required');
+        askForKey(shown ? `The key is no longer accepted${got.reason ? ` (${got.reason})` : ''}.` : '');
+        disconnected(shown ? 'API key refused' : 'API key required');
         next = 0;
         return;
       }
-      render(got.state);
-      connected();
+      show(got.state);
     } catch (err) {
       if (!(err instanceof LoadError)) {
         disconnected(`the page failed to show the state: ${err}`);
@@ -552,28 +666,97 @@
     }
   }
 
+  // signIn hands the key to the server, which checks it and keeps it in
+  // a cookie, and answers the key's state.
+  async function signIn(key) {
+    const note = $('#auth-note');
+    note.textContent = '';
+    try {
+      const got = await request('api/session', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ key }),
+      });
+      if (got.unauthorized) {
+        note.textContent = `The key was refused${got.reason ? ` (${got.reason})` : ''}.`;
+        $('#auth-key').focus();
+        return;
+      }
+      $('#auth').hidden = true;
+      show(got.state);
+      pollIn(POLL_MS);
+    } catch (err) {
+      if (!(err instanceof LoadError)) throw err;
+      note.textContent = `The key could not be checked: ${err.message}.`;
+    }
+  }
+
+  // signOut makes the server drop the key's cookie, then loads the page
+  // again, which shows no data without a key.
+  async function signOut() {
+    clearTimeout(timer);
+    try {
+      await request('api/session', { method: 'DELETE' });
+    } catch (err) {
+      if (!(err instanceof LoadError)) throw err;
+      disconnected(`the key could not be forgotten: ${err.message}`);
+      return;
+    }
+    window.location.reload();
+  }
+
+  // initialState is the state the server drew into the page, or null
+  // when it asks for a key.
+  function initialState() {
+    const el = document.getElementById('initial-state');
+    try {
+      return el ? JSON.parse(el.textContent || 'null') : null;
+    } catch {
+      return null;
+    }
+  }
+
   function start() {
     $('#auth').addEventListener('submit', (ev) => {
       ev.preventDefault();
       const input = $('#auth-key');
       const key = input.value.trim();
       if (!key) return;
-      keyStore.set(key);
       input.value = '';
-      $('#auth').hidden = true;
-      showForgetKey();
-      pollIn(0);
+      signIn(key);
     });
-    $('#forget-key').addEventListener('click', () => {
-      keyStore.clear();
-      showForgetKey();
-      pollIn(0);
-    });
+    $('#forget-key').addEventListener('click', signOut);
     $('#scope').addEventListener('change', (ev) => {
       scope = ev.target.value;
       pollIn(0);
     });
-    showForgetKey();
+    $('#methods tbody').addEventListener('click', (ev) => {
+      if (!ev.target.closest('button.fold')) return;
+      reservedFolded = !reservedFolded;
+      if (shown) renderMethods(shown);
+    });
+    // A copy of a shortened id takes the whole id.
+    document.addEventListener('copy', (ev) => {
+      const sel = document.getSelection();
+      const node = sel && sel.anchorNode;
+      const el = node && (node.nodeType === 1 ? node : node.parentElement);
+      const full = el && el.closest('[data-full]');
+      if (!full || !full.dataset.full || !full.contains(sel.focusNode)) return;
+      ev.clipboardData.setData('text/plain', full.dataset.full);
+      ev.preventDefault();
+    });
+    const first = initialState();
+    if (first) {
+      show(first);
+      pollIn(POLL_MS);
+      return;
+    }
+    // The page was drawn without a key's cookie. A browser leaves a
+    // SameSite=Strict cookie off a navigation that another site started,
+    // yet sends it with this page's own requests: ask once before
+    // asking for a key.
+    askForKey('');
+    painted();
     poll();
   }
 
