@@ -18,12 +18,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -44,17 +47,29 @@ const (
 // dashboardPage is what the page shows, read from its DOM: the rows of
 // each table as maps from a cell's data-col to its text.
 type dashboardPage struct {
-	Updated   string              `json:"updated"`
-	Banner    string              `json:"banner"` // empty while hidden
-	IngressID string              `json:"ingress_id"`
-	AskingKey bool                `json:"asking_key"`
-	KeyNote   string              `json:"key_note"`
+	Updated   string `json:"updated"`
+	Banner    string `json:"banner"` // empty while hidden
+	IngressID string `json:"ingress_id"`
+	// IngressFull is the header's ingress id in full, its title.
+	IngressFull string `json:"ingress_full"`
+	AskingKey   bool   `json:"asking_key"`
+	KeyNote     string `json:"key_note"`
+	Viewer      string `json:"viewer"`
+	// Methods, Workers, Errors and Jobs are the rows of each table; a
+	// cell's title is under its data-col with "title" after it
+	// ("idtitle").
 	Methods   []map[string]string `json:"methods"`
 	Workers   []map[string]string `json:"workers"`
+	Replicas  []map[string]string `json:"replicas"`
 	Errors    []map[string]string `json:"errors"`
 	Jobs      []map[string]string `json:"jobs"`
 	JobCounts map[string]string   `json:"job_counts"`
 	JobsOff   bool                `json:"jobs_off"`
+	// JobsNow is what the jobs-queued chart says of now.
+	JobsNow string `json:"jobs_now"`
+	// Cut lists what is cut off: text wider than its cell, a panel
+	// wider or taller than its box, each as "where: text".
+	Cut []string `json:"cut"`
 	// Charts counts, by the data-col of their cell (or the id of their
 	// box), the chart lines with at least two points.
 	Charts map[string]int `json:"charts"`
@@ -70,20 +85,40 @@ type dashboardPage struct {
 }
 
 const readDashboard = `(() => {
-	const rows = (id) => Array.from(document.querySelectorAll('#' + id + ' tbody tr'), (tr) =>
-		Object.fromEntries(Array.from(tr.cells, (td) => [td.dataset.col, td.textContent])));
+	const rows = (sel) => Array.from(document.querySelectorAll(sel + ' tbody tr'), (tr) =>
+		Object.fromEntries(Array.from(tr.cells, (td) => [[td.dataset.col, td.textContent], [td.dataset.col + 'title', td.title]]).flat()));
 	const shown = (id) => { const el = document.getElementById(id); return el !== null && !el.hidden; };
 	const text = (id) => { const el = document.getElementById(id); return el === null ? '' : el.textContent; };
 	return {
 		updated: document.body.dataset.updated || '',
 		banner: shown('banner') ? text('banner') : '',
 		ingress_id: text('ingress-id'),
+		ingress_full: document.getElementById('ingress-id').title,
 		asking_key: shown('auth'),
 		key_note: text('auth-note'),
-		methods: rows('methods'),
-		workers: rows('workers'),
-		errors: rows('errors'),
-		jobs: rows('jobs'),
+		viewer: shown('viewer-item') ? text('viewer') : '',
+		methods: rows('#methods'),
+		workers: rows('#workers'),
+		replicas: rows('#replicas'),
+		errors: rows('#errors'),
+		jobs: rows('#jobs'),
+		jobs_now: shown('jobs-chart-box') ? text('jobs-now') : '',
+		cut: (() => {
+			const out = [];
+			const visible = (el) => el.getClientRects().length > 0;
+			for (const el of document.querySelectorAll('td, th, dd, dt, .chart-label, h2')) {
+				if (visible(el) && el.scrollWidth > el.clientWidth + 1) {
+					const where = (el.closest('section, header') || {}).id + '/' + (el.dataset.col || el.id || el.tagName);
+					out.push(where + ': ' + el.textContent.trim().slice(0, 60));
+				}
+			}
+			for (const el of document.querySelectorAll('main > section')) {
+				if (!visible(el)) continue;
+				if (el.scrollWidth > el.clientWidth + 1) out.push(el.id + ': ' + (el.scrollWidth - el.clientWidth) + ' px too wide');
+				if (el.scrollHeight > el.clientHeight + 1) out.push(el.id + ': ' + (el.scrollHeight - el.clientHeight) + ' px too tall');
+			}
+			return out;
+		})(),
 		job_counts: Object.fromEntries(Array.from(document.querySelectorAll('#job-counts li'),
 			(li) => [li.dataset.state, li.querySelector('strong').textContent])),
 		jobs_off: shown('jobs-off'),
@@ -102,7 +137,7 @@ const readDashboard = `(() => {
 			(p) => [p.closest('section').id, p.textContent])),
 		overflow: [document.documentElement.scrollHeight - window.innerHeight,
 			document.documentElement.scrollWidth - window.innerWidth],
-		nats: shown('nats-info') ? text('nats-server') + ' ' + text('js-storage') : '',
+		nats: shown('nats-info') ? text('nats-server') + ' ' + text('js-memory') : '',
 	};
 })()`
 
@@ -115,9 +150,9 @@ type dashboardTab struct {
 	problems []string // uncaught exceptions and console errors of the page
 }
 
-// openDashboard starts Chromium, stopped when the test ends, and opens url
-// in it.
-func openDashboard(t *testing.T, url string) *dashboardTab {
+// openDashboard starts Chromium, stopped when the test ends, runs the
+// actions before, then opens url in it and waits for the page to load.
+func openDashboard(t *testing.T, url string, before ...chromedp.Action[chromedp.Void]) *dashboardTab {
 	t.Helper()
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -167,7 +202,7 @@ func openDashboard(t *testing.T, url string) *dashboardTab {
 	if err != nil {
 		t.Fatalf("start chromium %s: %v", chromium, err)
 	}
-	if err := chromedp.Do(tabCtx, chromedp.Navigate(url)); err != nil {
+	if err := chromedp.Do(tabCtx, append(before, chromedp.Navigate(url))...); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
 	return d
@@ -271,6 +306,33 @@ func (d *dashboardTab) screenshot(name string) {
 	d.t.Logf("dashboard screenshot: %s", path)
 }
 
+// blockState makes the browser fail the page's requests of its data at
+// /ui/api/state while block holds, so that what the page shows comes
+// from the page the server drew.
+func blockState(block bool) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		var p network.SetBlockedURLsParams
+		if block {
+			p.URLPatterns = []*network.BlockPattern{
+				{URLPattern: "*://*:*/ui/api/state", Block: true},
+				{URLPattern: "*://*:*/ui/api/state?*", Block: true},
+			}
+		}
+		_, err := cdp.Call(ctx, t, network.SetBlockedURLs, p)
+		return err
+	})
+}
+
+// firstPaint reports when the page first painted content and when its
+// script first showed a state, in milliseconds since navigation (-1 for
+// what did not happen), and how many requests of the data the page has
+// made.
+const firstPaint = `(() => {
+	const at = (name) => { const e = performance.getEntriesByName(name); return e.length ? e[0].startTime : -1; };
+	return [at('first-contentful-paint'), at('toolbus-rendered'),
+		performance.getEntriesByType('resource').filter((e) => e.name.includes('/ui/api/state')).length];
+})()`
+
 // row returns the first row whose col reads value, or nil.
 func row(rows []map[string]string, col, value string) map[string]string {
 	for _, r := range rows {
@@ -298,6 +360,37 @@ func waitForTool(t *testing.T, c *toolbustest.Cluster, method string) {
 		tool, ok := c.Registry.Lookup(method)
 		return ok && tool.Workers > 0
 	}, "a worker of "+method+" is announced")
+}
+
+// rowBy returns the first row whose title of col reads value, or nil: a
+// shortened id's row by the whole id.
+func rowBy(rows []map[string]string, col, value string) map[string]string {
+	return row(rows, col+"title", value)
+}
+
+// checkShortID reports what is wrong with a cell that shows a shortened
+// id: it must end the id, be shorter than a long one, and hold the
+// whole id in its title.
+func checkShortID(what string, r map[string]string, col string) string {
+	shown, full := strings.TrimPrefix(r[col], "…"), r[col+"title"]
+	switch {
+	case full == "":
+		return fmt.Sprintf("%s: no title with the whole id in %v", what, r)
+	case !strings.HasSuffix(full, shown):
+		return fmt.Sprintf("%s shows %q, want the end of %q", what, r[col], full)
+	case len(full) > 12 && len(shown) >= len(full):
+		return fmt.Sprintf("%s shows %q whole, want its distinguishing part", what, full)
+	}
+	return ""
+}
+
+// jobsAgree reports whether the jobs-queued chart's figure of now is the
+// jobs section's count of queued jobs.
+func jobsAgree(p dashboardPage) string {
+	if want := p.JobCounts["queued"] + " now"; p.JobsNow != want {
+		return fmt.Sprintf("jobs queued chart says %q, the jobs section %q queued: want %q", p.JobsNow, p.JobCounts["queued"], want)
+	}
+	return ""
 }
 
 func TestDashboard(t *testing.T) {
@@ -329,13 +422,55 @@ func TestDashboard(t *testing.T) {
 	if r.Error != nil || json.Unmarshal(r.Result, &job) != nil || job.ID == "" {
 		t.Fatalf("rpc.jobs.submit = %s %v, want a job id", r.Result, r.Error)
 	}
+	// The gateway samples the queue every few seconds: one sample said 5
+	// a moment ago. The chart's figure of now must still be the count
+	// the jobs section shows.
+	c.Ingress.RecordJobsQueued(5)
 
-	d := openDashboard(t, c.BaseURL+"/ui/")
-	d.do("wait for the first render", chromedp.WaitReady(chromedp.CSS(`body[data-updated]`)))
-	p := d.waitFor("the calls, errors, worker and job", func(p dashboardPage) string {
+	// The first paint: the page's requests of its data fail, so what it
+	// shows at load is what the server drew into it.
+	d := openDashboard(t, c.BaseURL+"/ui/", blockState(true))
+	p, err := d.read()
+	if err != nil {
+		t.Fatalf("read the page at load: %v", err)
+	}
+	d.screenshot("dashboard-load.png")
+	if p.Updated == "" || p.IngressID == "" || p.IngressID == "—" {
+		t.Errorf("at load the page shows updated %q, ingress %q; want the state the server drew", p.Updated, p.IngressID)
+	}
+	if echo := row(p.Methods, "method", "echo"); echo == nil || number(echo["total"]) < 2 {
+		t.Errorf("at load the methods row of echo = %v, want a total of at least 2", echo)
+	}
+	if e := row(p.Errors, "id", `"dash-fail"`); e == nil || e["code"] != "2001" {
+		t.Errorf(`at load the errors row of "dash-fail" = %v, want code 2001`, e)
+	}
+	if len(p.Workers) == 0 || rowBy(p.Jobs, "id", job.ID) == nil || number(p.JobCounts["succeeded"])+number(p.JobCounts["running"])+number(p.JobCounts["queued"]) < 1 {
+		t.Errorf("at load workers %v, jobs %v, counts %v; want the worker, job %s and its count", p.Workers, p.Jobs, p.JobCounts, job.ID)
+	}
+	if p.AskingKey {
+		t.Errorf("at load the page asks for a key, want none without authentication")
+	}
+	if msg := jobsAgree(p); msg != "" {
+		t.Errorf("at load: %s", msg)
+	}
+	paint, err := chromedp.Run(d.ctx, chromedp.Evaluate[[3]float64](firstPaint))
+	if err != nil {
+		t.Fatalf("read the paint timings: %v", err)
+	}
+	t.Logf("first contentful paint at %.1f ms, the drawn state shown at %.1f ms, %v requests of the data", paint[0], paint[1], paint[2])
+	if paint[1] < 0 || paint[0] < paint[1] {
+		t.Errorf("the page's first contentful paint came at %.1f ms and its state at %.1f ms: want the state in the first paint", paint[0], paint[1])
+	}
+
+	// From now on the page polls.
+	d.do("let the page read its data", blockState(false))
+	loaded := p.Updated
+	p = d.waitFor("the calls, errors, worker and job", func(p dashboardPage) string {
 		switch {
 		case p.Banner != "":
 			return fmt.Sprintf("banner %q is shown", p.Banner)
+		case p.Updated == loaded:
+			return "no poll since the page loaded"
 		case p.IngressID == "" || p.IngressID == "—":
 			return "no ingress id in the header"
 		}
@@ -349,10 +484,10 @@ func TestDashboard(t *testing.T) {
 		if e := row(p.Errors, "id", `"dash-unknown"`); e == nil || e["code"] != strconv.Itoa(schema.CodeMethodNotFound) {
 			return fmt.Sprintf(`errors row of id "dash-unknown" = %v, want code %d`, e, schema.CodeMethodNotFound)
 		}
-		if len(p.Workers) == 0 || !strings.Contains(p.Workers[0]["methods"], "echo") {
+		if !slices.ContainsFunc(p.Workers, func(w map[string]string) bool { return strings.Contains(w["methods"], "echo") }) {
 			return fmt.Sprintf("workers = %v, want one serving echo", p.Workers)
 		}
-		if p.JobsOff || row(p.Jobs, "id", job.ID) == nil {
+		if p.JobsOff || rowBy(p.Jobs, "id", job.ID) == nil {
 			return fmt.Sprintf("jobs = %v (off: %v), want job %s", p.Jobs, p.JobsOff, job.ID)
 		}
 		if len(p.JobCounts) == 0 {
@@ -371,19 +506,71 @@ func TestDashboard(t *testing.T) {
 		}
 		return ""
 	})
+	d.screenshot("dashboard-polled.png")
 	if p.Overflow[0] > 0 || p.Overflow[1] > 0 {
 		d.screenshot("dashboard-overflow.png")
 		t.Errorf("the page reaches %d px below and %d px right of a 1400×900 window, want it to fit", p.Overflow[0], p.Overflow[1])
 	}
+	if len(p.Cut) > 0 {
+		t.Errorf("at 1400×900 the page cuts off:\n%s", strings.Join(p.Cut, "\n"))
+	}
+	if msg := jobsAgree(p); msg != "" {
+		t.Error(msg)
+	}
 	if e := row(p.Errors, "id", `"dash-fail"`); e["class"] != "tool" || e["count"] != "×1" {
 		t.Errorf(`errors row of "dash-fail" = %v, want class tool and count ×1`, e)
 	}
-	if e := row(p.Errors, "id", `"dash-unknown"`); e["class"] != "caller" {
-		t.Errorf(`errors row of "dash-unknown" = %v, want class caller`, e)
+	// An unknown method has one name: the methods table's row and the
+	// error's method are the same, the name sent in the error's title.
+	unknown := row(p.Errors, "id", `"dash-unknown"`)
+	if unknown["class"] != "caller" || row(p.Methods, "method", unknown["method"]) == nil || !strings.Contains(unknown["methodtitle"], "no.such.tool") {
+		t.Errorf(`errors row of "dash-unknown" = %v, want class caller, a method named as a row of the methods table %v, and no.such.tool in its title`, unknown, p.Methods)
 	}
 	if echo := row(p.Methods, "method", "echo"); echo["infra_errors"] != "0" || echo["tool_errors"] != "0" {
 		t.Errorf("methods row of echo = %v, want no errors", echo)
 	}
+	// The user's tools first; the ingress's rpc.* methods folded away
+	// after them.
+	fold := -1
+	for i, m := range p.Methods {
+		switch {
+		case m["fold"] != "":
+			fold = i
+		case strings.HasPrefix(m["method"], "rpc."):
+			t.Errorf("row %d of the methods table is %s, want the rpc.* methods folded away", i, m["method"])
+		}
+	}
+	if fold != len(p.Methods)-1 || !strings.Contains(p.Methods[fold]["fold"], "rpc.") {
+		t.Errorf("methods rows = %v, want a fold of the rpc.* methods last", p.Methods)
+	}
+	// Ids are shortened to what tells them apart, the whole in the title.
+	if msg := checkShortID("the header's ingress id", map[string]string{"id": p.IngressID, "idtitle": p.IngressFull}, "id"); msg != "" {
+		t.Error(msg)
+	}
+	if msg := checkShortID("the worker's id", p.Workers[0], "id"); msg != "" {
+		t.Error(msg)
+	}
+	if msg := checkShortID("the job's id", rowBy(p.Jobs, "id", job.ID), "id"); msg != "" {
+		t.Error(msg)
+	}
+	if p.IngressID == p.Workers[0]["id"] {
+		t.Errorf("the ingress and the worker both show as %q", p.IngressID)
+	}
+	// A worker's methods have a row of their own under it, as wide as
+	// the table.
+	if len(p.Workers) != 2 || p.Workers[1]["methods"] == "" || p.Workers[0]["methods"] != "" {
+		t.Errorf("workers rows = %v, want the worker's then its methods'", p.Workers)
+	}
+
+	d.do("unfold the rpc.* methods", chromedp.Click(chromedp.CSS(`#methods button.fold`)))
+	d.waitFor("the rpc.* rows after the user's tools", func(p dashboardPage) string {
+		last := p.Methods[len(p.Methods)-1]
+		if !strings.HasPrefix(last["method"], "rpc.") || row(p.Methods, "method", "rpc.jobs.submit") == nil {
+			return fmt.Sprintf("methods rows = %v, want rpc.jobs.submit shown last", p.Methods)
+		}
+		return ""
+	})
+	d.do("fold the rpc.* methods", chromedp.Click(chromedp.CSS(`#methods button.fold`)))
 	before := number(row(p.Methods, "method", "echo")["total"])
 
 	// The page must update itself: mark this load of it, make more calls
@@ -401,7 +588,10 @@ func TestDashboard(t *testing.T) {
 		if got := number(row(p.Methods, "method", "echo")["total"]); got < before+3 {
 			return fmt.Sprintf("echo total = %d, want at least %d", got, before+3)
 		}
-		return ""
+		if row(p.Methods, "method", "rpc.jobs.submit") != nil {
+			return "the rpc.* rows are shown after folding them"
+		}
+		return jobsAgree(p)
 	})
 	d.screenshot("dashboard.png")
 
@@ -425,18 +615,48 @@ func TestDashboard(t *testing.T) {
 	d.checkProblems()
 }
 
+// dashboardCookies returns the browser's cookies for the dashboard's page
+// at base, those that scripts cannot read included.
+func dashboardCookies(d *dashboardTab, base string) []*network.Cookie {
+	d.t.Helper()
+	got, err := chromedp.Run(d.ctx, chromedp.Action[network.GetCookiesResult](func(ctx context.Context, t *chromedp.Target) (network.GetCookiesResult, error) {
+		return cdp.Call(ctx, t, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/ui/"}})
+	}))
+	if err != nil {
+		d.t.Fatalf("read the browser's cookies: %v", err)
+	}
+	return got.Cookies
+}
+
+// TestDashboardAsksForAPIKey: with authentication on, the page asks for
+// a key and shows no data; the server checks the key and keeps it in a
+// cookie scripts cannot read, sent to the dashboard alone and never
+// with another site's requests, so that a reload shows the key's data at
+// once; a caller's key shows its own data, an operator's everything.
 func TestDashboardAsksForAPIKey(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
-		Keys: []auth.APIKey{{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo"}}},
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		Keys: []auth.APIKey{
+			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo"}},
+			{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo", "fail"}, Operator: true},
+		},
 	})))
-	if r := c.Call(t, "echo", `["hi"]`, "Authorization", "Bearer ops-key"); r.Error != nil {
+	waitForTool(t, c, "echo")
+	if r := c.Call(t, "echo", `["hi"]`, "Authorization", "Bearer alice-key"); r.Error != nil {
 		t.Fatalf("echo = %v", r.Error)
 	}
+	if r := c.Call(t, "fail", `{"code":2001,"message":"ops only"}`, "Authorization", "Bearer ops-key"); r.Error == nil || r.Error.Code != 2001 {
+		t.Fatalf("fail = %v, want code 2001", r.Error)
+	}
 
+	// Without a key the page the server draws asks for one and holds no
+	// data, and its one look for data is refused.
 	d := openDashboard(t, c.BaseURL+"/ui/")
 	d.waitFor("the API key form", func(p dashboardPage) string {
 		if !p.AskingKey || !strings.HasPrefix(p.Banner, "disconnected: ") {
 			return fmt.Sprintf("form shown %v, banner %q, want the form and a disconnected banner", p.AskingKey, p.Banner)
+		}
+		if p.Updated != "" || len(p.Methods) > 0 || len(p.Errors) > 0 {
+			return fmt.Sprintf("updated %q, methods %v, errors %v: want no data without a key", p.Updated, p.Methods, p.Errors)
 		}
 		// Nothing may look like data before any could be loaded.
 		for id, text := range p.EmptyTexts {
@@ -460,24 +680,84 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 		}
 		return ""
 	})
+	if cookies := dashboardCookies(d, c.BaseURL); len(cookies) != 0 {
+		t.Errorf("after a refused key the browser holds cookies %+v, want none", cookies)
+	}
 
-	submit("ops-key")
-	d.waitFor("a render with the key", func(p dashboardPage) string {
+	// A caller's key: its own methods and errors.
+	submit("alice-key")
+	alice := d.waitFor("alice's data", func(p dashboardPage) string {
 		switch {
 		case p.AskingKey:
 			return "the form is still shown"
 		case p.Banner != "":
 			return fmt.Sprintf("banner %q is shown", p.Banner)
-		case p.Updated == "":
-			return "no render yet"
+		case p.Viewer != "alice":
+			return fmt.Sprintf("shown to %q, want alice", p.Viewer)
 		case row(p.Methods, "method", "echo") == nil:
 			return "no methods row of echo"
 		}
 		return ""
 	})
-	kept, err := chromedp.Run(d.ctx, chromedp.Evaluate[string](`sessionStorage.getItem('toolbus.dashboard.apiKey') || ''`))
-	if err != nil || kept != "ops-key" {
-		t.Fatalf("sessionStorage holds key %q (%v), want the accepted key", kept, err)
+	if row(alice.Methods, "method", "fail") != nil || row(alice.Errors, "method", "fail") != nil {
+		t.Errorf("alice sees methods %v and errors %v, want neither fail nor the operator's error", alice.Methods, alice.Errors)
 	}
+
+	cookies := dashboardCookies(d, c.BaseURL)
+	if len(cookies) != 1 {
+		t.Fatalf("the browser holds cookies %+v, want the dashboard's one", cookies)
+	}
+	k := cookies[0]
+	if !k.HTTPOnly || k.SameSite != network.CookieSameSiteStrict || k.Path != "/ui/" || !k.Session || k.Secure {
+		t.Errorf("cookie %s: HttpOnly %v, SameSite %q, path %q, session %v, secure %v; want HttpOnly, Strict, /ui/, a session cookie, not Secure over plain HTTP",
+			k.Name, k.HTTPOnly, k.SameSite, k.Path, k.Session, k.Secure)
+	}
+	// The page's scripts never hold the key.
+	held, err := chromedp.Run(d.ctx, chromedp.Evaluate[string](`[document.cookie, JSON.stringify(Object.entries(sessionStorage)), JSON.stringify(Object.entries(localStorage))].join(' ')`))
+	if err != nil || strings.Contains(held, "alice") {
+		t.Errorf("the page's scripts can read %q (%v), want no key", held, err)
+	}
+
+	// A reload shows alice's data at once, from the page the server drew
+	// with the cookie, before any poll.
+	d.do("reload without the data route", blockState(true), chromedp.Reload())
+	p, err := d.read()
+	if err != nil {
+		t.Fatalf("read the reloaded page: %v", err)
+	}
+	d.screenshot("dashboard-key-reload.png")
+	if p.AskingKey || p.Viewer != "alice" || row(p.Methods, "method", "echo") == nil {
+		t.Errorf("after a reload the page shows form %v, viewer %q, methods %v; want alice's data at once", p.AskingKey, p.Viewer, p.Methods)
+	}
+	d.do("let the page read its data", blockState(false))
+
+	// Forgetting the key drops the cookie and the data.
+	d.do("forget the key", chromedp.Click(chromedp.ID("forget-key")))
+	d.waitFor("the form after forgetting the key", func(p dashboardPage) string {
+		if !p.AskingKey || p.Updated != "" || len(p.Methods) > 0 {
+			return fmt.Sprintf("form shown %v, updated %q, methods %v; want the form and no data", p.AskingKey, p.Updated, p.Methods)
+		}
+		return ""
+	})
+	if cookies := dashboardCookies(d, c.BaseURL); len(cookies) != 0 {
+		t.Errorf("after forgetting the key the browser holds cookies %+v, want none", cookies)
+	}
+
+	// An operator's key: every caller's methods and errors.
+	submit("ops-key")
+	d.waitFor("the operator's data", func(p dashboardPage) string {
+		switch {
+		case p.AskingKey:
+			return "the form is still shown"
+		case p.Viewer != "ops (operator)":
+			return fmt.Sprintf("shown to %q, want ops (operator)", p.Viewer)
+		case row(p.Methods, "method", "fail") == nil || row(p.Methods, "method", "echo") == nil:
+			return fmt.Sprintf("methods %v, want echo and fail", p.Methods)
+		case row(p.Errors, "method", "fail") == nil:
+			return fmt.Sprintf("errors %v, want the error of fail", p.Errors)
+		}
+		return ""
+	})
+	d.screenshot("dashboard-operator.png")
 	d.checkProblems()
 }
