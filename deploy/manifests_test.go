@@ -250,6 +250,11 @@ func TestCompose(t *testing.T) {
 		svc := doc(s.(map[string]any))
 		image, _ := svc["image"].(string)
 		cmd := asStrings(svc["command"])
+		// Tags belong to the whole Docker daemon: the images are this
+		// checkout's, named by the variable build-images.sh reads.
+		if _, tag, _ := strings.Cut(image, ":"); !strings.HasPrefix(tag, "${TOOLBUS_IMAGE_TAG:?") {
+			t.Errorf("service %s: image %q, want the tag ${TOOLBUS_IMAGE_TAG:?...}, required", name, image)
+		}
 		switch {
 		case strings.HasPrefix(image, "toolbus-nats:"):
 			count["nats"]++

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -26,11 +27,38 @@ import (
 	"github.com/toolbus/toolbus/deploy"
 )
 
-// Images the cluster runs; deploy/build-images.sh builds them.
-const (
-	ToolbusImage = "toolbus:dev"
-	NATSImage    = "toolbus-nats:dev"
-)
+// ImageTagVar is the environment variable that names the tag of the
+// images the cluster runs, as deploy/build-images.sh, deploy/compose.yaml
+// and .ci/run read it.
+const ImageTagVar = "TOOLBUS_IMAGE_TAG"
+
+// ImageTag returns the tag of the images the cluster runs, which
+// deploy/build-images.sh builds: the one [ImageTagVar] names, or when it
+// is unset, the one the script gives this checkout (its --tag prints it:
+// dev- and a hash of the checkout's path), so that two checkouts on one
+// machine never run each other's images.
+func ImageTag(ctx context.Context) (string, error) {
+	if tag := os.Getenv(ImageTagVar); tag != "" {
+		return tag, nil
+	}
+	out, err := exec.CommandContext(ctx, buildScript(), "--tag").Output()
+	if err != nil {
+		return "", fmt.Errorf("the image tag of this checkout: deploy/build-images.sh --tag: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Images returns the toolbus and NATS images of tag.
+func Images(tag string) (toolbus, nats string) {
+	return "toolbus:" + tag, "toolbus-nats:" + tag
+}
+
+// buildScript returns the path of deploy/build-images.sh in the checkout
+// that holds this file.
+func buildScript() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "deploy", "build-images.sh")
+}
 
 // Node counts of a cluster.
 const (
@@ -109,6 +137,11 @@ func Start(t *testing.T, opts ...StartOption) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	tag, err := ImageTag(ctx)
+	if err != nil {
+		t.Fatalf("images: %v", err)
+	}
+	toolbusImage, natsImage := Images(tag)
 
 	docker, err := testcontainers.NewDockerClientWithOpts(ctx)
 	if err != nil {
@@ -153,7 +186,7 @@ func Start(t *testing.T, opts ...StartOption) *Cluster {
 			env[deploy.PasswordVar(u)] = creds.Password(u)
 		}
 		return testcontainers.ContainerRequest{
-			Image:          NATSImage,
+			Image:          natsImage,
 			Cmd:            []string{"-c", "/etc/nats/cluster-secure.conf"},
 			Env:            env,
 			ExposedPorts:   []string{"4222/tcp", "8222/tcp"},
@@ -168,7 +201,7 @@ func Start(t *testing.T, opts ...StartOption) *Cluster {
 
 	ingressReq := func(i int) testcontainers.ContainerRequest {
 		return testcontainers.ContainerRequest{
-			Image: ToolbusImage,
+			Image: toolbusImage,
 			Cmd: []string{"ingress", "--job-replicas", "3", "--auth=off",
 				"--job-lease", JobLease.String(), "--job-concurrency", fmt.Sprint(JobConcurrency)},
 			Env:            clientEnv("ingress"),
@@ -192,7 +225,7 @@ func Start(t *testing.T, opts ...StartOption) *Cluster {
 	// others find them.
 	c.Worker = c.startAll(ctx, Workers, false, func(i int) testcontainers.ContainerRequest {
 		return testcontainers.ContainerRequest{
-			Image: ToolbusImage,
+			Image: toolbusImage,
 			Cmd: []string{"worker", "--tools", "demo", "--log-level", "debug",
 				"--drain-timeout", DrainTimeout.String()},
 			Env:            clientEnv("worker"),
