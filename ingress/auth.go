@@ -42,23 +42,29 @@ func (s *Server) authMiddleware(next http.Handler) http.Handler {
 		}
 		p, err := s.auth.Authenticate(r)
 		if err != nil {
-			start := time.Now()
-			challenge := `Bearer realm="toolbus"`
-			reason := schema.ReasonUnauthenticated
-			if !errors.Is(err, auth.ErrNoCredentials) {
-				challenge += `, error="invalid_token"`
-				reason = schema.ReasonInvalidCredentials
-			}
-			w.Header().Set("WWW-Authenticate", challenge)
-			o := s.refuse(w, http.StatusUnauthorized, schema.NewError(schema.CodeForbidden,
-				"unauthenticated: a valid API key or bearer token is required",
-				map[string]any{"reason": reason}))
-			o.reason = err.Error()
-			s.logRequest(r, "auth", start, o)
+			s.unauthorized(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, p)))
 	})
+}
+
+// unauthorized answers HTTP 401 with a WWW-Authenticate challenge and a
+// -32005 body, for a request whose credentials err refused, and logs it.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request, err error) {
+	start := time.Now()
+	challenge := `Bearer realm="toolbus"`
+	reason := schema.ReasonUnauthenticated
+	if !errors.Is(err, auth.ErrNoCredentials) {
+		challenge += `, error="invalid_token"`
+		reason = schema.ReasonInvalidCredentials
+	}
+	w.Header().Set("WWW-Authenticate", challenge)
+	o := s.refuse(w, http.StatusUnauthorized, schema.NewError(schema.CodeForbidden,
+		"unauthenticated: a valid API key or bearer token is required",
+		map[string]any{"reason": reason}))
+	o.reason = err.Error()
+	s.logRequest(r, "auth", start, o)
 }
 
 // WithAuth turns authentication and authorization on (default off: the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress/auth"
@@ -112,7 +111,7 @@ func (a dashboardAccess) View(r *http.Request, key string) (dashboard.View, erro
 	}
 	p, err := s.auth.Authenticate(r)
 	if errors.Is(err, auth.ErrNoCredentials) && key != "" {
-		p, err = s.auth.Authenticate(&http.Request{Header: http.Header{"Authorization": {"Bearer " + key}}})
+		p, err = s.auth.Credential(key)
 	}
 	if err != nil {
 		return dashboard.View{}, err
@@ -122,20 +121,7 @@ func (a dashboardAccess) View(r *http.Request, key string) (dashboard.View, erro
 
 // Refuse answers HTTP 401 as the authentication middleware does.
 func (a dashboardAccess) Refuse(w http.ResponseWriter, r *http.Request, err error) {
-	s := a.s
-	start := time.Now()
-	challenge := `Bearer realm="toolbus"`
-	reason := schema.ReasonUnauthenticated
-	if !errors.Is(err, auth.ErrNoCredentials) {
-		challenge += `, error="invalid_token"`
-		reason = schema.ReasonInvalidCredentials
-	}
-	w.Header().Set("WWW-Authenticate", challenge)
-	o := s.refuse(w, http.StatusUnauthorized, schema.NewError(schema.CodeForbidden,
-		"unauthenticated: a valid API key or bearer token is required",
-		map[string]any{"reason": reason}))
-	o.reason = err.Error()
-	s.logRequest(r, "auth", start, o)
+	a.s.unauthorized(w, r, err)
 }
 
 // dashboardRow names the dashboard's row of method as [Server.methodLabel]

@@ -279,6 +279,17 @@ func (au *Authenticator) Authenticate(r *http.Request) (*Principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || cred == "" {
 		return nil, fmt.Errorf("authorization scheme must be Bearer: %w", ErrBadCredentials)
 	}
+	return au.Credential(cred)
+}
+
+// Credential returns the caller of cred, a bearer credential as the
+// Authorization header carries it after "Bearer ": a JWT (when JWTs are
+// configured and cred has the form of one) or an API key. The dashboard
+// checks the key its cookie keeps with it.
+func (au *Authenticator) Credential(cred string) (*Principal, error) {
+	if cred == "" {
+		return nil, ErrNoCredentials
+	}
 	if au.jwt != nil && strings.Count(cred, ".") == 2 {
 		return au.byToken(cred)
 	}
