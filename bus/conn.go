@@ -278,6 +278,13 @@ func buildOptions(opts []Option) (connConfig, []nats.Option, error) {
 			if sub != nil {
 				subject = sub.Subject
 			}
+			if errors.Is(err, nats.ErrConsumerNotActive) && !nc.IsConnected() {
+				// A consumer misses its heartbeats while NATS is away,
+				// every few seconds: the disconnect and each reconnect
+				// step say so already.
+				log.Debug("nats async error", "subject", subject, "err", err)
+				return
+			}
 			log.Error("nats async error", "subject", subject, "err", err)
 		}),
 	}

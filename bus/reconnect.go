@@ -276,6 +276,12 @@ func (w *watch) backoff(step int, cause error) time.Duration {
 func (w *watch) report(nc *nats.Conn, err error) {
 	if err == nil {
 		w.connected.Store(true)
+		// What a callback told of an attempt before is no later
+		// step's cause. (The dialer's record is fresh: the successful
+		// dial cleared it.)
+		w.mu.Lock()
+		w.told = nil
+		w.mu.Unlock()
 	}
 	if w.status == nil {
 		return
