@@ -373,7 +373,7 @@ func (w *watch) credential() string {
 	case "WithUserPassword":
 		return "--nats-user with --nats-password or --nats-password-file"
 	case "WithToken":
-		return "--nats-token"
+		return "--nats-token or --token-file"
 	case "WithNkeySeedFile":
 		return "the seed file of --nats-nkey"
 	case "WithCredsFile":
@@ -382,5 +382,5 @@ func (w *watch) credential() string {
 	if w.urlCreds {
 		return "the credentials in the --nats URL"
 	}
-	return "it presents none: give --nats-token, --nats-user and --nats-password, --nats-nkey or --nats-creds"
+	return "it presents none: give --nats-user and --nats-password, --nats-token or --token-file, --nats-nkey or --nats-creds"
 }
