@@ -94,30 +94,47 @@ func (b *breakers) get(method string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 
 // call makes a call of method, roundTrip, through its breaker.
 func (b *breakers) call(method string, roundTrip func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
+	done, refused := b.allow(method)
+	if refused != nil {
+		return nil, refused
+	}
+	result, rpcErr := roundTrip()
+	done(rpcErr)
+	return result, rpcErr
+}
+
+// allow asks the breaker of method whether a call may go: it returns the
+// refusal of an open circuit, or done, to be called once with the call's
+// error (nil for a result) when it is answered. A nil b lets every call
+// go.
+func (b *breakers) allow(method string) (done func(*schema.Error), refused *schema.Error) {
 	if b == nil {
-		return roundTrip()
+		return ignoreOutcome, nil
 	}
 	cb := b.get(method)
 	if cb == nil {
-		return roundTrip()
+		return ignoreOutcome, nil
 	}
-	done, err := cb.Allow()
+	report, err := cb.Allow()
 	if err != nil {
 		return nil, schema.NewError(schema.CodeUnavailable,
 			"unavailable: "+method+" keeps failing; its circuit is open",
 			map[string]any{"retryable": true, "reason": schema.ReasonCircuitOpen, "method": method,
 				"retry_after_ms": b.cfg.OpenFor.Milliseconds()})
 	}
-	result, rpcErr := roundTrip()
-	if rpcErr != nil && (rpcErr.Code == schema.CodeTimeout || rpcErr.Code == schema.CodeUnavailable || rpcErr.Code == schema.CodeInternal) {
-		done(errTrouble)
-	} else {
+	return func(rpcErr *schema.Error) {
+		if rpcErr != nil && (rpcErr.Code == schema.CodeTimeout || rpcErr.Code == schema.CodeUnavailable || rpcErr.Code == schema.CodeInternal) {
+			report(errTrouble)
+			return
+		}
 		// A result, a tool's own error, or an answer that says nothing of
 		// the method's health (overload, cancellation).
-		done(nil)
-	}
-	return result, rpcErr
+		report(nil)
+	}, nil
 }
+
+// ignoreOutcome is the done of a call no breaker watches.
+func ignoreOutcome(*schema.Error) {}
 
 // WithHedge turns hedged requests on for retry-safe methods
 // ([WithRetrySafe]): a call with no reply after delay is published a

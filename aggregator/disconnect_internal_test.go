@@ -1,10 +1,8 @@
 package aggregator
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -31,7 +29,7 @@ func TestFullReconnectBufferIsBusDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &schema.Call{Request: schema.Request{Method: "echo"}}
-	got := a.requestError(context.Background(), c, time.Second, fmt.Errorf("publish: %w", nats.ErrReconnectBufExceeded))
+	got := a.publishError(c.Method, fmt.Errorf("publish: %w", nats.ErrReconnectBufExceeded))
 	if got.Code != schema.CodeUnavailable || got.Reason() != schema.ReasonBusDisconnected {
 		t.Errorf("requestError(%v) = %d %q, want %d %q", nats.ErrReconnectBufExceeded,
 			got.Code, got.Reason(), schema.CodeUnavailable, schema.ReasonBusDisconnected)

@@ -2,9 +2,6 @@ package aggregator
 
 import (
 	"testing"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -33,45 +30,35 @@ func TestFreeSlotClaims(t *testing.T) {
 		{name: "asked claim not a number", asked: true, free: "many", waiting: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in, _, _ := testInbox(t)
+			h := newHarness(t, testPolicy)
 			if tc.asked {
-				in.pressedAt["hold"] = time.Now()
+				h.tb.slots.pressedAt["hold"] = h.clk.now()
 			}
-			subject, answered, pressed, closeCall := in.open("hold", false)
-			defer closeCall()
-			if pressed != tc.asked {
-				t.Fatalf("open: pressed = %v, want %v", pressed, tc.asked)
+			answered := h.start("hold")
+			if answered.askedFree != tc.asked {
+				t.Fatalf("start: asked for free slots = %v, want %v", answered.askedFree, tc.asked)
 			}
-			var line []*pending
+			var line []*call
 			for range tc.waiting {
-				_, p, _, closeWaiting := in.open("hold", false)
-				defer closeWaiting()
-				in.refuse(p, time.Now())
-				line = append(line, p)
+				w := h.start("hold")
+				h.busy(w, "")
+				if w.state != refused {
+					t.Fatalf("a call refused busy is %v, want refused", w.state)
+				}
+				line = append(line, w)
 			}
-
-			in.deliver(replyMsg(t, subject, nats.Header{
-				schema.HeaderDirect: []string{rogue}, schema.HeaderFree: []string{tc.free}}))
-			select {
-			case <-answered.reply:
-			default:
-				t.Fatal("the reply did not answer its call")
-			}
+			h.reply(answered, `"forged"`, schema.HeaderDirect, rogue, schema.HeaderFree, tc.free)
+			h.answer(answered)
 			handed := 0
-			for _, p := range line {
-				select {
-				case to := <-p.direct:
-					if to != rogue {
-						t.Errorf("a waiting call was sent %q, want %q", to, rogue)
-					}
+			for _, w := range line {
+				if w.state == published && w.direct == rogue {
 					handed++
-				default:
 				}
 			}
 			if handed != tc.handed {
 				t.Errorf("%d waiting calls sent to the claimed slot, want %d", handed, tc.handed)
 			}
-			if kept := len(in.free["hold"]); kept != tc.kept {
+			if kept := len(h.tb.slots.free["hold"]); kept != tc.kept {
 				t.Errorf("%d slots kept for the next calls, want %d", kept, tc.kept)
 			}
 		})
@@ -82,16 +69,18 @@ func TestFreeSlotClaims(t *testing.T) {
 // call of a method does from the first refusal on, counts the slot its
 // reply names: what matters is that the call asked before the reply.
 func TestFreeSlotClaimAfterAsking(t *testing.T) {
-	in, _, _ := testInbox(t)
-	subject, answered, pressed, closeCall := in.open("hold", false)
-	defer closeCall()
-	if pressed {
-		t.Fatal("open: pressed with no refusal yet")
+	h := newHarness(t, testPolicy)
+	cl := h.start("hold")
+	if cl.askedFree || h.wire.last(t).nameFree {
+		t.Fatal("start: asked for free slots with no refusal yet")
 	}
-	answered.askedFree.Store(true) // as exchange does on a busy refusal
-	in.deliver(replyMsg(t, subject, nats.Header{
-		schema.HeaderDirect: []string{"toolbus.direct.w1"}, schema.HeaderFree: []string{"1"}}))
-	if kept := len(in.free["hold"]); kept != 1 {
+	h.busy(cl, "")
+	h.advance(busyBackoffMin)
+	if !h.wire.last(t).nameFree {
+		t.Fatal("published again after a refusal without asking for free slots")
+	}
+	h.reply(cl, `"ok"`, schema.HeaderDirect, "toolbus.direct.w1", schema.HeaderFree, "1")
+	if kept := len(h.tb.slots.free["hold"]); kept != 1 {
 		t.Fatalf("%d slots kept, want the one the reply named", kept)
 	}
 }

@@ -293,7 +293,7 @@ func (a *Aggregator) idempotent(ctx context.Context, c *schema.Call, kv jetstrea
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			if ctx.Err() != nil {
-				return nil, a.ctxError(ctx, c, timeout)
+				return nil, ctxError(ctx, c.Method, timeout)
 			}
 			if a.idemFailOpen {
 				a.log.Warn("idempotency store cannot record the call, running it without a record (fail-open)", "method", c.Method, "err", err)
@@ -323,7 +323,7 @@ func (a *Aggregator) idemPause(ctx context.Context, c *schema.Call, h *idemHub, 
 	select {
 	case <-wake:
 	case <-ctx.Done():
-		return a.ctxError(ctx, c, timeout)
+		return ctxError(ctx, c.Method, timeout)
 	}
 	if !h.clock.now().Before(deadline) {
 		return a.lateError(ctx, c, timeout)
@@ -335,7 +335,7 @@ func (a *Aggregator) idemPause(ctx context.Context, c *schema.Call, h *idemHub, 
 // on another's record.
 func (a *Aggregator) lateError(ctx context.Context, c *schema.Call, timeout time.Duration) *schema.Error {
 	if ctx.Err() != nil {
-		return a.ctxError(ctx, c, timeout)
+		return ctxError(ctx, c.Method, timeout)
 	}
 	return timedOut(c.Method, timeout, "")
 }
@@ -368,7 +368,7 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, h *idemHub, k, f
 			// unless the record is still missing on the next read.
 			missed, mustPoll = true, true
 		case err != nil && ctx.Err() != nil:
-			return nil, a.ctxError(ctx, c, timeout), false
+			return nil, ctxError(ctx, c.Method, timeout), false
 		case err != nil:
 			mustPoll = true
 		case e.Revision() < heard:
@@ -416,7 +416,7 @@ func (a *Aggregator) await(ctx context.Context, c *schema.Call, h *idemHub, k, f
 		case <-timer:
 		case <-ctx.Done():
 			stop()
-			return nil, a.ctxError(ctx, c, timeout), false
+			return nil, ctxError(ctx, c.Method, timeout), false
 		}
 	}
 }

@@ -39,14 +39,9 @@ const EndedRemembered = 1 << 14
 const StrayLogEvery = time.Minute
 
 // Strays returns how many messages reached the aggregator's reply
-// subjects for no waiting call since it was made. It is zero without
-// liveness ([WithHeartbeat] of zero), whose calls wait on NATS requests of
-// their own.
+// subjects for no waiting call since it was made.
 func (a *Aggregator) Strays() Strays {
-	if a.inbox == nil {
-		return Strays{}
-	}
-	return Strays{Late: a.inbox.late.Load(), Unmatched: a.inbox.unmatched.Load()}
+	return Strays{Late: a.table.late.Load(), Unmatched: a.table.unmatched.Load()}
 }
 
 // Collector returns the aggregator's Prometheus collector, of
@@ -63,10 +58,7 @@ func (a *Aggregator) Strays() Strays {
 // there is being misused. Every call returns a collector of the same
 // counts.
 func (a *Aggregator) Collector() prometheus.Collector {
-	name := ""
-	if a.inbox != nil {
-		name = a.inbox.name
-	}
+	name := a.table.name
 	return &strayCollector{a: a, desc: prometheus.NewDesc("toolbus_aggregator_stray_replies_total",
 		`Messages dropped because they reached the aggregator's reply subjects when no call waited there: kind "late" went to a call that had just ended (an answer after a deadline or cancel, a retry's second answer); kind "unmatched" to a subject of no call the aggregator remembers, a forgery or a very late answer.`,
 		[]string{"kind"}, prometheus.Labels{"reply_prefix": name})}
@@ -169,16 +161,16 @@ func newStrayLog(log *slog.Logger, name string) *strayLog {
 
 // stray counts a message that no call waits for: late when it went to
 // a call that ended lately.
-func (in *inbox) stray(late bool) {
+func (t *table) stray(late bool) {
 	if late {
-		in.late.Add(1)
+		t.late.Add(1)
 		return
 	}
-	in.unmatched.Add(1)
-	in.strays.note()
+	t.unmatched.Add(1)
+	t.strays.note()
 }
 
-// strayCounters are the counts of [Aggregator.Strays], kept by the inbox.
+// strayCounters are the counts of [Aggregator.Strays], kept by the table.
 type strayCounters struct {
 	late, unmatched atomic.Uint64
 }

@@ -68,17 +68,6 @@ func testSubjects(t *testing.T) bus.Subjects {
 	return s
 }
 
-// testInbox returns an inbox, not subscribed, whose stray log writes to
-// the records returned and reads the clock returned.
-func testInbox(t *testing.T) (*inbox, *records, *clock) {
-	t.Helper()
-	rec := &records{}
-	clk := newClock()
-	in := makeInbox("toolbus.jobs.reply", testSubjects(t), slog.New(rec))
-	in.strays.now = clk.now
-	return in, rec, clk
-}
-
 // replyMsg is a reply to subject with result r and the headers h.
 func replyMsg(t *testing.T, subject string, h nats.Header) *nats.Msg {
 	t.Helper()
@@ -93,9 +82,9 @@ func replyMsg(t *testing.T, subject string, h nats.Header) *nats.Msg {
 // dropped and counted, and the log says so at most once a minute, with
 // how many came since its last line.
 func TestStrayRepliesCountedAndLoggedOncePerInterval(t *testing.T) {
-	in, rec, clk := testInbox(t)
-	_, p, _, closeCall := in.open("victim", false)
-	defer closeCall()
+	h := newHarness(t, testPolicy)
+	in, rec, clk := h.tb, h.rec, h.clk
+	p := h.start("victim")
 	forge := func(n int) {
 		for range n {
 			in.deliver(replyMsg(t, in.prefix+bus.ReplyToken(), nil))
@@ -124,19 +113,18 @@ func TestStrayRepliesCountedAndLoggedOncePerInterval(t *testing.T) {
 	if got := (Strays{Late: in.late.Load(), Unmatched: in.unmatched.Load()}); got != (Strays{Unmatched: 9}) {
 		t.Errorf("strays = %+v, want 9 unmatched", got)
 	}
-	select {
-	case m := <-p.reply:
-		t.Fatalf("the waiting call was answered by %q, want no answer", m.Data)
-	default:
-	}
+	h.open(p)
 }
 
 // A message to the reply subject of a call that has just ended is late,
 // not forged: counted apart, and not logged.
 func TestLateReplyCountedApart(t *testing.T) {
-	in, rec, _ := testInbox(t)
-	subject, _, _, closeCall := in.open("echo", false)
-	closeCall()
+	h := newHarness(t, testPolicy)
+	in, rec := h.tb, h.rec
+	cl := h.start("echo")
+	subject := cl.msg.Reply
+	h.reply(cl, `"ok"`)
+	h.answer(cl)
 	in.deliver(replyMsg(t, subject, nil))
 	in.deliver(&nats.Msg{Subject: subject, Header: nats.Header{schema.HeaderProgress: []string{"1"}}})
 	if got := (Strays{Late: in.late.Load(), Unmatched: in.unmatched.Load()}); got != (Strays{Late: 2}) {
@@ -176,17 +164,29 @@ func TestEndedTokensBounded(t *testing.T) {
 	}
 }
 
-// BenchmarkInboxOpenClose measures what an inbox costs a call: its reply
-// token, its entry, and remembering it ended.
-func BenchmarkInboxOpenClose(b *testing.B) {
+// BenchmarkTableStartReply measures what the table costs a call: its
+// reply token, its entry and timer, its reply, and remembering it ended.
+func BenchmarkTableStartReply(b *testing.B) {
 	s, err := bus.NewSubjects(bus.DefaultPrefix)
 	if err != nil {
 		b.Fatal(err)
 	}
-	in := makeInbox("_INBOX", s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tb := newTable("_INBOX", s, testPolicy, discardWire{}, slog.New(slog.NewTextHandler(io.Discard, nil)), func(*call) {})
+	reply, err := schema.MarshalReply(schema.ReplyResult([]byte(`1`)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt := &batch{ctx: context.Background()}
 	b.ReportAllocs()
 	for b.Loop() {
-		_, _, _, closeCall := in.open("echo", false)
-		closeCall()
+		cl := &call{c: &schema.Call{}, b: bt, method: "echo", timeout: time.Second, deadline: time.Now().Add(time.Second), index: -1}
+		tb.start(cl, &nats.Msg{Subject: "toolbus.call.echo", Header: nats.Header{}})
+		tb.deliver(&nats.Msg{Subject: cl.msg.Reply, Data: reply})
 	}
 }
+
+// discardWire is a [wire] that sends nothing.
+type discardWire struct{}
+
+func (discardWire) publish(*nats.Msg, string) *schema.Error { return nil }
+func (discardWire) cancel(string)                           {}
