@@ -31,7 +31,7 @@ func TestFullReconnectBufferIsBusDisconnected(t *testing.T) {
 	c := &schema.Call{Request: schema.Request{Method: "echo"}}
 	got := a.publishError(c.Method, fmt.Errorf("publish: %w", nats.ErrReconnectBufExceeded))
 	if got.Code != schema.CodeUnavailable || got.Reason() != schema.ReasonBusDisconnected {
-		t.Errorf("requestError(%v) = %d %q, want %d %q", nats.ErrReconnectBufExceeded,
+		t.Errorf("publishError(%v) = %d %q, want %d %q", nats.ErrReconnectBufExceeded,
 			got.Code, got.Reason(), schema.CodeUnavailable, schema.ReasonBusDisconnected)
 	}
 }
