@@ -90,8 +90,10 @@ func withProgress(f func(float64, string)) callOpt {
 // newCall returns a call of method, admitted and not yet started, in a
 // batch of its own under ctx.
 func (h *harness) newCall(ctx context.Context, method string, opts ...callOpt) *call {
-	cl := &call{c: &schema.Call{Request: schema.Request{Method: method, ID: []byte(`1`)}},
-		b: &batch{ctx: ctx}, method: method, timeout: 5 * time.Second, index: -1, callID: "call-" + method}
+	b := &batch{ctx: ctx, calls: make([]call, 1)}
+	cl := &b.calls[0]
+	*cl = call{c: &schema.Call{Request: schema.Request{Method: method, ID: []byte(`1`)}},
+		b: b, method: method, timeout: 5 * time.Second, index: -1, callID: "call-" + method}
 	for _, o := range opts {
 		o(cl)
 	}

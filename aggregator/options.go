@@ -209,4 +209,3 @@ func callerShare(cfg config) int {
 	}
 	return max(cfg.maxInFlight/2, 1)
 }
-
