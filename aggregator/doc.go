@@ -2,8 +2,12 @@
 // and gathers their answers.
 //
 // [Aggregator.Dispatch] publishes every call of a batch at once, each to the
-// subject of its method with its own deadline, waits for the replies on
-// NATS inboxes, and hands each answer over the moment it exists. A call
+// subject of its method with its own deadline, and hands each answer over
+// the moment it exists. A call waiting on the bus holds no goroutine: it
+// is an entry of the aggregator's table, keyed by the token that ends its
+// reply subject, and moves from state to state (published, running,
+// refused, parked, answered) on the messages its reply subject receives
+// and on one timer that serves every deadline of every call. A call
 // that misses its deadline is answered with a retryable timeout for its id
 // alone; a method that no worker serves is answered at once; notifications
 // are published and never waited for. A batch is never held longer than
@@ -20,5 +24,8 @@
 // method ([WithBreaker]); and idempotency records in JetStream
 // ([WithIdempotency]) shared by every ingress replica. All replies and
 // progress messages of an aggregator arrive on one wildcard inbox
-// subscription.
+// subscription, with liveness on or off. A call whose worker was lost
+// while the connection to NATS was down is published again once it is
+// back when it is retry-safe, within its deadline; another call is
+// answered worker_lost once its worker's heartbeats lapse.
 package aggregator

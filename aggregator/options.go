@@ -132,8 +132,7 @@ func WithMaxInFlight(n int) Option {
 // "<prefix>.<id>.<token>" in place of the connection's inbox ("_INBOX..."),
 // so that NATS permissions can let workers answer them for longer than
 // the calls of an ingress usually last, as the job runner's calls need
-// ([bus.Subjects.JobReplies]). Default: the connection's inbox. It needs
-// liveness ([WithHeartbeat]), which the calls' shared inbox comes with.
+// ([bus.Subjects.JobReplies]). Default: the connection's inbox.
 //
 // NATS cannot tell which worker may answer on such a subject, as it does
 // with allow_responses on an inbox: only the subject being unguessable
