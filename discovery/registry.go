@@ -172,6 +172,7 @@ type Registry struct {
 	// compileLocked.
 	schemas  map[string]*jsonschema.Schema
 	watchers map[int]func()
+	version  uint64 // counts the changes of the catalog
 	nextID   int
 	// complained is when each kind of dropped announcement was last
 	// logged, and how many went unlogged since.
@@ -719,6 +720,7 @@ func (r *Registry) changedLocked(changed bool) []func() {
 		return nil
 	}
 	r.catalog = nil
+	r.version++
 	watchers := make([]func(), 0, len(r.watchers))
 	for _, w := range r.watchers {
 		watchers = append(watchers, w)
@@ -750,9 +752,25 @@ func (r *Registry) Watch(fn func()) (cancel func()) {
 // Catalog returns the live tools and the problems of their descriptors.
 // The caller must not change what it returns.
 func (r *Registry) Catalog() Catalog {
+	cat, _ := r.VersionedCatalog()
+	return cat
+}
+
+// VersionedCatalog returns the catalog with its version, a number that
+// grows with every change of the catalog, so that a follower can tell
+// cheaply ([Registry.Version]) whether it has the newest.
+func (r *Registry) VersionedCatalog() (Catalog, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return *r.catalogLocked()
+	return *r.catalogLocked(), r.version
+}
+
+// Version returns the version of the catalog: it grows with every change
+// of it ([Registry.Watch] is told of the same changes).
+func (r *Registry) Version() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.version
 }
 
 func (r *Registry) catalogLocked() *Catalog {

@@ -188,6 +188,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	listed map[string]string // tool name → canonical JSON of what was added
+	synced atomic.Uint64     // 1 + the registry's version that listed follows; 0 before the first sync
 
 	kick        chan struct{}
 	quit        chan struct{}
@@ -263,6 +264,12 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 // the token from the Authorization header, so the reference goes there,
 // and [Server.sessionUser] turns it back into the caller.
 func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The registry tells of changes on its own time; a request must not
+	// see a tool list older than the registry's (a tool the ingress
+	// already knows answered "unknown tool").
+	if m.reg.Version()+1 != m.synced.Load() {
+		m.sync()
+	}
 	hdr, herr := m.ing.Request(r)
 	if herr != nil {
 		writeError(w, http.StatusBadRequest, herr)
@@ -395,8 +402,12 @@ func (m *Server) Close() {
 func (m *Server) sync() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	cat, version := m.reg.VersionedCatalog()
+	if version+1 == m.synced.Load() {
+		return // another sync got there first
+	}
 	want := map[string]*mcp.Tool{}
-	for _, t := range m.reg.Catalog().Tools {
+	for _, t := range cat.Tools {
 		if tool, ok := mcpTool(t); ok {
 			if m.origin != "" {
 				tool.Meta = mcp.Meta{MetaOrigin: m.origin}
@@ -422,6 +433,7 @@ func (m *Server) sync() {
 		m.listed[name] = string(b)
 		m.srv.AddTool(tool, m.callTool)
 	}
+	m.synced.Store(version + 1)
 }
 
 // mcpTool returns the MCP tool of t, or false when MCP cannot list it: a
