@@ -121,8 +121,8 @@ func TestValidationAtTheIngress(t *testing.T) {
 	}{
 		{"valid params", true, `{"a":1,"b":2}`, "", "", false},
 		{"wrong type", true, `{"a":"one","b":2}`, "/a", "schema", true},
-		{"unknown member", true, `{"a":1,"c":2}`, "/c", "schema", true},
-		{"validation off: the worker refuses", false, `{"a":"one","b":2}`, "a", "", true},
+		{"unknown member", true, `{"a":1,"b":2,"c":2}`, "/c", "schema", true},
+		{"validation off: the worker refuses", false, `{"a":"one","b":2}`, "/a", "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -241,7 +241,7 @@ func TestMCPStructuredResults(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"sum":   `{"properties":{"result":{"type":"number"}},"required":["result"],"type":"object"}`,
-		"sleep": `{"additionalProperties":false,"properties":{"slept_ms":{"type":"integer"}},"type":"object"}`,
+		"sleep": `{"additionalProperties":false,"properties":{"slept_ms":{"type":"integer"}},"required":["slept_ms"],"type":"object"}`,
 		"echo":  `null`,
 	} {
 		if listed[name] == nil {

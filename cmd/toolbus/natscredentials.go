@@ -43,7 +43,7 @@ passwords.`,
 		Example: `  toolbus nats-credentials --out deploy/.env
   toolbus nats-credentials --format k8s --out toolbus-nats-secrets.yaml
   toolbus nats-credentials --users ingress,worker,worker-math --out deploy/.env
-  docker run --rm toolbus:dev nats-credentials > deploy/.env`,
+  docker run --rm "toolbus:$TOOLBUS_IMAGE_TAG" nats-credentials > deploy/.env`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd.OutOrStdout(), cmd.ErrOrStderr())
