@@ -51,9 +51,9 @@ type Call struct {
 	// Progress, when not nil, receives the progress reports the worker
 	// sends while the call runs ([ProgressReport]), newest first: a report
 	// not yet handed over is replaced by a newer one. The aggregator calls
-	// it on the goroutine that waits for the call's answer, one report at
-	// a time and never after the answer, so it must return quickly. Nil:
-	// reports are ignored.
+	// it from the callback that receives the report, one report at a time
+	// and never after the answer; it must return at once and never block
+	// (every call's replies wait behind it). Nil: reports are ignored.
 	Progress func(percent float64, message string)
 }
 
