@@ -165,6 +165,21 @@ type IdempotencyStore struct {
 	kv      jetstream.KeyValue
 	hub     *idemHub // the waits on kv's records
 	waiting string
+	closed  bool
+}
+
+// Close stops the store's watch of the records, at once rather than when
+// it has idled or its connection closed: a duplicate still waiting reads
+// its record at intervals until its deadline, and no watch starts again.
+// Call it when the aggregator is done with the store.
+func (s *IdempotencyStore) Close() {
+	s.mu.Lock()
+	h := s.hub
+	s.closed = true
+	s.mu.Unlock()
+	if h != nil {
+		h.close()
+	}
 }
 
 // Open makes the store use kv from now on.
@@ -186,6 +201,7 @@ func (s *IdempotencyStore) waits(kv jetstream.KeyValue) *idemHub {
 		return s.hub
 	}
 	h := newIdemHub(kv, s.clock)
+	h.closed = s.closed
 	if kv == s.kv {
 		s.hub = h
 	}
@@ -589,6 +605,8 @@ type idemHub struct {
 	up bool
 	// idle stops the watch once it has had no waiter for idemWatchLinger.
 	idle *time.Timer
+	// closed: no watch starts again (IdempotencyStore.Close).
+	closed bool
 }
 
 func newIdemHub(kv jetstream.KeyValue, clock idemClock) *idemHub {
@@ -631,7 +649,7 @@ func (h *idemHub) wait(k string, log *slog.Logger) *idemWaiter {
 		h.idle.Stop()
 		h.idle = nil
 	}
-	if h.stop == nil {
+	if h.stop == nil && !h.closed {
 		ctx, cancel := context.WithCancel(context.Background())
 		h.stop = cancel
 		go h.run(ctx, log)
@@ -655,6 +673,21 @@ func (w *idemWaiter) stop() {
 	h.n--
 	if h.n == 0 && h.stop != nil && h.idle == nil {
 		h.idle = time.AfterFunc(idemWatchLinger, h.stopIdle)
+	}
+}
+
+// close stops the watch loop for good.
+func (h *idemHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	if h.stop != nil {
+		h.stop()
+		h.stop = nil
 	}
 }
 
@@ -691,7 +724,7 @@ func (h *idemHub) run(ctx context.Context, log *slog.Logger) {
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, nats.ErrConnectionClosed) {
+		if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
 			// For good: waiters read at intervals until their
 			// deadlines, and a new one tries again.
 			h.mu.Lock()

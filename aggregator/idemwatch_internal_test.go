@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -56,4 +57,23 @@ func TestIdempotencyDuplicatesShareOneWatch(t *testing.T) {
 		t.Errorf("the tool ran %d times, want %d, once a key", n, len(keys))
 	}
 	t.Cleanup(func() { store.waits(b.kv).stopIdle() })
+}
+
+// TestIdempotencyStoreCloseStopsTheWatch: Close ends the watch at once,
+// not after it idled, and no later duplicate starts one.
+func TestIdempotencyStoreCloseStopsTheWatch(t *testing.T) {
+	b := newIdemBench(t)
+	store := &IdempotencyStore{}
+	store.Open(b.kv)
+	h := store.waits(b.kv)
+	w := h.wait("k1", slog.New(slog.DiscardHandler))
+	testwait.Eventually(t, func() bool { return b.consumers(t) == 1 }, "the bucket is watched")
+	store.Close()
+	testwait.Eventually(t, func() bool { return b.consumers(t) == 0 && !h.watching() }, "the watch ends at Close")
+	w.stop()
+	w2 := store.waits(b.kv).wait("k2", slog.New(slog.DiscardHandler))
+	defer w2.stop()
+	if h2 := store.waits(b.kv); h2.stop != nil {
+		t.Errorf("a duplicate after Close started a watch, want none")
+	}
 }

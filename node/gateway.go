@@ -439,6 +439,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		defer g.mu.Unlock()
 		g.started = true
 		g.stopErr = stopAll(ctx, &g.stops)
+		if g.idem != nil {
+			g.idem.Close()
+		}
 	})
 	return g.stopErr
 }
