@@ -179,14 +179,23 @@ func jsonOf(v any) string {
 // metadata; the task is the job, keeps its context and carries the result
 // as an artifact's data part, or the tool's error when it failed.
 func TestSendAndGet(t *testing.T) {
-	c := secured(t, newGate())
+	g := newGate()
+	c := secured(t, g)
 	alice := client(t, c.BaseURL, "alice-key")
+
+	// A non-blocking send answers before the task ends: slow holds it
+	// until the gate opens.
+	held := sendTask(t, alice, send(call("slow", nil), false))
+	if held.Status.State.Terminal() {
+		t.Errorf("non-blocking send of slow = %s, want a task not final yet", jsonOf(held))
+	}
+	g.open()
 
 	m := call("echo", map[string]any{"n": json.Number("12345678901234567890")})
 	m.ContextID = "conversation-1"
 	tk := sendTask(t, alice, send(m, false))
-	if tk.ContextID != "conversation-1" || tk.Status.State.Terminal() {
-		t.Errorf("non-blocking send = %s, want a task of context conversation-1 not final yet", jsonOf(tk))
+	if tk.ContextID != "conversation-1" {
+		t.Errorf("non-blocking send = %s, want a task of context conversation-1", jsonOf(tk))
 	}
 	var got *a2a.Task
 	toolbustest.Eventually(t, func() bool {
