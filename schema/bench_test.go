@@ -44,6 +44,36 @@ func BenchmarkParseBatch100(b *testing.B) {
 	}
 }
 
+// benchLarge is one request whose params are about 64 KiB: a list of small
+// records, with a non-ASCII character in each.
+func benchLarge() []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"jsonrpc":"2.0","method":"import","id":1,"params":{"items":[`)
+	for i := 0; b.Len() < 64<<10; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"id":`)
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(`,"name":"caf\u00e9 é `)
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(`","price":-12.5e-1,"ok":true,"note":null,"tags":["a","b"]}`)
+	}
+	b.WriteString(`]}}`)
+	return b.Bytes()
+}
+
+func BenchmarkParseLarge(b *testing.B) {
+	body := benchLarge()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, _, err := Parse(body, Limits{MaxBatchItems: 1000, MaxDepth: 64}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkAppendBatch100(b *testing.B) {
 	rs := make([]Response, 100)
 	for i := range rs {
