@@ -221,13 +221,13 @@ func (f *natsFlags) options(given func(flag string) bool) (*server.Options, nats
 		return nil, natsAccess{}, fmt.Errorf("cannot create the JetStream store %s (%v): %s", opts.StoreDir, rootCause(err), fix("data", "store_dir", "directory"))
 	}
 	if access.tokenFile != "" {
-		if access.token, err = tokenFromFile(access.tokenFile); err != nil {
+		if access.token, access.made, err = tokenFromFile(access.tokenFile); err != nil {
 			return nil, natsAccess{}, err
 		}
 		opts.Authorization = access.token
 	}
 	if len(access.roles) > 0 {
-		if opts.Users, err = roleUsers(access.roles); err != nil {
+		if opts.Users, access.made, err = roleUsers(access.roles); err != nil {
 			return nil, natsAccess{}, err
 		}
 	}
@@ -236,25 +236,27 @@ func (f *natsFlags) options(given func(flag string) bool) (*server.Options, nats
 
 // roleUsers returns the server's users for roles, each with the
 // permissions nats/cluster-secure.conf gives it and the password kept in
-// its file, made at the first start.
-func roleUsers(roles []natsRole) ([]*server.User, error) {
+// its file, made at the first start; made tells whether any password was
+// made at this start.
+func roleUsers(roles []natsRole) (users []*server.User, made bool, err error) {
 	perms, err := deploy.Permissions()
 	if err != nil {
-		return nil, fmt.Errorf("the permissions built into this program are unusable, so the bus cannot be closed with them (%w); give --config with users of your own", err)
+		return nil, false, fmt.Errorf("the permissions built into this program are unusable, so the bus cannot be closed with them (%w); give --config with users of your own", err)
 	}
-	users := make([]*server.User, 0, len(roles))
+	users = make([]*server.User, 0, len(roles))
 	for _, r := range roles {
 		p := perms[r.user]
 		if p == nil {
-			return nil, fmt.Errorf("the permissions built into this program have no user %q; give --config with users of your own", r.user)
+			return nil, false, fmt.Errorf("the permissions built into this program have no user %q; give --config with users of your own", r.user)
 		}
-		password, err := passwordFromFile(r.user, r.passwordFile)
+		password, new, err := passwordFromFile(r.user, r.passwordFile)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
+		made = made || new
 		users = append(users, &server.User{Username: r.user, Password: password, Permissions: p})
 	}
-	return users, nil
+	return users, made, nil
 }
 
 // readConfig reads the nats-server configuration file path into opts. It
@@ -320,6 +322,7 @@ func rootCause(err error) error {
 type natsAccess struct {
 	token     string     // the token clients present, or "" for none
 	tokenFile string     // the file keeping token; when set the token is not shown
+	made      bool       // the token or the passwords were made at this start, not kept from an earlier one
 	users     string     // the configuration file whose users clients join as
 	roles     []natsRole // the users made without a configuration file
 	open      bool       // anyone may join (--no-auth)
@@ -379,7 +382,7 @@ func authorizes(o *server.Options) bool {
 // tokenFromFile reads the token kept in path or, when there is no such
 // file, makes one and keeps it there, readable by this user alone, so
 // that a restart keeps the token its clients know.
-func tokenFromFile(path string) (string, error) {
+func tokenFromFile(path string) (token string, made bool, err error) {
 	return secretFile{
 		path: path, named: "--token-file " + path, what: "a token",
 		fixCreate: "give a path in a directory this user can write",
@@ -392,7 +395,7 @@ func tokenFromFile(path string) (string, error) {
 // is no such file, makes one and keeps it there, readable by this user
 // alone, so that a restart keeps the password the ingress and workers
 // read from it with --nats-password-file.
-func passwordFromFile(user, path string) (string, error) {
+func passwordFromFile(user, path string) (password string, made bool, err error) {
 	return secretFile{
 		path: path, named: "the password file " + path + " of NATS user " + user, what: "a password",
 		fixCreate: "give --data a directory this user can write",
@@ -421,27 +424,28 @@ type secretFile struct {
 // read returns the secret kept in the file, without surrounding white
 // space such as the final newline or, when there is no file, a new one
 // from make, written to a new file of mode 0600.
-func (f secretFile) read() (string, error) {
+func (f secretFile) read() (secret string, made bool, err error) {
 	// Of two starts at once, one makes the file and the other reads it.
 	for range 2 {
-		b, err := os.ReadFile(f.path)
+		var b []byte
+		b, err = os.ReadFile(f.path)
 		switch {
 		case err == nil:
-			secret := strings.TrimSpace(string(b))
+			secret = strings.TrimSpace(string(b))
 			if secret == "" {
-				return "", fmt.Errorf("%s is empty: put %s in it, or remove it to have one made", f.named, f.what)
+				return "", false, fmt.Errorf("%s is empty: put %s in it, or remove it to have one made", f.named, f.what)
 			}
-			return secret, nil
+			return secret, false, nil
 		case !errors.Is(err, fs.ErrNotExist):
-			return "", fmt.Errorf("cannot read %s; give a file this user can read: %w", f.named, rootCause(err))
+			return "", false, fmt.Errorf("cannot read %s; give a file this user can read: %w", f.named, rootCause(err))
 		}
-		secret := f.make()
+		secret = f.make()
 		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("cannot create %s; %s: %w", f.named, f.fixCreate, rootCause(err))
+			return "", false, fmt.Errorf("cannot create %s; %s: %w", f.named, f.fixCreate, rootCause(err))
 		}
 		_, err = fh.WriteString(secret + "\n")
 		if cerr := fh.Close(); err == nil {
@@ -449,11 +453,11 @@ func (f secretFile) read() (string, error) {
 		}
 		if err != nil {
 			os.Remove(f.path)
-			return "", fmt.Errorf("cannot write %s; %s: %w", f.named, f.fixWrite, rootCause(err))
+			return "", false, fmt.Errorf("cannot write %s; %s: %w", f.named, f.fixWrite, rootCause(err))
 		}
-		return secret, nil
+		return secret, true, nil
 	}
-	return "", fmt.Errorf("cannot read %s, which another process made and removed at once: start again", f.named)
+	return "", false, fmt.Errorf("cannot read %s, which another process made and removed at once: start again", f.named)
 }
 
 // startNats starts a server with opts and waits until JetStream is ready
@@ -551,7 +555,11 @@ func (a natsAccess) printReady(w io.Writer, srv *server.Server, opts *server.Opt
 	case a.users != "":
 		header = fmt.Sprintf("join as a user of %s (add --nats-user and --nats-password, --nats-nkey or --nats-creds):", a.users)
 	case len(a.roles) > 0:
-		header = "join with (each part as its own NATS user; the password files outlive restarts):"
+		kept := "kept from an earlier start"
+		if a.made {
+			kept = "made now"
+		}
+		header = "join with (each part as its own NATS user; passwords " + kept + ", and kept across restarts):"
 		for _, r := range a.roles {
 			path, err := filepath.Abs(r.passwordFile)
 			if err != nil {
@@ -560,8 +568,17 @@ func (a natsAccess) printReady(w io.Writer, srv *server.Server, opts *server.Opt
 			auth[r.user] = " --nats-user " + shellQuote(r.user) + " --nats-password-file " + shellQuote(path)
 		}
 	case a.tokenFile != "":
-		auth[""] = ` --nats-token "$(cat ` + shellQuote(a.tokenFile) + `)"`
+		path, err := filepath.Abs(a.tokenFile)
+		if err != nil {
+			path = a.tokenFile
+		}
+		auth[""] = " --token-file " + shellQuote(path)
 		note = allPowerful
+		if a.made {
+			note += " (made now, and kept in the file across restarts)"
+		} else {
+			note += " (kept in the file from an earlier start)"
+		}
 	default:
 		auth[""] = " --nats-token " + shellQuote(a.token)
 		note = allPowerful

@@ -289,6 +289,9 @@ func TestNatsRoleUsersSurviveARestart(t *testing.T) {
 	r, url := runNatsIn(t, data)
 	_, ingressPass := joinAs(t, r, url, data, "ingress")
 	_, workerPass := joinAs(t, r, url, data, "worker")
+	if out := r.out.String(); !strings.Contains(out, "passwords made now") {
+		t.Errorf("first start printed %q, want it to say the passwords were made now", out)
+	}
 
 	// A worker's connection, with a queue subscription as a worker has,
 	// that keeps reconnecting while the server is away.
@@ -316,6 +319,9 @@ func TestNatsRoleUsersSurviveARestart(t *testing.T) {
 	}
 	if _, p := joinAs(t, r, url, data, "worker"); p != workerPass {
 		t.Errorf("worker password after a restart = %q, want %q unchanged", p, workerPass)
+	}
+	if out := r.out.String(); !strings.Contains(out, "passwords kept from an earlier start") {
+		t.Errorf("a restart printed %q, want it to say the passwords were kept", out)
 	}
 	select {
 	case <-reconnected:
@@ -432,8 +438,11 @@ func TestNatsTokenFile(t *testing.T) {
 		t.Errorf("--token-file %s mode = %v (%v), want -rw-------", path, fi.Mode(), err)
 	}
 	out := r.out.String()
-	if want := `--nats-token "$(cat ` + path + `)"`; !strings.Contains(out, want) {
+	if want := `--token-file ` + path; !strings.Contains(out, want) {
 		t.Errorf("ready lines %q, want them to read the token with %s", out, want)
+	}
+	if !strings.Contains(out, "(made now") {
+		t.Errorf("ready lines %q, want them to say the token was made now", out)
 	}
 	if !strings.Contains(out, allPowerful) {
 		t.Errorf("ready lines %q, want them to say %q", out, allPowerful)
@@ -449,6 +458,9 @@ func TestNatsTokenFile(t *testing.T) {
 	r, url = runNats(t, "--token-file", path)
 	if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != token {
 		t.Errorf("--token-file after a restart = %q (%v), want %q unchanged", b, err, token)
+	}
+	if out := r.out.String(); !strings.Contains(out, "(kept in the file from an earlier start)") {
+		t.Errorf("ready lines after a restart %q, want them to say the token was kept", out)
 	}
 	dialNats(t, url, nats.Token(token))
 	stopNats(t, r)
