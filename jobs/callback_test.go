@@ -263,8 +263,8 @@ func TestNotifyURLRefused(t *testing.T) {
 			if tc.kind == namedRange {
 				want = nil
 			}
-			if d := errorData(t, rpcErr); d["field"] != "notify_url" || d["range"] != want {
-				t.Errorf("error data = %s, want field notify_url and range %v", rpcErr.Data, want)
+			if d := errorData(t, rpcErr); d["field"] != "/notify_url" || d["range"] != want {
+				t.Errorf("error data = %s, want field /notify_url and range %v", rpcErr.Data, want)
 			}
 			if !strings.Contains(rpcErr.Message, "--callback-allow") {
 				t.Errorf("message %q does not name the allowlist flag", rpcErr.Message)

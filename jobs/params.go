@@ -13,6 +13,7 @@ import (
 // invalidParams returns the -32602 error of an rpc.jobs.* call whose member
 // field is wrong.
 func invalidParams(field, reason string) *schema.Error {
+	field = schema.FieldPointer(field)
 	data := map[string]string{"reason": reason}
 	msg := "invalid params: " + reason
 	if field != "" {
@@ -40,7 +41,7 @@ func decodeParams(raw json.RawMessage, dst any) *schema.Error {
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return invalidParams(typeErr.Field, fmt.Sprintf("expected %s, got %s", typeErr.Type, typeErr.Value))
+		return invalidParams(schema.Pointer(strings.Split(typeErr.Field, ".")...), fmt.Sprintf("expected %s, got %s", typeErr.Type, typeErr.Value))
 	}
 	// encoding/json reports an unknown member only in its message.
 	if rest, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {

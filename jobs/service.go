@@ -334,14 +334,14 @@ func (s *Service) checkNotifyURL(ctx context.Context, raw string) *schema.Error 
 	case err == nil:
 	case errors.As(err, &blocked):
 		s.log.Info("notify_url refused", "host", u.Hostname(), "err", blocked)
-		data := map[string]string{"field": "notify_url"}
+		data := map[string]string{"field": "/notify_url"}
 		if r := blocked.CallerRange(); r != "" {
 			data["range"] = r
 		}
 		return notifyRefused(blocked.Reason(), data)
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		s.log.Info("notify_url refused: its host does not resolve", "host", u.Hostname(), "err", err)
-		return notifyRefused(egress.NameRule(u.Hostname()), map[string]string{"field": "notify_url"})
+		return notifyRefused(egress.NameRule(u.Hostname()), map[string]string{"field": "/notify_url"})
 	case egress.Classify(err) == egress.ClassDNS:
 		s.log.Info("notify_url not resolved at submit; its callback is checked when it connects", "host", u.Hostname(), "err", err)
 	default:
@@ -414,7 +414,7 @@ func keyReused(key, id string) *schema.Error {
 	return schema.NewError(schema.CodeInvalidRequest,
 		fmt.Sprintf("invalid request: idempotency_key %q already names job %s, submitted with another method, params, notify_url, context_id or references; "+
 			"send the same submit to get that job, or a new key for a new job", key, id),
-		map[string]any{"reason": schema.ReasonIdempotencyKeyReused, "field": "idempotency_key", "idempotency_key": key, "id": id})
+		map[string]any{"reason": schema.ReasonIdempotencyKeyReused, "field": "/idempotency_key", "idempotency_key": key, "id": id})
 }
 
 // claimKey creates rec's idempotency entry, pointing at rec.ID. When the
@@ -570,7 +570,7 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*schema.JobReco
 	case errors.Is(err, errFinished):
 		return nil, schema.NewError(schema.CodeInvalidParams,
 			fmt.Sprintf("invalid params: id: job %s already %s; only queued or running jobs can be canceled", id, rec.State),
-			map[string]any{"field": "id", "reason": schema.ReasonJobFinished, "state": rec.State})
+			map[string]any{"field": "/id", "reason": schema.ReasonJobFinished, "state": rec.State})
 	case err != nil:
 		return nil, storeError(id, err)
 	}
