@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // parseSeeds are bodies every parser fuzz run starts from, next to the
@@ -25,6 +26,43 @@ var parseSeeds = []string{
 	`{"jsonrpc":"2.0","method":"m","id":null}`,
 	`{"jsonrpc":"2.0","method":"a\u002eb","\u0069d":"x\"y","ID":2}`,
 	`[[[[{"jsonrpc":"2.0","method":"m"}]]]]`,
+	"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":[-0.5e+3,0,1E2,true,false,null,\"\\u00e9\\n\xc3\xa9\"],\"id\":-1}",
+	"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":[\"\xed\xa0\x80\"],\"id\":1}",
+	`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1,{"a":`,
+}
+
+// referenceVerdict checks scanJSON's verdict on b with the checks it
+// replaces, run one after another: encoding/json's validator, the depth
+// count and the UTF-8 check. A body that is not JSON and nests too deeply
+// may be judged either way, by which problem comes first.
+func referenceVerdict(t *testing.T, b []byte, max int) {
+	t.Helper()
+	got, elems := scanJSON(b, max)
+	tooDeep := max > 0 && depth(b, max) > max
+	var ok bool
+	switch {
+	case !json.Valid(b):
+		ok = got == scanSyntax || got == scanTooDeep && tooDeep
+	case tooDeep:
+		ok = got == scanTooDeep
+	case !utf8.Valid(b):
+		ok = got == scanUTF8
+	default:
+		ok = got == scanOK
+	}
+	if !ok {
+		t.Fatalf("scanJSON(%q, %d) = %d; json.Valid %v, utf8.Valid %v, too deep %v",
+			b, max, got, json.Valid(b), utf8.Valid(b), tooDeep)
+	}
+	if got == scanOK || got == scanUTF8 {
+		var array []json.RawMessage
+		if json.Unmarshal(b, &array) != nil {
+			array = nil
+		}
+		if elems != len(array) {
+			t.Fatalf("scanJSON(%q, %d) counted %d elements, want %d", b, max, elems, len(array))
+		}
+	}
 }
 
 // referenceItem decodes one element the plain way, through a map, as a
@@ -62,7 +100,24 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		lim := Limits{MaxBatchItems: 50, MaxDepth: 32}
+		referenceVerdict(t, body, lim.MaxDepth)
+		referenceVerdict(t, body, 0)
 		items, batch, perr := Parse(body, lim)
+		// The body as a whole is judged as it would be by the depth
+		// check, then encoding/json, then the UTF-8 check.
+		wantCode := 0
+		switch {
+		case depth(body, lim.MaxDepth) > lim.MaxDepth:
+			wantCode = CodeLimitExceeded
+		case !json.Valid(body) || !utf8.Valid(body):
+			wantCode = CodeParseError
+		}
+		switch {
+		case wantCode != 0 && (perr == nil || perr.Code != wantCode):
+			t.Fatalf("Parse(%q) error = %v, want code %d", body, perr, wantCode)
+		case wantCode == 0 && perr != nil && (perr.Code == CodeParseError || bytes.Contains(perr.Data, []byte(`"max_depth"`))):
+			t.Fatalf("Parse(%q) error = %v %s, want none for the body as a whole", body, perr, perr.Data)
+		}
 		if perr != nil {
 			if items != nil {
 				t.Fatalf("Parse(%q) = items and error %v", body, perr)

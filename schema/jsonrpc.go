@@ -91,31 +91,37 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	if !ok {
 		return nil, false, NewError(CodeParseError, "parse error: empty body", nil)
 	}
-	if err := CheckDepth(body, lim.MaxDepth); err != nil {
-		return nil, false, err
-	}
-	if !json.Valid(body) {
+	// One pass checks the JSON, its nesting and its UTF-8: this is the
+	// one place where a call's params are checked, and nothing after it
+	// (the aggregator, the worker) reads them again to check them.
+	verdict, n := scanJSON(body, lim.MaxDepth)
+	switch verdict {
+	case scanTooDeep:
+		return nil, false, LimitError("max_depth", int64(lim.MaxDepth), -1)
+	case scanSyntax:
+		// A body that is nested too deeply is answered so even when it
+		// is not JSON either, wherever the two problems lie.
+		if err := CheckDepth(body, lim.MaxDepth); err != nil {
+			return nil, false, err
+		}
 		return nil, false, NewError(CodeParseError, "parse error: invalid JSON", parseErrorData(body))
-	}
-	// JSON text is UTF-8 (RFC 8259); bytes that are not would come back
-	// in ids, params and results that no client could read.
-	if !utf8.Valid(body) {
+	case scanUTF8:
+		// JSON text is UTF-8 (RFC 8259); bytes that are not would come
+		// back in ids, params and results that no client could read.
 		return nil, false, NewError(CodeParseError, "parse error: the body is not valid UTF-8", nil)
 	}
+	// From here on body is known to be one valid JSON value, so the
+	// scanning below needs no error paths.
 	switch first {
 	case '{':
 		body = bytes.Clone(body)
-		start := skipSpace(body, 0)
-		return []Item{parseItem(body[start:skipValue(body, start)])}, false, nil
+		return []Item{parseItem(bytes.TrimRight(body[skipSpace(body, 0):], " \t\r\n"))}, false, nil
 	case '[':
 	default:
 		return nil, false, NewError(CodeInvalidRequest, "invalid request: body must be an object or an array", nil)
 	}
-	// From here on body is known to be valid JSON, so the scanning below
-	// needs no error paths. Counting first checks the batch limit before any
-	// item is decoded and sizes items exactly.
-	n := 0
-	forEachElement(body, func([]byte) { n++ })
+	// The scan counted the elements, so the batch limit is checked before
+	// any item is decoded, and items is sized exactly.
 	if n == 0 {
 		return nil, true, NewError(CodeInvalidRequest, "invalid request: empty batch", nil)
 	}
@@ -193,7 +199,236 @@ func depth(b []byte, stop int) int {
 	return max
 }
 
-// The scanning functions below walk JSON that json.Valid has accepted, so
+// scanVerdict is what [scanJSON] finds in a body.
+type scanVerdict uint8
+
+const (
+	// scanOK: one JSON value (RFC 8259) in UTF-8, nested no deeper than
+	// the limit.
+	scanOK scanVerdict = iota
+	// scanSyntax: not one JSON value, as [json.Valid] judges it.
+	scanSyntax
+	// scanTooDeep: the arrays and objects nest deeper than the limit,
+	// found before any syntax error.
+	scanTooDeep
+	// scanUTF8: one JSON value, but a string in it holds bytes that are
+	// not UTF-8, which [json.Valid] accepts.
+	scanUTF8
+)
+
+// scanJSON checks in one pass that b is one JSON value, with optional
+// whitespace around it, that its strings are UTF-8, and that its arrays
+// and objects nest at most max deep (max <= 0: no limit). Its verdict on
+// the syntax is that of [json.Valid], on the encoding that of
+// [utf8.Valid]; it reads each byte once and allocates only for nesting
+// past 256 levels. elems counts the elements of the array b holds (0 for
+// another value), as far as the scan went.
+func scanJSON(b []byte, max int) (v scanVerdict, elems int) {
+	// open holds one bit per open array or object, 1 for an object.
+	var small [4]uint64
+	open := small[:]
+	depth := 0
+	badUTF8 := false
+	i := skipSpace(b, 0)
+	for {
+		// A value starts at b[i].
+		if i >= len(b) {
+			return scanSyntax, elems
+		}
+		switch c := b[i]; {
+		case c == '{' || c == '[':
+			depth++
+			if max > 0 && depth > max {
+				return scanTooDeep, elems
+			}
+			if depth > len(open)*64 {
+				open = append(open, 0)
+			}
+			word, bit := (depth-1)/64, uint64(1)<<((depth-1)%64)
+			if c == '{' {
+				open[word] |= bit
+			} else {
+				open[word] &^= bit
+			}
+			i = skipSpace(b, i+1)
+			if i < len(b) && (b[i] == '}' && c == '{' || b[i] == ']' && c == '[') {
+				depth--
+				i++
+				break
+			}
+			if c == '{' {
+				var ok bool
+				if i, ok = scanMemberName(b, i, &badUTF8); !ok {
+					return scanSyntax, elems
+				}
+			}
+			continue
+		case c == '"':
+			var ok bool
+			if i, ok = scanString(b, i, &badUTF8); !ok {
+				return scanSyntax, elems
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			var ok bool
+			if i, ok = scanNumber(b, i); !ok {
+				return scanSyntax, elems
+			}
+		case c == 't' && bytes.HasPrefix(b[i:], []byte("true")):
+			i += len("true")
+		case c == 'f' && bytes.HasPrefix(b[i:], []byte("false")):
+			i += len("false")
+		case c == 'n' && bytes.HasPrefix(b[i:], []byte("null")):
+			i += len("null")
+		default:
+			return scanSyntax, elems
+		}
+		// A value ends before b[i]: close what it ends, up to the next
+		// value of an array or object. Each turn of this loop ends one
+		// value, inside the array or object open at depth.
+		for {
+			i = skipSpace(b, i)
+			if depth == 0 {
+				switch {
+				case i < len(b):
+					return scanSyntax, elems
+				case badUTF8:
+					return scanUTF8, elems
+				}
+				return scanOK, elems
+			}
+			if i >= len(b) {
+				return scanSyntax, elems
+			}
+			inObject := open[(depth-1)/64]&(uint64(1)<<((depth-1)%64)) != 0
+			if depth == 1 && !inObject {
+				elems++
+			}
+			if b[i] == ',' {
+				i = skipSpace(b, i+1)
+				if inObject {
+					var ok bool
+					if i, ok = scanMemberName(b, i, &badUTF8); !ok {
+						return scanSyntax, elems
+					}
+				}
+				break
+			}
+			if inObject && b[i] != '}' || !inObject && b[i] != ']' {
+				return scanSyntax, elems
+			}
+			depth--
+			i++
+		}
+	}
+}
+
+// scanMemberName checks the name of an object member and its colon,
+// starting at b[i], and returns the index of the member's value.
+func scanMemberName(b []byte, i int, badUTF8 *bool) (int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return i, false
+	}
+	i, ok := scanString(b, i, badUTF8)
+	if !ok {
+		return i, false
+	}
+	i = skipSpace(b, i)
+	if i >= len(b) || b[i] != ':' {
+		return i, false
+	}
+	return skipSpace(b, i+1), true
+}
+
+// scanString checks the string that starts at b[i] and returns the index
+// just past it. Bytes that are not UTF-8 set *badUTF8 and do not end the
+// scan, since the syntax is judged first.
+func scanString(b []byte, i int, badUTF8 *bool) (int, bool) {
+	for i++; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, true
+		case c == '\\':
+			if i+1 >= len(b) {
+				return i, false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return i, false
+				}
+				for _, h := range b[i+2 : i+6] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return i, false
+					}
+				}
+				i += 6
+			default:
+				return i, false
+			}
+		case c < 0x20:
+			return i, false
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				*badUTF8 = true
+			}
+			i += size
+		}
+	}
+	return i, false
+}
+
+// scanNumber checks the number that starts at b[i] and returns the index
+// just past it: an optional minus, an integer without leading zeros, an
+// optional fraction and an optional exponent.
+func scanNumber(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && '1' <= b[i] && b[i] <= '9':
+		i = skipDigits(b, i+1)
+	default:
+		return i, false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := skipDigits(b, i+1)
+		if j == i+1 {
+			return j, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := skipDigits(b, i)
+		if j == i {
+			return j, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+// skipDigits returns the index of the first byte at or after i that is
+// not a decimal digit.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// The scanning functions below walk JSON that [scanJSON] has accepted, so
 // they trust its shape and never fail; on other input they stay in bounds
 // but their results mean nothing.
 

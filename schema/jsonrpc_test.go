@@ -544,6 +544,82 @@ func TestResponseMessageEscaping(t *testing.T) {
 	}
 }
 
+func TestScanJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		max  int
+		want scanVerdict
+	}{
+		{name: "object", body: ` {"a" : [1, {"b":null}], "c":"d"} `, want: scanOK},
+		{name: "scalars at the top", body: `"x"`, want: scanOK},
+		{name: "numbers", body: `[0,-0,1.5,-2e10,3E+2,4e-2,10,0.0]`, want: scanOK},
+		{name: "escapes", body: `"\" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00"`, want: scanOK},
+		{name: "literals", body: `[true,false,null]`, want: scanOK},
+		{name: "empty containers", body: `[{},[],{"a":[]}]`, want: scanOK},
+		{name: "multi-byte UTF-8", body: "\"\u00e9 \xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80\"", want: scanOK},
+		{name: "U+FFFD written out", body: "\"\xef\xbf\xbd\"", want: scanOK},
+		{name: "depth at its limit", body: `[[{"a":1}]]`, max: 3, want: scanOK},
+		{name: "depth over its limit", body: `[[{"a":[1]}]]`, max: 3, want: scanTooDeep},
+		{name: "too deep before a syntax error", body: `[[[[ oops`, max: 3, want: scanTooDeep},
+		{name: "syntax error before too deep", body: `[ oops [[[[`, max: 3, want: scanSyntax},
+		{name: "invalid UTF-8 in a string", body: "[\"\xff\"]", want: scanUTF8},
+		{name: "invalid UTF-8 in a member name", body: "{\"\xc3\":1}", want: scanUTF8},
+		{name: "surrogate encoded in UTF-8", body: "\"\xed\xa0\x80\"", want: scanUTF8},
+		{name: "invalid UTF-8 and a syntax error", body: "[\"\xff\",]", want: scanSyntax},
+		{name: "non-ASCII outside a string", body: "[1,\xc3\xa9]", want: scanSyntax},
+		{name: "empty", body: ``, want: scanSyntax},
+		{name: "only whitespace", body: " \t\r\n", want: scanSyntax},
+		{name: "two values", body: `{} {}`, want: scanSyntax},
+		{name: "trailing comma", body: `[1,]`, want: scanSyntax},
+		{name: "trailing comma in an object", body: `{"a":1,}`, want: scanSyntax},
+		{name: "leading zero", body: `[01]`, want: scanSyntax},
+		{name: "bare minus", body: `[-]`, want: scanSyntax},
+		{name: "fraction without digits", body: `[1.]`, want: scanSyntax},
+		{name: "exponent without digits", body: `[1e+]`, want: scanSyntax},
+		{name: "plus sign", body: `[+1]`, want: scanSyntax},
+		{name: "control character in a string", body: "\"a\nb\"", want: scanSyntax},
+		{name: "unknown escape", body: `"\x41"`, want: scanSyntax},
+		{name: "short unicode escape", body: `"\u12"`, want: scanSyntax},
+		{name: "unicode escape that is not hex", body: `"\u12g4"`, want: scanSyntax},
+		{name: "unterminated string", body: `["abc`, want: scanSyntax},
+		{name: "unterminated array", body: `[1,2`, want: scanSyntax},
+		{name: "mismatched close", body: `[1}`, want: scanSyntax},
+		{name: "member without a name", body: `{1:2}`, want: scanSyntax},
+		{name: "member without a colon", body: `{"a" 2}`, want: scanSyntax},
+		{name: "truncated literal", body: `[tru]`, want: scanSyntax},
+		{name: "literal with a tail", body: `[nullx]`, want: scanSyntax},
+		{name: "byte order mark", body: "\xef\xbb\xbf{}", want: scanSyntax},
+		{name: "close without open", body: `]`, want: scanSyntax},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, _ := scanJSON([]byte(tc.body), tc.max); got != tc.want {
+				t.Errorf("scanJSON(%q, %d) = %d, want %d", tc.body, tc.max, got, tc.want)
+			}
+			referenceVerdict(t, []byte(tc.body), tc.max)
+		})
+	}
+}
+
+// TestScanJSONDeep checks nesting past the scanner's first 256 levels,
+// where it grows its record of what is open, with and without a limit.
+func TestScanJSONDeep(t *testing.T) {
+	for _, n := range []int{255, 256, 257, 1000} {
+		deep := []byte(strings.Repeat(`{"a":[`, n) + `1` + strings.Repeat(`]}`, n))
+		if got, _ := scanJSON(deep, 0); got != scanOK {
+			t.Errorf("scanJSON(%d levels of {\"a\":[...]}, 0) = %d, want %d", 2*n, got, scanOK)
+		}
+		if got, _ := scanJSON(deep, 2*n-1); got != scanTooDeep {
+			t.Errorf("scanJSON(%d levels, %d) = %d, want %d", 2*n, 2*n-1, got, scanTooDeep)
+		}
+		crossed := []byte(strings.Repeat(`{"a":[`, n) + `1` + strings.Repeat(`}]`, n))
+		if got, _ := scanJSON(crossed, 0); got != scanSyntax {
+			t.Errorf("scanJSON(%d levels closed in the wrong order, 0) = %d, want %d", 2*n, got, scanSyntax)
+		}
+	}
+}
+
 // TestGarbageInMustReturn feeds random and truncated bytes to every decoder
 // of the package: each must return, with a value or an error, and never
 // panic.
@@ -592,5 +668,7 @@ func TestGarbageInMustReturn(t *testing.T) {
 		_, _ = UnmarshalReply(b)
 		var r Response
 		_ = r.UnmarshalJSON(b)
+		referenceVerdict(t, b, 8)
+		referenceVerdict(t, b, 0)
 	}
 }
