@@ -136,6 +136,22 @@ func BenchmarkUnmarshalReply(b *testing.B) {
 	}
 }
 
+func BenchmarkUnmarshalReplyLarge(b *testing.B) {
+	body := benchLarge()
+	result := body[bytes.Index(body, []byte(`"params":`))+len(`"params":`) : len(body)-1]
+	data, err := MarshalReply(ReplyResult(result))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(result)))
+	for b.Loop() {
+		if _, err := UnmarshalReply(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func BenchmarkUnmarshalReplyError(b *testing.B) {
 	data, err := MarshalReply(ReplyError(NewError(CodeTimeout, "timed out", map[string]any{"retryable": true})))
 	if err != nil {

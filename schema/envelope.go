@@ -2,7 +2,6 @@ package schema
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -193,7 +192,10 @@ func MarshalReply(r *ReplyEnvelope) ([]byte, error) {
 
 // UnmarshalReply decodes a reply envelope and checks that it carries exactly
 // one of result and error, as valid JSON: [ErrEmptyReply] when it has
-// neither, [ErrInvalidReply] otherwise.
+// neither, [ErrInvalidReply] otherwise. This is the check of a worker's
+// answer (PROTOCOL.md, rule 1) that the aggregator makes: its verdict on
+// the JSON is [encoding/json.Valid]'s, reached in one pass of the scanner
+// that [Parse] uses.
 func UnmarshalReply(b []byte) (*ReplyEnvelope, error) {
 	var r ReplyEnvelope
 	d := newDecoder(b)
@@ -220,9 +222,9 @@ func UnmarshalReply(b []byte) (*ReplyEnvelope, error) {
 		return nil, ErrEmptyReply
 	case len(r.Result) > 0 && r.Error != nil:
 		return nil, fmt.Errorf("%w: both result and error", ErrInvalidReply)
-	case len(r.Result) > 0 && !json.Valid(r.Result):
+	case len(r.Result) > 0 && !validJSON(r.Result):
 		return nil, fmt.Errorf("%w: result is not valid JSON", ErrInvalidReply)
-	case r.Error != nil && len(r.Error.Data) > 0 && !json.Valid(r.Error.Data):
+	case r.Error != nil && len(r.Error.Data) > 0 && !validJSON(r.Error.Data):
 		return nil, fmt.Errorf("%w: error data is not valid JSON", ErrInvalidReply)
 	}
 	return &r, nil

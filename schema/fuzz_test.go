@@ -54,6 +54,9 @@ func referenceVerdict(t *testing.T, b []byte, max int) {
 		t.Fatalf("scanJSON(%q, %d) = %d; json.Valid %v, utf8.Valid %v, too deep %v",
 			b, max, got, json.Valid(b), utf8.Valid(b), tooDeep)
 	}
+	if validJSON(b) != json.Valid(b) {
+		t.Fatalf("validJSON(%q) = %v, want %v (json.Valid's)", b, validJSON(b), json.Valid(b))
+	}
 	if got == scanOK || got == scanUTF8 {
 		var array []json.RawMessage
 		if json.Unmarshal(b, &array) != nil {

@@ -16,7 +16,9 @@ const Version = "2.0"
 //
 // ID holds the id exactly as the client wrote it: nil when the member was
 // absent (a notification) and the bytes `null` when the id was null, which is
-// a request, not a notification. Params is nil when absent.
+// a request, not a notification. Params is nil when absent. Both are JSON
+// that the door the request came in by checked ([Parse] for JSON-RPC): what
+// handles a request after that does not check them again.
 type Request struct {
 	ID     json.RawMessage
 	Method string
@@ -320,6 +322,13 @@ func scanJSON(b []byte, max int) (v scanVerdict, elems int) {
 			i++
 		}
 	}
+}
+
+// validJSON reports whether b is one JSON value, as [json.Valid] does:
+// bytes that are not UTF-8 inside a string pass, as they do there.
+func validJSON(b []byte) bool {
+	v, _ := scanJSON(b, 0)
+	return v == scanOK || v == scanUTF8
 }
 
 // scanMemberName checks the name of an object member and its colon,
