@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,56 @@ func TestTryInvokeAnswersAsInvoke(t *testing.T) {
 			if tc.code == 0 && tc.method == "echo" {
 				if got := value(t, reg, "toolbus_worker_calls_total", calls(tc.method, "ok")) - okBefore; got != 1 {
 					t.Errorf("calls_total{%s,ok} rose by %v for one local call, want 1", tc.method, got)
+				}
+			}
+		})
+	}
+}
+
+// TestLocalAnswersAreJSON checks that what a tool returns that is not JSON
+// never reaches the caller of a call run in the process, where no
+// aggregator checks the answer after the runtime: a raw result is refused
+// with -32603, and error data is replaced by data that says so, the code
+// and message kept, as over the bus.
+func TestLocalAnswersAreJSON(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	handlers := map[string]worker.HandlerFunc{
+		"raw": func(context.Context, *worker.Request) (any, error) { return json.RawMessage(`{"a":`), nil },
+		"data": func(context.Context, *worker.Request) (any, error) {
+			return nil, fmt.Errorf("charge: %w", &schema.Error{Code: 2002, Message: "bad", Data: json.RawMessage(`{"a":`)})
+		},
+	}
+	for p, h := range handlers {
+		if err := c.rt.Handle(p, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.start(t)
+	badData := &schema.Error{Code: 2002, Message: "bad", Data: json.RawMessage(`{"data_error":"the tool's error data is not valid JSON"}`)}
+	for _, tc := range []struct {
+		name, method string
+		want         *schema.Error // compared by code, and by message and data when it has data
+	}{
+		{name: "raw result", method: "raw", want: schema.ErrInternal},
+		{name: "error data", method: "data", want: badData},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			call := localCall(tc.method, "")
+			res, tryErr, ok := c.rt.TryInvoke(context.Background(), call)
+			if !ok {
+				t.Fatalf("TryInvoke(%s) declined, want it taken", tc.method)
+			}
+			_, invokeErr := c.rt.Invoke(context.Background(), *call, nil)
+			for name, got := range map[string]*schema.Error{"TryInvoke": tryErr, "Invoke": invokeErr} {
+				switch {
+				case got == nil:
+					t.Errorf("%s(%s) = result %s, want error %d", name, tc.method, res, tc.want.Code)
+				case got.Code != tc.want.Code:
+					t.Errorf("%s(%s) error = %d %q, want code %d", name, tc.method, got.Code, got.Message, tc.want.Code)
+				case len(got.Data) > 0 && !json.Valid(got.Data):
+					t.Errorf("%s(%s) error data = %s, want JSON", name, tc.method, got.Data)
+				case tc.want.Data != nil && (got.Message != tc.want.Message || string(got.Data) != string(tc.want.Data)):
+					t.Errorf("%s(%s) error = %q %s, want %q %s", name, tc.method, got.Message, got.Data, tc.want.Message, tc.want.Data)
 				}
 			}
 		})

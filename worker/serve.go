@@ -175,7 +175,7 @@ func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result jso
 	if err != nil {
 		return nil, rt.errorFor(req, err)
 	}
-	b, err := encodeResult(v)
+	b, err := encodeResult(v, req.Params)
 	if err != nil {
 		rt.logCall(ctx, slog.LevelError, "cannot encode a result", req, "err", err)
 		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the result: "+err.Error(), nil)
@@ -186,20 +186,33 @@ func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result jso
 	return b, nil
 }
 
-func encodeResult(v any) (json.RawMessage, error) {
+// encodeResult encodes what a handler returned for a call with params. A
+// json.RawMessage is the tool's own text, so it is checked here, where a
+// call run in the process gets its only check (over the bus the aggregator
+// checks the reply again, since workers are not trusted: PROTOCOL.md, rule
+// 1). The call's own params, handed back unchanged, are not: the ingress
+// checked them. What json.Marshal writes is JSON and is not checked again.
+func encodeResult(v any, params json.RawMessage) (json.RawMessage, error) {
 	switch v := v.(type) {
 	case nil:
 		return nullResult, nil
 	case json.RawMessage:
-		if len(v) == 0 {
+		switch {
+		case len(v) == 0:
 			return nullResult, nil
-		}
-		if !json.Valid(v) {
+		case sameBytes(v, params):
+		case !json.Valid(v):
 			return nil, errors.New("json.RawMessage result is not valid JSON")
 		}
 		return v, nil
 	}
 	return json.Marshal(v)
+}
+
+// sameBytes reports whether a and b are the same bytes in memory, not
+// only equal ones.
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
 // errorFor maps a handler's error to the error it answers with. It follows
@@ -213,7 +226,10 @@ func (rt *Runtime) errorFor(req *Request, err error) *schema.Error {
 		if e == nil {
 			return schema.NewError(schema.CodeInternal, "internal error: the tool returned a nil *schema.Error", nil)
 		}
-		return e
+		// The tool's own error: its data is checked once, here, for a
+		// call run in the process as for one over the bus. The errors
+		// the runtime makes itself hold what json.Marshal wrote.
+		return validData(e)
 	}
 	switch {
 	case errors.Is(err, context.Canceled) && rt.ctx.Err() != nil:
@@ -289,7 +305,7 @@ func (rt *Runtime) replyFree(ctx context.Context, msg *nats.Msg, req *Request, r
 	}
 	env := schema.ReplyResult(result)
 	if rpcErr != nil {
-		env = schema.ReplyError(validData(rpcErr))
+		env = schema.ReplyError(rpcErr)
 	}
 	err := bus.ReplyWith(msg, env, free)
 	if errors.Is(err, nats.ErrMaxPayload) {
@@ -302,9 +318,10 @@ func (rt *Runtime) replyFree(ctx context.Context, msg *nats.Msg, req *Request, r
 	}
 }
 
-// validData returns e, or when e's data is not valid JSON (which a receiver
-// would reject with the whole reply) a copy with data that says so; the code
-// and message still reach the caller.
+// validData returns e, or when e's data is not valid JSON (which the
+// aggregator would refuse with the whole reply, and which would break the
+// answer of a call run in the process) a copy with data that says so; the
+// code and message still reach the caller.
 func validData(e *schema.Error) *schema.Error {
 	if len(e.Data) == 0 || json.Valid(e.Data) {
 		return e
@@ -424,6 +441,8 @@ type Request struct {
 	// registered with a pattern such as "math.*".
 	Method string
 	// Params holds the raw JSON params, or nil when the call has none.
+	// The ingress checked that they are JSON; the runtime does not check
+	// them again.
 	Params json.RawMessage
 	// Caller identifies who sent the call; empty when unauthenticated.
 	Caller string
