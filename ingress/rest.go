@@ -25,6 +25,11 @@ const RequestIDHeader = "X-Request-Id"
 // maxRequestID bounds a client's request id; a longer one is replaced.
 const maxRequestID = 128
 
+// notJSON is the answer to a REST body that is not JSON.
+func notJSON() *schema.Error {
+	return schema.NewError(schema.CodeParseError, "parse error: the body is not valid JSON", nil)
+}
+
 // serveREST handles POST /v1/tools/{method}/invoke and logs one line.
 func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -71,15 +76,20 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 	switch {
 	case len(params) == 0:
 		params = nil
-	case !json.Valid(params):
-		return s.restError(w, rid, 0, schema.NewError(schema.CodeParseError, "parse error: the body is not valid JSON", nil))
 	case params[0] != '{' && params[0] != '[':
+		if !json.Valid(params) {
+			return s.restError(w, rid, 0, notJSON())
+		}
 		return s.restError(w, rid, 0, schema.NewError(schema.CodeInvalidParams,
 			"invalid params: the body must be a JSON object or array, or empty", nil))
 	}
 
 	// The call goes through the parser as a JSON-RPC request, so that the
-	// limits on nesting apply to it exactly as to POST /rpc.
+	// limits on nesting apply to it exactly as to POST /rpc, and so that
+	// the parser's check of the JSON is the only one. The params it finds
+	// are a JSON value: when they are the body, byte for byte, the body is
+	// one. A body that is not could still make the message valid JSON
+	// (`{},"method":"other"`), which the comparison refuses.
 	method, _ := json.Marshal(r.PathValue("method"))
 	id, _ := json.Marshal(rid)
 	msg := make([]byte, 0, len(params)+len(method)+len(id)+48)
@@ -91,6 +101,9 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 	}
 	msg = append(msg, '}')
 	elems, _, perr := s.parse(msg)
+	if perr != nil && !json.Valid(params) || perr == nil && (len(elems) != 1 || !bytes.Equal(elems[0].req.Params, params)) {
+		return s.restError(w, rid, 0, notJSON())
+	}
 	if perr != nil {
 		return s.restError(w, rid, 0, perr)
 	}
