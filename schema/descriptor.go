@@ -38,6 +38,11 @@ type Descriptor struct {
 	RetrySafe bool `json:"idempotent,omitempty"`
 	// Version is the tool's own version string, free-form.
 	Version string `json:"version,omitempty"`
+	// Asks reports that the tool may ask its caller a question while it
+	// runs (PROTOCOL.md rule 11, revision 9), which only a caller that can
+	// answer can take: a job, an A2A task, an MCP session with
+	// elicitation. A synchronous call of it fails when it asks.
+	Asks bool `json:"asks,omitempty"`
 }
 
 // Timeout returns TimeoutMS as a duration.

@@ -1,6 +1,7 @@
 package schema_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -83,4 +84,28 @@ func FuzzParseAnnouncement(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDescriptorAsks: "asks" (revision 9) is read from an announcement,
+// and written only when set, so that a tool that never asks announces what
+// it did before.
+func TestDescriptorAsks(t *testing.T) {
+	a, bad, err := schema.ParseAnnouncement([]byte(`{"v":1,"worker":"w","interval_ms":5,"tools":[{"name":"confirm","asks":true},{"name":"echo"}]}`))
+	if err != nil || len(bad) != 0 || len(a.Tools) != 2 {
+		t.Fatalf("ParseAnnouncement = %+v, %v, %v", a, bad, err)
+	}
+	if !a.Tools[0].Asks || a.Tools[1].Asks {
+		t.Errorf("asks = %v, %v, want true, false", a.Tools[0].Asks, a.Tools[1].Asks)
+	}
+	for _, tc := range []struct {
+		d    schema.Descriptor
+		want string
+	}{
+		{schema.Descriptor{Name: "confirm", Asks: true}, `{"name":"confirm","asks":true}`},
+		{schema.Descriptor{Name: "echo"}, `{"name":"echo"}`},
+	} {
+		if b, err := json.Marshal(tc.d); err != nil || string(b) != tc.want {
+			t.Errorf("json.Marshal(%+v) = %s, %v, want %s", tc.d, b, err, tc.want)
+		}
+	}
 }

@@ -2,7 +2,10 @@ package schema
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"math"
 	"os"
@@ -163,5 +166,70 @@ func TestMarshalProgressClamps(t *testing.T) {
 		if got := string(MarshalProgress(tc.percent, "")); got != tc.want {
 			t.Errorf("MarshalProgress(%v, \"\") = %s, want %s", tc.percent, got, tc.want)
 		}
+	}
+}
+
+// The question and the sealed answer PROTOCOL.md shows byte by byte
+// (rule 11): the key is the bytes 00 to 1f, the nonce a0 to ab, and the
+// answer subject that of the asking worker.
+var (
+	goldenAskKey      = AskKey{0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f}
+	goldenNonce       = [AskNonceBytes]byte{0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab}
+	goldenAskSubject  = "_INBOX_worker.ask.AAECAwQFBgcICQoLDA0ODw"
+	goldenQuestion    = Question{ID: "q1", Message: "proceed with deploy?", Schema: json.RawMessage(`{"type":"object","properties":{"confirmed":{"type":"boolean"}},"required":["confirmed"]}`)}
+	goldenAnswer      = Answer{ID: "q1", Action: AskAccept, Content: json.RawMessage(`{"confirmed":true}`)}
+	goldenAskKeyValue = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+)
+
+// TestGoldenQuestion checks the body of a question message against
+// testdata/question.json.
+func TestGoldenQuestion(t *testing.T) {
+	b, err := MarshalQuestion(goldenQuestion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := golden(t, "question.json", b)
+	got, err := UnmarshalQuestion(want)
+	if err != nil || !reflect.DeepEqual(got, goldenQuestion) {
+		t.Errorf("UnmarshalQuestion(%s) = %+v, %v, want %+v", want, got, err, goldenQuestion)
+	}
+}
+
+// TestGoldenAnswer checks the plaintext of an answer against
+// testdata/answer.json and its sealed body against testdata/answer.sealed,
+// opens the file, and opens it again with AES-GCM alone, as a worker in
+// another language would.
+func TestGoldenAnswer(t *testing.T) {
+	if got := goldenAskKey.String(); got != goldenAskKeyValue {
+		t.Errorf("key header value = %s, want %s", got, goldenAskKeyValue)
+	}
+	plain, err := marshalNoEscape(goldenAnswer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain = golden(t, "answer.json", plain)
+	sealed, err := sealAnswer(goldenAskKey, goldenNonce, goldenAskSubject, goldenAnswer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := golden(t, "answer.sealed", sealed)
+	got, err := OpenAnswer(goldenAskKey, goldenAskSubject, want)
+	if err != nil || !reflect.DeepEqual(got, goldenAnswer) {
+		t.Errorf("OpenAnswer(answer.sealed) = %+v, %v, want %+v", got, err, goldenAnswer)
+	}
+	block, err := aes.NewCipher(goldenAskKey[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := gcm.Open(nil, want[:12], want[12:], []byte(goldenAskSubject))
+	if err != nil || !bytes.Equal(opened, plain) {
+		t.Errorf("AES-256-GCM open of answer.sealed = %s, %v, want %s", opened, err, plain)
+	}
+	if !bytes.Equal(want[:12], goldenNonce[:]) || len(want) != 12+len(plain)+16 {
+		t.Errorf("answer.sealed is %d bytes starting % x, want the nonce, %d bytes of ciphertext and a 16-byte tag", len(want), want[:12], len(plain))
 	}
 }

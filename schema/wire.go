@@ -72,6 +72,11 @@ const (
 	ReasonNeedsWebSocket          = "needs_websocket"
 	ReasonJobFinished             = "job_finished"
 	ReasonCanceledByCaller        = "canceled_by_caller"
+	// Questions (rule 11): -32000, a tool asked a question in a call whose
+	// caller cannot answer (a synchronous call); a job whose question was
+	// not answered by its deadline.
+	ReasonCannotAsk          = "cannot_ask"
+	ReasonQuestionUnanswered = "question_unanswered"
 	// -32003: a bridged tool its remote server no longer lists.
 	ReasonToolWithdrawn = "tool_withdrawn"
 	// -32005: no credentials, or a caller not allowed the method.
