@@ -102,7 +102,10 @@ func unavailableMethod(method string) *schema.Error {
 // Absent params are not checked: JSON-RPC lets a call leave them out, and
 // the tool decides what that means. A tool whose workers disagree on the
 // schema is checked all the same: a newcomer's descriptor never switches
-// validation off (see [Registry]).
+// validation off (see [Registry]). The door the call came in by checked
+// that the params are JSON (schema/PROTOCOL.md, "Where the JSON is
+// checked"); they are decoded here for the schema alone, and only for a
+// tool that has one.
 func checkParams(t Tool, params json.RawMessage) *schema.Error {
 	if t.params == nil || len(bytes.TrimSpace(params)) == 0 {
 		return nil
