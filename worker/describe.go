@@ -16,7 +16,8 @@ import (
 
 // Describe gives the descriptor a method advertises in discovery: its
 // description, params and result schemas, timeout, whether it is
-// idempotent or job-capable, and its version. d.Name is ignored (the
+// idempotent, whether it may ask its caller a question (d.Asks, as
+// [Asks] sets it), and its version. d.Name is ignored (the
 // pattern the method is registered under is its name); schemas left empty
 // are derived from the Go types when the handler is made with [Typed].
 // d.RetrySafe also marks the method [RetrySafe]. The descriptor must pass
@@ -38,6 +39,16 @@ func Describe(d schema.Descriptor) HandleOption {
 		}
 		return nil
 	}
+}
+
+// Asks declares that the method may ask its caller a question while it
+// runs ([Ask]): its descriptor says "asks": true, so that front doors run
+// it where a question can be answered (as a job, an A2A task, an MCP call
+// of a session that can elicit) and agents know that a synchronous call
+// of it may fail for want of an answer. It is the same as Describe with
+// Asks set.
+func Asks() HandleOption {
+	return Describe(schema.Descriptor{Asks: true})
 }
 
 // Schema gives a method's params and result JSON Schemas by hand, in place
@@ -62,6 +73,7 @@ func mergeDescriptor(base, over schema.Descriptor) schema.Descriptor {
 		base.TimeoutMS = over.TimeoutMS
 	}
 	base.RetrySafe = base.RetrySafe || over.RetrySafe
+	base.Asks = base.Asks || over.Asks
 	if over.Version != "" {
 		base.Version = over.Version
 	}

@@ -45,6 +45,17 @@
 // nobody heard as the aggregator waits for silent ones (3 by default),
 // counted only while the worker's own connection is up.
 //
+// A tool may stop and ask its caller a question with [Ask] (rule 11 of
+// PROTOCOL.md): approve an action, pick an account. Only a call whose
+// caller can answer says so, with the Toolbus-Ask-Key header that a job's
+// runner sets: the question goes to the aggregator on the call's reply
+// subject, as a progress message, and the answer comes back on a subject
+// under the runtime's inbox prefix, sealed with that call's key, so that
+// another worker on the same credential can neither read nor forge it.
+// While the tool waits its heartbeats go on and it keeps its slot. Any
+// other call fails to ask at once with [ErrCannotAsk]. A tool that may ask
+// says so in its descriptor with [Asks].
+//
 // Every call, over the bus or through [Runtime.Invoke], runs inside a server
 // span that continues the caller's W3C trace ([WithTracerProvider]); the
 // handler's context holds it, and the runtime's log lines about a call carry

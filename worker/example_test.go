@@ -131,3 +131,36 @@ func ExampleRuntime() {
 	fmt.Println(string(reply.Result))
 	// Output: 5
 }
+
+// A tool asks its caller with Ask and gets the content of the answer, a
+// JSON object that fits the schema of the question. Only a job's call
+// can be asked: run any other way (here, straight from a test), Ask fails
+// at once with ErrCannotAsk, which the runtime answers with a -32000 that
+// says to run the tool as a job.
+func ExampleAsk() {
+	purge := worker.HandlerFunc(func(ctx context.Context, _ *worker.Request) (any, error) {
+		content, err := worker.Ask(ctx, worker.Question{
+			Message: "delete every file of the project?",
+			Schema:  json.RawMessage(`{"type":"object","properties":{"sure":{"type":"boolean"}},"required":["sure"]}`),
+		})
+		switch {
+		case errors.Is(err, worker.ErrDeclined):
+			return "kept everything", nil
+		case err != nil:
+			return nil, err
+		}
+		var answer struct {
+			Sure bool `json:"sure"`
+		}
+		if err := json.Unmarshal(content, &answer); err != nil {
+			return nil, err
+		}
+		if !answer.Sure {
+			return "kept everything", nil
+		}
+		return "deleted", nil
+	})
+	_, err := purge.ServeCall(context.Background(), &worker.Request{Method: "purge"})
+	fmt.Println(errors.Is(err, worker.ErrCannotAsk))
+	// Output: true
+}

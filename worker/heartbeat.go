@@ -75,7 +75,26 @@ type beat struct {
 	lastReport  time.Time
 	pending     []byte
 	reportTimer *time.Timer
+	// question, when not nil, is the question the handler waits on
+	// (rule 11): it goes again in place of a beat every questionRepeat
+	// intervals, in case it or its answer was lost; sinceQuestion counts
+	// the intervals since it last went.
+	question      *pendingQuestion
+	sinceQuestion int
 }
+
+// pendingQuestion is a question a handler waits on: the subject of its
+// answer and its body.
+type pendingQuestion struct {
+	answerSubject string
+	body          []byte
+}
+
+// questionRepeat is how many heartbeat intervals pass between two sendings
+// of a question that waits for its answer: often enough that a question
+// or an answer that NATS lost costs seconds, rarely enough that a question
+// waiting for a person an hour costs little.
+const questionRepeat = 10
 
 // ProgressInterval is the shortest time between two progress reports of
 // one call ([Progress]); a newer report replaces one held back.
@@ -124,7 +143,12 @@ func (b *beat) send(v string) { b.sendBody(v, nil) }
 
 // sendBody is [beat.send] with a body, which only a report has.
 func (b *beat) sendBody(v string, body []byte) {
-	msg := &nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}, Data: body}
+	b.sendMsg(&nats.Msg{Subject: b.reply, Header: nats.Header{schema.HeaderProgress: []string{v}}, Data: body})
+}
+
+// sendMsg publishes msg, a progress message on the reply subject,
+// probing when the call runs. b.mu must be held.
+func (b *beat) sendMsg(msg *nats.Msg) {
 	if b.token != "" {
 		if b.nc.IsConnected() {
 			if rc := b.nc.Stats().Reconnects; rc != b.reconnects {
@@ -188,13 +212,60 @@ func (b *beat) tick() {
 	if b.stopped {
 		return
 	}
-	if b.acked {
+	switch {
+	case !b.acked:
+		b.send(schema.ProgressAck)
+		b.acked = true
+	case b.question != nil:
+		if b.sinceQuestion++; b.sinceQuestion >= questionRepeat {
+			b.sendQuestionLocked()
+		} else {
+			b.send(schema.ProgressBeat)
+		}
+	default:
 		b.send(schema.ProgressBeat)
-	} else {
+	}
+	b.timer.Reset(b.interval)
+}
+
+// ask sends a question of the running call (rule 11): the progress
+// message "question" with the answer subject in
+// [schema.HeaderAskReply] and body, a [schema.Question]. The question is
+// sent again every questionRepeat intervals in place of a beat until
+// [beat.settle]. Like a report, it comes after the ack and counts as a
+// sign of life. It reports false when the call sends no more progress
+// messages (nobody listens for it any more).
+func (b *beat) ask(subject string, body []byte) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || b.timer == nil {
+		return false
+	}
+	if !b.acked {
 		b.send(schema.ProgressAck)
 		b.acked = true
 	}
+	b.question = &pendingQuestion{answerSubject: subject, body: body}
+	b.sendQuestionLocked()
 	b.timer.Reset(b.interval)
+	return true
+}
+
+// sendQuestionLocked sends b.question. b.mu must be held.
+func (b *beat) sendQuestionLocked() {
+	b.sinceQuestion = 0
+	b.sendMsg(&nats.Msg{Subject: b.reply, Data: b.question.body, Header: nats.Header{
+		schema.HeaderProgress: []string{schema.ProgressQuestion},
+		schema.HeaderAskReply: []string{b.question.answerSubject},
+	}})
+}
+
+// settle ends the sending of the question: it has its answer, or the
+// handler stopped waiting.
+func (b *beat) settle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.question = nil
 }
 
 // report sends a progress report of the running call, or holds it back

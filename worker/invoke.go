@@ -70,6 +70,8 @@ func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(p
 	if dl, ok := ctx.Deadline(); ok {
 		req.Deadline = dl
 	}
+	// A tool run from another's handler must not ask that call's caller.
+	ctx = context.WithValue(ctx, askerKey{}, (*asker)(nil))
 	if progress != nil {
 		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(progress))
 	}
@@ -157,6 +159,7 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	// select below watches that).
 	hctx, cancel := context.WithCancel(invokeTrace(ctx, call.TraceParent))
 	defer cancel()
+	hctx = context.WithValue(hctx, askerKey{}, (*asker)(nil))
 	var reports chan schema.JobProgress
 	if call.Progress != nil {
 		reports = make(chan schema.JobProgress, 1)

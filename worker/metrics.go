@@ -27,6 +27,10 @@ import (
 //	toolbus_worker_refused_total{method,reason}    counter: calls whose handler never ran
 //	toolbus_worker_orphaned_total{method}          counter: calls canceled because nobody
 //	                                               listened for their answer any more
+//	toolbus_worker_answers_dropped_total{method}   counter: messages on the answer subject
+//	                                               of a question ([Ask]) that were not its
+//	                                               answer: sealed with another key (a forgery)
+//	                                               or naming another question
 //
 // The reasons of a refusal are "invalid" (the message could not be
 // decoded), "shutdown" (the runtime is stopping), "late" (past its deadline
@@ -82,6 +86,7 @@ type metrics struct {
 	inFlight *prometheus.GaugeVec
 	refused  *prometheus.CounterVec
 	orphaned *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
 	// codes bounds the code label: a tool may answer any code.
 	codes *callstats.Codes
 }
@@ -123,8 +128,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	dropped, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolbus_worker_answers_dropped_total",
+		Help: "Messages on the answer subject of a question that were not its answer (sealed with another key, or naming another question), by the pattern it was registered under.",
+	}, []string{"method"}))
+	if err != nil {
+		return nil, err
+	}
 	return &metrics{calls: calls, duration: duration, inFlight: inFlight, refused: refused, orphaned: orphaned,
-		codes: &callstats.Codes{}}, nil
+		dropped: dropped, codes: &callstats.Codes{}}, nil
 }
 
 // register registers c with reg, or returns the collector of the same
@@ -155,6 +167,7 @@ type routeMetrics struct {
 	inFlight prometheus.Gauge
 	refused  [numRefusals]prometheus.Counter
 	orphaned prometheus.Counter
+	dropped  prometheus.Counter
 }
 
 // forRoute returns the series of pattern, made now so that they are
@@ -170,6 +183,7 @@ func (m *metrics) forRoute(pattern string) *routeMetrics {
 		duration: m.duration.With(labels),
 		inFlight: m.inFlight.With(labels),
 		orphaned: m.orphaned.With(labels),
+		dropped:  m.dropped.With(labels),
 	}
 	rm.ok = rm.calls.WithLabelValues("ok")
 	for i, reason := range refusalReasons {
@@ -206,6 +220,12 @@ func (rm *routeMetrics) refuse(why refusal) {
 func (rm *routeMetrics) orphan() {
 	if rm != nil {
 		rm.orphaned.Inc()
+	}
+}
+
+func (rm *routeMetrics) dropAnswer() {
+	if rm != nil {
+		rm.dropped.Inc()
 	}
 }
 

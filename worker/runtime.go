@@ -22,8 +22,8 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Errors of registering, starting and stopping a [Runtime], and why
-// [Runtime.Ready] says it is not ready.
+// Errors of registering, starting and stopping a [Runtime], why
+// [Runtime.Ready] says it is not ready, and of asking a question ([Ask]).
 var (
 	// ErrClosed means the runtime has been shut down.
 	ErrClosed = errors.New("worker: runtime is shut down")
@@ -40,6 +40,17 @@ var (
 	// ErrDuplicate means a pattern overlaps one registered before, so that
 	// some calls would reach both handlers.
 	ErrDuplicate = errors.New("worker: method already registered")
+	// ErrCannotAsk means the call's caller cannot answer a question: a
+	// synchronous call, a notification, a call run by [Runtime.Invoke] or
+	// [Runtime.TryInvoke]. Only a job's call can be asked; returned from
+	// a handler, it is answered -32000 with data.reason "cannot_ask".
+	ErrCannotAsk = errors.New("worker: the caller of this call cannot answer a question: only a job's call can be asked (rpc.jobs.submit)")
+	// ErrDeclined means the caller declined the question.
+	ErrDeclined = errors.New("worker: the caller declined the question")
+	// ErrAskCanceled means the question was dismissed without a choice:
+	// the caller went away, or the aggregator could not put it. Returned
+	// from a handler, it is answered -32004.
+	ErrAskCanceled = errors.New("worker: the question was canceled without an answer")
 )
 
 // Runtime serves the tools of one process over NATS. Make one with [New],
@@ -99,6 +110,10 @@ type Runtime struct {
 
 	// ads advertises the tools in discovery; nil when it is off.
 	ads *advertiser
+
+	// askInbox is the inbox prefix the answers to questions come under
+	// (rule 11), or "" when no aggregator would answer there.
+	askInbox string
 }
 
 // route is one registered pattern and its subscription.
@@ -155,19 +170,20 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	id := nuid.Next()
 	rt := &Runtime{
-		nc:      nc,
-		cfg:     cfg,
-		log:     cfg.logger.With("component", "worker"),
-		tracer:  newTracer(cfg.tracerProvider),
-		metrics: m,
-		stats:   callstats.New(),
-		id:      id,
-		direct:  cfg.subjects.Direct(id),
-		host:    host,
-		ctx:     ctx,
-		cancel:  cancel,
-		idle:    make(chan struct{}),
-		probes:  newProbes(nc),
+		nc:       nc,
+		cfg:      cfg,
+		log:      cfg.logger.With("component", "worker"),
+		tracer:   newTracer(cfg.tracerProvider),
+		metrics:  m,
+		stats:    callstats.New(),
+		id:       id,
+		direct:   cfg.subjects.Direct(id),
+		host:     host,
+		ctx:      ctx,
+		cancel:   cancel,
+		idle:     make(chan struct{}),
+		probes:   newProbes(nc),
+		askInbox: askInbox(nc),
 	}
 	if cfg.announce > 0 {
 		rt.ads = newAdvertiser(rt)

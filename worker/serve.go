@@ -95,6 +95,9 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 	if hb.asked() {
 		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
 	}
+	if a := rt.askerFor(ctx, r, msg, req, hb); a != nil {
+		ctx = context.WithValue(ctx, askerKey{}, a)
+	}
 	// ctx is final before the probes may read it on their goroutine.
 	hb.start(func() {
 		rt.logCall(ctx, slog.LevelWarn, "canceled a call nobody listens for any more", req,
@@ -219,7 +222,9 @@ func sameBytes(a, b []byte) bool {
 // [schema.ErrorFrom] except that an error without a code of its own is a
 // tool error, not an internal one, and that a cancellation caused by the
 // runtime stopping is reported as retryable unavailability: the tool did not
-// fail, its worker went away.
+// fail, its worker went away. A question the call could not ask
+// ([ErrCannotAsk]) is a tool error that says to run the tool as a job, and
+// a question its caller dismissed ([ErrAskCanceled]) a cancellation.
 func (rt *Runtime) errorFor(req *Request, err error) *schema.Error {
 	var e *schema.Error
 	if errors.As(err, &e) {
@@ -239,6 +244,13 @@ func (rt *Runtime) errorFor(req *Request, err error) *schema.Error {
 			map[string]any{"retryable": true, "method": req.Method, "reason": schema.ReasonDeadlineInWorker})
 	case errors.Is(err, context.Canceled):
 		return schema.ErrorFrom(err)
+	case errors.Is(err, ErrCannotAsk):
+		return schema.NewError(schema.CodeToolError,
+			"tool error: "+req.Method+" asks its caller a question, which a synchronous call cannot answer: run it as a job (rpc.jobs.submit)",
+			map[string]any{"method": req.Method, "reason": schema.ReasonCannotAsk})
+	case errors.Is(err, ErrAskCanceled):
+		return schema.NewError(schema.CodeCanceled, "canceled: the caller dismissed the question "+req.Method+" asked",
+			map[string]any{"method": req.Method})
 	}
 	return schema.NewError(schema.CodeToolError, "tool error: "+err.Error(), nil)
 }
@@ -277,7 +289,7 @@ func (rt *Runtime) readRequest(msg *nats.Msg, method string) (*Request, *schema.
 		Method:   method,
 		Caller:   env.Caller,
 		Deadline: deadline,
-		Header:   msg.Header,
+		Header:   withoutAskKey(msg.Header),
 	}
 	if len(env.ID) > 0 {
 		req.ID = env.ID
