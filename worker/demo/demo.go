@@ -17,6 +17,9 @@ const (
 	// MaxRounds is the most sha256 rounds accepted; more are invalid params
 	// naming the limit "max_rounds".
 	MaxRounds = 10_000_000
+	// MaxActionBytes is the longest action confirm asks about; a longer
+	// one is invalid params.
+	MaxActionBytes = 1024
 	// DefaultFetchMaxBytes is how much of a page fetch_page reads unless
 	// [WithFetchMaxBytes] says otherwise.
 	DefaultFetchMaxBytes = 1 << 20
@@ -101,10 +104,11 @@ func Register(rt *worker.Runtime, opts ...Option) error {
 	// The toolset's own client shares no connections with the rest of
 	// the process; it follows redirects, each checked as it connects.
 	f := &fetcher{client: guard.Client(), maxBytes: cfg.fetchMaxBytes, timeout: cfg.fetchTimeout}
-	// Every tool but sleep and the specification's update and
+	// Every tool but sleep, confirm and the specification's update and
 	// notifications is a pure function of its params (fetch_page makes
 	// a GET, which HTTP defines as safe to repeat), so it is marked
-	// retry-safe. sleep stands for a long job with effects, and the
+	// retry-safe. sleep stands for a long job with effects, confirm for
+	// a question a person answers, which is not put twice, and the
 	// others for tools with effects, as their names say: a job of one
 	// of them that a lost worker interrupted fails rather than running
 	// twice.
@@ -117,6 +121,9 @@ func Register(rt *worker.Runtime, opts ...Option) error {
 			Description: "Answers its params exactly as they came, or null without params.", RetrySafe: true}},
 		{"sleep", worker.Typed(sleep), schema.Descriptor{
 			Description: "Waits ms milliseconds (at most 10 minutes) and answers slept_ms, reporting progress when run as a job."}},
+		{"confirm", worker.Typed(confirm), schema.Descriptor{
+			Description: "Asks its caller to confirm action and answers whether they did; run it as a job (rpc.jobs.submit), since only a job can be asked.",
+			Asks:        true}},
 		{"fail", worker.Typed(fail), schema.Descriptor{
 			Description: "Fails with the error its params describe: code (default -32000), message and data.", RetrySafe: true}},
 		{"sha256", worker.Typed(hashRounds), schema.Descriptor{

@@ -430,7 +430,7 @@ func TestRegister(t *testing.T) {
 		if err := demo.Register(rt); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"echo", "fail", "fetch_page", "get_data", "notify_hello", "notify_sum", "sha256", "sleep", "subtract", "sum", "update"}
+		want := []string{"confirm", "echo", "fail", "fetch_page", "get_data", "notify_hello", "notify_sum", "sha256", "sleep", "subtract", "sum", "update"}
 		if got := rt.Methods(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("Methods() = %v, want %v", got, want)
 		}
@@ -461,7 +461,7 @@ func TestDescriptors(t *testing.T) {
 	if err := demo.Register(rt, demo.WithFetchTimeout(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	notRetrySafe := map[string]bool{"sleep": true, "update": true, "notify_hello": true, "notify_sum": true}
+	notRetrySafe := map[string]bool{"sleep": true, "confirm": true, "update": true, "notify_hello": true, "notify_sum": true}
 	for _, d := range rt.Descriptors() {
 		t.Run(d.Name, func(t *testing.T) {
 			if d.Description == "" || strings.Contains(d.Description, "\n") {
@@ -480,6 +480,115 @@ func TestDescriptors(t *testing.T) {
 			if d.Timeout() != want {
 				t.Errorf("Timeout() = %v, want %v", d.Timeout(), want)
 			}
+		})
+	}
+}
+
+// askedCall sends a call of confirm as a job's runner does, with a
+// heartbeat and an ask key, answers its question with answer (its id
+// filled in), and returns the question and the reply.
+func askedCall(t *testing.T, nc *nats.Conn, params string, answer schema.Answer) (schema.Question, *schema.ReplyEnvelope) {
+	t.Helper()
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := subjects.Call("confirm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: []byte(`"job-1"`), Method: "confirm", Params: []byte(params)}, time.Now().Add(time.Minute), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schema.NewAskKey()
+	msg.Header.Set(schema.HeaderHeartbeat, "50")
+	msg.Header.Set(schema.HeaderAskKey, key.String())
+	msg.Reply = nc.NewInbox()
+	sub, err := nc.SubscribeSync(msg.Reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	var q schema.Question
+	for {
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("confirm %s: %v", params, err)
+		}
+		switch m.Header.Get(schema.HeaderProgress) {
+		case schema.ProgressQuestion:
+			if q.ID != "" {
+				continue // asked again while the answer travels
+			}
+			if q, err = schema.UnmarshalQuestion(m.Data); err != nil {
+				t.Fatal(err)
+			}
+			answer.ID = q.ID
+			reply := m.Header.Get(schema.HeaderAskReply)
+			body, err := schema.SealAnswer(key, reply, answer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Publish(reply, body); err != nil {
+				t.Fatal(err)
+			}
+		case "":
+			r, err := bus.ReadReply(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return q, r
+		}
+	}
+}
+
+func TestConfirm(t *testing.T) {
+	nc := startDemo(t)
+	question := `{"type":"object","properties":{"confirmed":{"type":"boolean"}},"required":["confirmed"]}`
+	for _, tc := range []struct {
+		name   string
+		answer schema.Answer
+		want   string
+		code   int
+	}{
+		{name: "confirmed", answer: schema.Answer{Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":true}`)},
+			want: `{"action":"deploy","confirmed":true}`},
+		{name: "not confirmed", answer: schema.Answer{Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":false}`)},
+			want: `{"action":"deploy","confirmed":false}`},
+		{name: "declined", answer: schema.Answer{Action: schema.AskDecline},
+			want: `{"action":"deploy","confirmed":false,"declined":true}`},
+		{name: "dismissed", answer: schema.Answer{Action: schema.AskCancel}, code: schema.CodeCanceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, r := askedCall(t, nc, `{"action":"deploy"}`, tc.answer)
+			if q.Message != "proceed with deploy?" || string(q.Schema) != question {
+				t.Errorf("question %q %s, want %q %s", q.Message, q.Schema, "proceed with deploy?", question)
+			}
+			check(t, r, tc.want, tc.code, "")
+		})
+	}
+}
+
+// TestConfirmSynchronous: a call that cannot be asked fails at once,
+// saying to run the tool as a job.
+func TestConfirmSynchronous(t *testing.T) {
+	nc := startDemo(t)
+	r := call(t, nc, "confirm", `{"action":"deploy"}`, time.Minute)
+	e := r.Err()
+	if e == nil || e.Code != schema.CodeToolError || e.Reason() != schema.ReasonCannotAsk || !strings.Contains(e.Message, schema.MethodJobsSubmit) {
+		t.Fatalf("confirm = %s %v, want -32000 %s naming %s", r.Result, e, schema.ReasonCannotAsk, schema.MethodJobsSubmit)
+	}
+	for _, tc := range []struct{ name, params string }{
+		{"no action", `{}`},
+		{"an empty action", `{"action":""}`},
+		{"an action too long", `{"action":"` + strings.Repeat("a", demo.MaxActionBytes+1) + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check(t, call(t, nc, "confirm", tc.params, time.Minute), "", schema.CodeInvalidParams, "/action")
 		})
 	}
 }

@@ -7,6 +7,11 @@
 //	echo          the params, byte for byte
 //	sleep         {"ms": N} → {"slept_ms": N}, ending early with the call's context
 //	              and reporting progress in tenths when it runs as a job
+//	confirm       {"action"} → {"action", "confirmed"}, asking its caller "proceed with
+//	              <action>?"; a declined question → {"action", "confirmed": false,
+//	              "declined": true}; it asks (its descriptor says "asks": true), so
+//	              it runs as a job: a synchronous call fails at once with -32000
+//	              "cannot_ask", saying to submit it with rpc.jobs.submit
 //	fail          {"code", "message", "data"}, each optional → exactly that error
 //	sha256        {"data", "rounds"}, rounds optional (1) → {"digest", "rounds"},
 //	              hashing rounds times

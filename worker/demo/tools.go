@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -112,4 +113,47 @@ func hashRounds(ctx context.Context, p sha256Params) (sha256Result, error) {
 		sum = sha256.Sum256(sum[:])
 	}
 	return sha256Result{Digest: hex.EncodeToString(sum[:]), Rounds: p.Rounds}, nil
+}
+
+// confirmParams require action, what the caller is asked to confirm.
+type confirmParams struct {
+	Action string `json:"action"`
+}
+
+// confirmResult says what the caller answered; Declined is set when the
+// caller declined the question itself.
+type confirmResult struct {
+	Action    string `json:"action"`
+	Confirmed bool   `json:"confirmed"`
+	Declined  bool   `json:"declined,omitempty"`
+}
+
+// confirmSchema is the schema of confirm's question.
+var confirmSchema = json.RawMessage(`{"type":"object","properties":{"confirmed":{"type":"boolean"}},"required":["confirmed"]}`)
+
+// confirm asks its caller whether to proceed with p.Action. Asked in a
+// call that cannot be asked (a synchronous one), it fails at once: the
+// runtime answers [worker.ErrCannotAsk] -32000 with data.reason
+// "cannot_ask" and a message that says to submit it as a job.
+func confirm(ctx context.Context, p confirmParams) (confirmResult, error) {
+	switch {
+	case p.Action == "":
+		return confirmResult{}, worker.InvalidParams("/action", "must say what to confirm")
+	case len(p.Action) > MaxActionBytes:
+		return confirmResult{}, worker.InvalidParams("/action", fmt.Sprintf("must be at most %d bytes", MaxActionBytes))
+	}
+	content, err := worker.Ask(ctx, worker.Question{Message: "proceed with " + p.Action + "?", Schema: confirmSchema})
+	switch {
+	case errors.Is(err, worker.ErrDeclined):
+		return confirmResult{Action: p.Action, Declined: true}, nil
+	case err != nil:
+		return confirmResult{}, err
+	}
+	var answer struct {
+		Confirmed bool `json:"confirmed"`
+	}
+	if err := json.Unmarshal(content, &answer); err != nil {
+		return confirmResult{}, fmt.Errorf("read the answer: %w", err)
+	}
+	return confirmResult{Action: p.Action, Confirmed: answer.Confirmed}, nil
 }
