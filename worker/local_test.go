@@ -213,12 +213,17 @@ func TestTryInvokeAnswersAsInvoke(t *testing.T) {
 // TestLocalAnswersAreJSON checks that what a tool returns that is not JSON
 // never reaches the caller of a call run in the process, where no
 // aggregator checks the answer after the runtime: a raw result is refused
-// with -32603, and error data is replaced by data that says so, the code
-// and message kept, as over the bus.
+// with -32603, even when the handler put it in place of the params, and
+// error data is replaced by data that says so, the code and message kept,
+// as over the bus.
 func TestLocalAnswersAreJSON(t *testing.T) {
 	c := newCluster(t, bus.EmbeddedConfig{})
 	handlers := map[string]worker.HandlerFunc{
 		"raw": func(context.Context, *worker.Request) (any, error) { return json.RawMessage(`{"a":`), nil },
+		"replaced": func(_ context.Context, req *worker.Request) (any, error) {
+			req.Params = json.RawMessage(`{"a":`)
+			return req.Params, nil
+		},
 		"data": func(context.Context, *worker.Request) (any, error) {
 			return nil, fmt.Errorf("charge: %w", &schema.Error{Code: 2002, Message: "bad", Data: json.RawMessage(`{"a":`)})
 		},
@@ -235,6 +240,7 @@ func TestLocalAnswersAreJSON(t *testing.T) {
 		want         *schema.Error // compared by code, and by message and data when it has data
 	}{
 		{name: "raw result", method: "raw", want: schema.ErrInternal},
+		{name: "params the handler replaced", method: "replaced", want: schema.ErrInternal},
 		{name: "error data", method: "data", want: badData},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

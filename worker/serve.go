@@ -174,11 +174,14 @@ func (rt *Runtime) run(ctx context.Context, h Handler, req *Request) (result jso
 			result, rpcErr = nil, schema.NewError(schema.CodeInternal, "internal error: the tool panicked", nil)
 		}
 	}()
+	// The params as the call brought them: a handler that replaces
+	// req.Params cannot pass its own bytes off as them.
+	params := req.Params
 	v, err := h.ServeCall(ctx, req)
 	if err != nil {
 		return nil, rt.errorFor(req, err)
 	}
-	b, err := encodeResult(v, req.Params)
+	b, err := encodeResult(v, params)
 	if err != nil {
 		rt.logCall(ctx, slog.LevelError, "cannot encode a result", req, "err", err)
 		return nil, schema.NewError(schema.CodeInternal, "internal error: cannot encode the result: "+err.Error(), nil)
