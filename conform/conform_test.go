@@ -108,6 +108,24 @@ func TestGoWorkerAnnounces(t *testing.T) {
 	}
 }
 
+// TestGoWorkerAsks runs rule 11 against toolbus's own worker runtime,
+// whose conform.ask asks with worker.Ask.
+func TestGoWorkerAsks(t *testing.T) {
+	rep, _ := runKitOn(t, []string{"ask"}, goWorkerEnv+"=1")
+	if res, ok := rep.Result("ask"); !ok || res.Status != conform.Pass {
+		t.Errorf("rule ask: %v %+v (ran: %v), want PASS", res.Status, res, ok)
+	}
+}
+
+// TestAskSkippedWithoutAsks: a worker that declares asks on no tool skips
+// rule 11, which is optional.
+func TestAskSkippedWithoutAsks(t *testing.T) {
+	rep, _ := runKit(t, []string{"ask"}, noAsks)
+	if res, ok := rep.Result("ask"); !ok || res.Status != conform.Skip {
+		t.Errorf("rule ask: %v %+v (ran: %v), want SKIP", res.Status, res, ok)
+	}
+}
+
 func TestBrokenWorkersFail(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -124,6 +142,8 @@ func TestBrokenWorkersFail(t *testing.T) {
 		{"leaves without saying so", noLeaving, "drain"},
 		{"announces on the shared subject of older workers", sharedAnnounce, "announce"},
 		{"announces every tool on one method's subject", allOnOne, "announce"},
+		{"takes an answer that is not sealed", plainAnswers, "ask"},
+		{"asks in a call that cannot be asked", askUnasked, "ask"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, out := runKit(t, []string{tc.rule}, tc.fault)

@@ -41,6 +41,11 @@
 //	conform.panic     crashes its handler (an uncaught exception, a panic)
 //	conform.progress  reports progress once (percent 50, message "halfway") when the
 //	                  call asks for progress messages, then answers {"done": true}
+//	conform.ask       only for a worker that follows rule 11, announced with "asks":
+//	                  true: in a call with Toolbus-Ask-Key and Toolbus-Heartbeat, asks
+//	                  one question, "conform asks", for {"word": string}, then answers
+//	                  {"action": <the answer's action>, "content": <its content or null>};
+//	                  in any other call, an error at once and no question
 //
 // The kit compares JSON values, not bytes: a worker may decode and encode
 // them again, as long as numbers keep every digit.
@@ -80,5 +85,9 @@
 //	orphan        rule 9   a call nobody listens for any more is canceled
 //	progress      rule 8   progress reports (Toolbus-Progress: report) are well formed and come before the reply
 //	announce      §9       each method announced on its own subject (revision 8), validly; the toolset listed; repeated every interval; a ping answered
+//	ask           rule 11  skipped unless a tool declares "asks"; then conform.ask's question comes after the ack,
+//	                       forged answers (unsealed, another key, another subject, another question) are
+//	                       not taken and the sealed one is, a decline comes through, and a call without
+//	                       the key (or without heartbeats) fails at once without a question
 //	drain         rule 6   on SIGTERM: a leaving announcement of each method, no new calls, held calls answered, exit
 package conform

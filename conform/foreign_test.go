@@ -3,14 +3,19 @@ package conform_test
 // This file is a worker written from schema/PROTOCOL.md alone, with nats.go
 // and msgpack and nothing of toolbus: a stand-in for a worker in another
 // language. It serves the conformance toolset of package conform, speaks
-// rules 1 to 8 (with progress reports) and discovery, and leaves rule 9
-// (orphans) and the held-back ack of revision 7 (Toolbus-Ack-Delay) out,
-// as the document allows. Its faults turn it into the broken workers the
-// kit must catch.
+// rules 1 to 8 (with progress reports), 11 (questions, with AES-GCM of
+// the standard library) and discovery, and leaves rule 9 (orphans), the
+// held-back ack of revision 7 (Toolbus-Ack-Delay) and the sending again
+// of a question that waits out, as the document allows. Its faults turn
+// it into the broken workers the kit must catch.
 
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +57,15 @@ const (
 	// allOnOne: the whole toolset is announced in one message on
 	// conform.echo's subject.
 	allOnOne fault = "all-on-one"
+	// plainAnswers: a message on an answer subject that does not open
+	// with the call's key is read as a plain JSON answer.
+	plainAnswers fault = "plain-answers"
+	// askUnasked: conform.ask asks also in a call without
+	// Toolbus-Ask-Key.
+	askUnasked fault = "ask-unasked"
+	// noAsks: no tool is announced with "asks", as by a worker that does
+	// not follow rule 11 (not a fault: the rule is optional).
+	noAsks fault = "no-asks"
 )
 
 // foreign is the worker.
@@ -133,8 +147,12 @@ func (w *foreign) announceLoop() {
 // subject, with the method's descriptor alone (revision 8).
 func (w *foreign) announce(leaving bool) {
 	var tools []map[string]any
-	for _, name := range []string{"conform.echo", "conform.sleep", "conform.serial", "conform.fail", "conform.panic", "conform.progress"} {
-		tools = append(tools, map[string]any{"name": name, "description": "conformance toolset"})
+	for _, name := range []string{"conform.echo", "conform.sleep", "conform.serial", "conform.fail", "conform.panic", "conform.progress", "conform.ask"} {
+		tool := map[string]any{"name": name, "description": "conformance toolset"}
+		if name == "conform.ask" && !w.faults[noAsks] {
+			tool["asks"] = true
+		}
+		tools = append(tools, tool)
 	}
 	message := func(tools []map[string]any) []byte {
 		b, _ := json.Marshal(map[string]any{"v": 1, "worker": w.id, "interval_ms": foreignInterval.Milliseconds(), "leaving": leaving, "tools": tools})
@@ -325,12 +343,19 @@ func (w *foreign) receive(m *nats.Msg) {
 			}
 			stopBeats = w.beat(m, beats)
 		}
+		// A call may be asked when it carries a key of 32 bytes and a
+		// heartbeat (rule 11).
+		var ask func(message, schema string) (answer, error)
+		key, err := base64.RawURLEncoding.DecodeString(m.Header.Get("Toolbus-Ask-Key"))
+		if beats > 0 && err == nil && len(key) == 32 || w.faults[askUnasked] && m.Reply != "" {
+			ask = func(message, schema string) (answer, error) { return w.ask(ctx, m, key, message, schema) }
+		}
 		reply := w.run(ctx, env, func(percent float64, message string) {
 			if beats > 0 && !held {
 				b, _ := json.Marshal(map[string]any{"percent": percent, "message": message})
 				w.progress(m, "report", b)
 			}
-		})
+		}, ask)
 		if stopBeats != nil {
 			stopBeats()
 		}
@@ -358,8 +383,80 @@ func (w *foreign) beat(m *nats.Msg, interval time.Duration) func() {
 	return func() { close(quit); <-done }
 }
 
-// run runs the tool of env, turning a crash into -32603.
-func (w *foreign) run(ctx context.Context, env envelope, report func(float64, string)) (reply replyEnvelope) {
+// answer is the plaintext of a sealed answer (rule 11).
+type answer struct {
+	ID      string          `json:"id"`
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content,omitempty"`
+}
+
+// ask puts a question on the call m's reply subject and waits for the
+// answer sealed with key on an answer subject under the connection's
+// inbox prefix, or for ctx's end.
+func (w *foreign) ask(ctx context.Context, m *nats.Msg, key []byte, message, schema string) (answer, error) {
+	var raw [16]byte
+	rand.Read(raw[:])
+	token := base64.RawURLEncoding.EncodeToString(raw[:])
+	id, subject := "q"+token[:8], "_INBOX.ask."+token
+	answers := make(chan answer, 1)
+	sub, err := w.nc.Subscribe(subject, func(a *nats.Msg) {
+		var got answer
+		plain, err := openAnswer(key, subject, a.Data)
+		switch {
+		case err == nil:
+			if json.Unmarshal(plain, &got) != nil {
+				return
+			}
+		case w.faults[plainAnswers]:
+			if json.Unmarshal(a.Data, &got) != nil {
+				return
+			}
+		default:
+			return
+		}
+		if got.ID != id {
+			return
+		}
+		select {
+		case answers <- got:
+		default:
+		}
+	})
+	if err != nil {
+		return answer{}, err
+	}
+	defer sub.Unsubscribe()
+	body, _ := json.Marshal(map[string]any{"id": id, "message": message, "schema": json.RawMessage(schema)})
+	_ = w.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: body,
+		Header: nats.Header{"Toolbus-Progress": {"question"}, "Toolbus-Ask-Reply": {subject}}})
+	select {
+	case a := <-answers:
+		return a, nil
+	case <-ctx.Done():
+		return answer{}, ctx.Err()
+	}
+}
+
+// openAnswer opens a sealed answer: a 12-byte nonce, then AES-256-GCM's
+// ciphertext and tag, with the answer subject as additional data.
+func openAnswer(key []byte, subject string, body []byte) ([]byte, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) < 12 {
+		return nil, errors.New("too short")
+	}
+	return gcm.Open(nil, body[:12], body[12:], []byte(subject))
+}
+
+// run runs the tool of env, turning a crash into -32603. ask, nil when
+// the call cannot be asked, asks its caller a question.
+func (w *foreign) run(ctx context.Context, env envelope, report func(float64, string), ask func(message, schema string) (answer, error)) (reply replyEnvelope) {
 	defer func() {
 		if p := recover(); p != nil {
 			if w.faults[crashSucceeds] {
@@ -418,6 +515,15 @@ func (w *foreign) run(ctx context.Context, env envelope, report func(float64, st
 	case "conform.progress":
 		report(50, "halfway")
 		return result(map[string]bool{"done": true})
+	case "conform.ask":
+		if ask == nil {
+			return replyEnvelope{Error: &replyError{Code: -32000, Message: "tool error: conform.ask asks its caller, which only a job's call can answer"}}
+		}
+		a, err := ask("conform asks", `{"type":"object","properties":{"word":{"type":"string"}},"required":["word"]}`)
+		if err != nil {
+			return replyEnvelope{Error: &replyError{Code: -32001, Message: "timed out waiting for the answer"}}
+		}
+		return result(map[string]any{"action": a.Action, "content": orNull(a.Content)})
 	}
 	return replyEnvelope{Error: &replyError{Code: -32601, Message: "method not found: " + env.method}}
 }

@@ -148,6 +148,8 @@ type call struct {
 	misses    int
 	ackDelay  time.Duration
 	callID    string
+	// askKey sets Toolbus-Ask-Key (rule 11) when not empty.
+	askKey string
 	// nameFree sets Toolbus-Name-Free (rule 10); subject, when set, is
 	// the subject published on in place of the method's.
 	nameFree bool
@@ -188,6 +190,9 @@ func (c call) String() string {
 	}
 	if c.callID != "" {
 		parts = append(parts, "Toolbus-Call-Id "+c.callID)
+	}
+	if c.askKey != "" {
+		parts = append(parts, "Toolbus-Ask-Key "+c.askKey)
 	}
 	if c.payload != nil {
 		parts = append(parts, fmt.Sprintf("payload % x", truncate(c.payload, 48)))
@@ -252,6 +257,9 @@ func (s *session) send(c call) (*exchange, error) {
 	}
 	if c.callID != "" {
 		msg.Header.Set(schema.HeaderCallID, c.callID)
+	}
+	if c.askKey != "" {
+		msg.Header.Set(schema.HeaderAskKey, c.askKey)
 	}
 	switch {
 	case c.reply != "":

@@ -3,6 +3,7 @@ package conformtools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
@@ -25,6 +26,7 @@ func Register(rt *worker.Runtime) error {
 		{"conform.fail", worker.HandlerFunc(fail), nil},
 		{"conform.panic", worker.HandlerFunc(crash), nil},
 		{"conform.progress", worker.HandlerFunc(progress), nil},
+		{"conform.ask", worker.HandlerFunc(ask), []worker.HandleOption{worker.Asks()}},
 	}
 	for _, t := range tools {
 		opts := append([]worker.HandleOption{worker.Describe(schema.Descriptor{
@@ -87,4 +89,29 @@ func crash(context.Context, *worker.Request) (any, error) {
 func progress(ctx context.Context, _ *worker.Request) (any, error) {
 	worker.Progress(ctx, 50, "halfway")
 	return map[string]bool{"done": true}, nil
+}
+
+// askSchema is the schema of conform.ask's question.
+var askSchema = json.RawMessage(`{"type":"object","properties":{"word":{"type":"string"}},"required":["word"]}`)
+
+// askResult is what conform.ask answers: the action of the answer, and its
+// content (null unless accepted).
+type askResult struct {
+	Action  schema.AskAction `json:"action"`
+	Content json.RawMessage  `json:"content"`
+}
+
+// ask asks its caller "conform asks" and answers what came back. In a
+// call that cannot be asked, it fails at once with worker.ErrCannotAsk.
+func ask(ctx context.Context, _ *worker.Request) (any, error) {
+	content, err := worker.Ask(ctx, worker.Question{Message: "conform asks", Schema: askSchema})
+	switch {
+	case errors.Is(err, worker.ErrDeclined):
+		return askResult{Action: schema.AskDecline}, nil
+	case errors.Is(err, worker.ErrAskCanceled):
+		return askResult{Action: schema.AskCancel}, nil
+	case err != nil:
+		return nil, err
+	}
+	return askResult{Action: schema.AskAccept, Content: content}, nil
 }

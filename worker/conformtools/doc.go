@@ -13,4 +13,7 @@
 //	conform.fail      → error 2001 with data {"conform": "fail"}
 //	conform.panic     a crash of the handler
 //	conform.progress  reports 50% "halfway", then → {"done": true}
+//	conform.ask       asks "conform asks" for {"word": string}, then → {"action",
+//	                  "content"} of the answer; it declares "asks", and a call that
+//	                  cannot be asked fails at once
 package conformtools
