@@ -31,8 +31,9 @@ import (
 // merges: the aggregator spreads a call over five files in the process
 // (dispatch.go, breaker.go, caps.go, aggregator.go, timers.go) and eight
 // over the bus (those, answers.go, freeslots.go, strays.go), bus/token.go
-// holds only ReplyToken, and the ingress's metrics label reaches
-// discovery/known.go through Registry.Known.
+// holds only ReplyToken, the ingress's metrics label reaches
+// discovery/known.go through Registry.Known, and the worker asks
+// worker/ask.go about every call from the bus, with a question key or not.
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
@@ -41,7 +42,7 @@ const (
 	// call of a split deployment is (`toolbus dev --local-calls=false`):
 	// the bus adds the message, the envelope, the reply's reading and the
 	// worker's liveness, and leaves out the local handoff.
-	maxBusCallFiles = 28
+	maxBusCallFiles = 29
 )
 
 // callPathCalls is how many echo calls the measured process answers more
