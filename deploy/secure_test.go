@@ -469,6 +469,7 @@ func TestSecureRefusals(t *testing.T) {
 		{"worker", worker, c.workerErrs, "answer an ingress's status requests", sub("$SRV.INFO.toolbus-ingress", "")},
 		{"worker", worker, c.workerErrs, "announce on the shared subject of workers before revision 8", pub("toolbus.discovery.announce")},
 		{"worker", worker, c.workerErrs, "hear the other workers' announcements", sub("toolbus.discovery.announce.>", "")},
+		{"worker", worker, c.workerErrs, "answer a question another worker's tool asked", pub(bus.WorkerInboxPrefix + ".ask.AAECAwQFBgcICQoLDA0ODw")},
 		{"ingress", ingress, c.ingressErrs, "take calls in the workers' queue group", sub("toolbus.call.>", c.subjects.QueueGroup())},
 		{"ingress", ingress, c.ingressErrs, "read the workers' replies", sub(bus.WorkerInboxPrefix+".>", "")},
 		{"ingress", ingress, c.ingressErrs, "use a stream that is not toolbus's", pub("$JS.API.STREAM.CREATE.OTHER")},
@@ -532,6 +533,111 @@ func TestSecureRefusals(t *testing.T) {
 	if err != nil || r.Error != nil || string(r.Result) != `{"slept_ms":200}` {
 		t.Errorf("the ingress heard %s (%v), want the worker's real answer", got.Data, err)
 	}
+}
+
+// TestSecureAsk puts a question (protocol revision 9) through the secured
+// configuration as a job's runner does: the ingress sends the demo tool
+// confirm a call with Toolbus-Ask-Key on a job reply subject, reads the
+// question there, and publishes the answer, sealed with the call's key,
+// on the answer subject the worker named under its inbox prefix. Another
+// connection of the worker's user hears the answer but cannot open it,
+// and the server refuses its forged one.
+func TestSecureAsk(t *testing.T) {
+	c := startSecured(t)
+	rogue, rogueErrs := connectAs(t, c.url, "worker", workerPassword, bus.WithInboxPrefix(bus.WorkerInboxPrefix))
+	heard, err := rogue.SubscribeSync(bus.WorkerInboxPrefix + ".ask.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reply := c.subjects.JobReplies() + "." + bus.ReplyToken() + "." + bus.ReplyToken()
+	answers, err := c.ingress.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := c.subjects.Call("confirm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &schema.CallEnvelope{Version: schema.EnvelopeVersion, ID: []byte(`"job-1"`), Method: "confirm", Params: []byte(`{"action":"deploy"}`)}
+	msg, err := bus.CallMsg(subject, env, time.Now().Add(20*time.Second), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := schema.NewAskKey()
+	msg.Reply = reply
+	msg.Header.Set(schema.HeaderHeartbeat, "50")
+	msg.Header.Set(schema.HeaderCallID, bus.ReplyToken())
+	msg.Header.Set(schema.HeaderAskKey, key.String())
+	if err := c.ingress.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	var answerSubject string
+	for answerSubject == "" {
+		m, err := answers.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the question: %v", err)
+		}
+		switch m.Header.Get(schema.HeaderProgress) {
+		case schema.ProgressQuestion:
+			q, err := schema.UnmarshalQuestion(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answerSubject = m.Header.Get(schema.HeaderAskReply)
+			if err := schema.CheckAnswerSubject(answerSubject); err != nil || !strings.HasPrefix(answerSubject, bus.WorkerInboxPrefix+".ask.") {
+				t.Fatalf("answer subject %q (%v), want one under %s", answerSubject, err, bus.WorkerInboxPrefix)
+			}
+			forged, err := schema.SealAnswer(schema.NewAskKey(), answerSubject, schema.Answer{ID: q.ID, Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":false}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rogue.Publish(answerSubject, forged); err != nil {
+				t.Fatal(err)
+			}
+			if err := rogue.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			waitForViolation(t, rogueErrs, "a worker forging the answer to another's question")
+			sealed, err := schema.SealAnswer(key, answerSubject, schema.Answer{ID: q.ID, Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":true}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ingress.Publish(answerSubject, sealed); err != nil {
+				t.Fatal(err)
+			}
+		case "":
+			t.Fatalf("the reply %s before a question", m.Data)
+		}
+	}
+	for {
+		m, err := answers.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the reply: %v", err)
+		}
+		if m.Header.Get(schema.HeaderProgress) != "" {
+			continue
+		}
+		r, err := bus.ReadReply(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Error != nil || string(r.Result) != `{"action":"deploy","confirmed":true}` {
+			t.Errorf("confirm = %s %v, want it confirmed by the sealed answer", r.Result, r.Err())
+		}
+		break
+	}
+	got, err := heard.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the other worker connection heard no answer: %v", err)
+	}
+	if _, err := schema.OpenAnswer(schema.NewAskKey(), answerSubject, got.Data); !errors.Is(err, schema.ErrBadAnswer) {
+		t.Errorf("another key opens the answer the other connection heard: %v", err)
+	}
+	noViolation(t, c.ingressErrs, "ingress")
+	noViolation(t, c.workerErrs, "worker")
 }
 
 // noViolation fails the test if errs holds a permission violation.
