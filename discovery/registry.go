@@ -835,6 +835,9 @@ func (r *Registry) RetrySafe(method string) bool {
 func (r *Registry) Known(method string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.live[method] != nil {
+		return true // served now, so known: the common case of every call
+	}
 	return r.knownLocked(method, r.now()) != nil
 }
 
