@@ -54,8 +54,10 @@ func Progress(ctx context.Context, percent float64, message string) {
 // serves answers -32601, and a runtime that has been shut down -32003. The
 // handler's context is ctx, so cancelling ctx cancels the handler; its span
 // is a child of ctx's span, or when ctx has none, of call.TraceParent (see
-// [WithTracerProvider]). Invoke returns either a result of valid JSON or an
-// error, never both.
+// [WithTracerProvider]). Its caller cannot answer a question: [Ask] in the
+// handler fails with [ErrCannotAsk], also when ctx is that of a call that
+// can be asked. Invoke returns either a result of valid JSON or an error,
+// never both.
 func (rt *Runtime) Invoke(ctx context.Context, call schema.Call, progress func(percent float64, message string)) (json.RawMessage, *schema.Error) {
 	r := rt.routeFor(call.Method)
 	if r == nil {
@@ -124,7 +126,8 @@ func (rt *Runtime) routeForLocked(method string) *route {
 // until it returns. A ctx that has already ended is answered so without
 // running the handler. call.Progress, when set, receives what the handler
 // reports with [Progress], on TryInvoke's goroutine and never after
-// TryInvoke returns; a report replaces one not yet handed on.
+// TryInvoke returns; a report replaces one not yet handed on. [Ask] in the
+// handler fails with [ErrCannotAsk], as in a synchronous call over the bus.
 func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, rpcErr *schema.Error, ok bool) {
 	req := &Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller}
 	if err := ctx.Err(); err != nil {

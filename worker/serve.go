@@ -465,7 +465,8 @@ type Request struct {
 	// none. The handler's context ends at the same time.
 	Deadline time.Time
 	// Header holds the message headers, such as the trace context; nil when
-	// the message had none.
+	// the message had none. The key of a call that can be asked
+	// (Toolbus-Ask-Key) is left out: it is the runtime's, for [Ask].
 	Header nats.Header
 }
 
