@@ -170,9 +170,6 @@ func askInbox(nc *nats.Conn) string {
 // never reaches the handler, which might pass headers on; h itself is
 // left as it is.
 func withoutAskKey(h nats.Header) nats.Header {
-	if _, ok := h[schema.HeaderAskKey]; !ok {
-		return h
-	}
 	c := make(nats.Header, len(h)-1)
 	for k, v := range h {
 		if k != schema.HeaderAskKey {

@@ -95,8 +95,12 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 	if hb.asked() {
 		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
 	}
-	if a := rt.askerFor(ctx, r, msg, req, hb); a != nil {
-		ctx = context.WithValue(ctx, askerKey{}, a)
+	// Only a call that may be asked carries the key: the others need no
+	// look at questions at all.
+	if msg.Header != nil && msg.Header.Get(schema.HeaderAskKey) != "" {
+		if a := rt.askerFor(ctx, r, msg, req, hb); a != nil {
+			ctx = context.WithValue(ctx, askerKey{}, a)
+		}
 	}
 	// ctx is final before the probes may read it on their goroutine.
 	hb.start(func() {
@@ -288,11 +292,15 @@ func (rt *Runtime) readRequest(msg *nats.Msg, method string) (*Request, *schema.
 		return nil, schema.NewError(schema.CodeInvalidRequest,
 			fmt.Sprintf("invalid request: the call envelope names method %q but was published for %q", env.Method, method), nil)
 	}
+	header := msg.Header
+	if _, ok := header[schema.HeaderAskKey]; ok {
+		header = withoutAskKey(header)
+	}
 	req := &Request{
 		Method:   method,
 		Caller:   env.Caller,
 		Deadline: deadline,
-		Header:   withoutAskKey(msg.Header),
+		Header:   header,
 	}
 	if len(env.ID) > 0 {
 		req.ID = env.ID
