@@ -85,8 +85,6 @@ func workerLost(method string, silence time.Duration, attempts int) *schema.Erro
 			"silence_ms": silence.Milliseconds(), "attempts": attempts, "may_have_run": true})
 }
 
-// inbox receives every reply and progress message of one aggregator on one
-// wildcard subscription, and hands each to the call waiting for it. A call
 // badReply is the answer for a reply the aggregator cannot read: the
 // worker broke the protocol. Its text names the method and what was wrong,
 // never a subject of the bus.
