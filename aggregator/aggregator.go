@@ -35,7 +35,9 @@ const (
 	queued
 	// published: sent, with no word from a worker yet; a retry-safe call
 	// is published again when nobody acknowledges it within the ack
-	// timeout.
+	// timeout. A call that let its worker hold back the ack is lost, as
+	// a running one is, when it stays silent for the delay and misses
+	// heartbeat intervals.
 	published
 	// running: a worker took it (an ack, a beat or a report came); it is
 	// lost when its worker stays silent for misses heartbeat intervals.
@@ -88,8 +90,13 @@ type call struct {
 	callID string
 	safe   bool
 
-	state    state
-	attempts int // publications that may have run the call
+	state state
+	// delayed is set when the call lets its worker hold back the ack
+	// (Toolbus-Ack-Delay); watchQuiet, while it is published, when its
+	// silence since sentAt, its latest publication, may yet lose it.
+	delayed, watchQuiet bool
+	sentAt              time.Time
+	attempts            int // publications that may have run the call
 	// direct is the direct subject of the latest publication; "" when it
 	// went to the queue group.
 	direct string
@@ -112,16 +119,22 @@ type call struct {
 	next   *call // in a list of answered calls
 }
 
-// next returns when cl is next due: the first of its armed timers.
-func (cl *call) nextDue(silence time.Duration) time.Time {
+// nextDue returns when cl is next due under p: the first of its armed
+// timers.
+func (cl *call) nextDue(p *policy) time.Time {
 	due := cl.deadline
 	for _, t := range [...]time.Time{cl.ackAt, cl.retryAt, cl.hedgeAt} {
 		if !t.IsZero() && t.Before(due) {
 			due = t
 		}
 	}
-	if cl.state == running {
-		if t := cl.heardAt.Add(silence); t.Before(due) {
+	switch {
+	case cl.state == running:
+		if t := cl.heardAt.Add(p.silence); t.Before(due) {
+			due = t
+		}
+	case cl.state == published && cl.watchQuiet:
+		if t := cl.sentAt.Add(p.quiet()); t.Before(due) {
 			due = t
 		}
 	}
@@ -134,15 +147,25 @@ type policy struct {
 	// acks and heartbeats, retries and hedges retry-safe calls, and
 	// handles busy refusals and free slots. Without it a call waits for
 	// its reply or its deadline.
-	liveness    bool
-	silence     time.Duration // misses heartbeat intervals
-	ackTimeout  time.Duration
+	liveness   bool
+	silence    time.Duration // misses heartbeat intervals
+	ackTimeout time.Duration
+	// ackDelay is how long workers may hold back the ack of a call of a
+	// method known to acknowledge, in whole milliseconds; zero when every
+	// call asks for the ack at once.
+	ackDelay    time.Duration
 	maxAttempts int
 	busyWait    time.Duration
 	hedge       time.Duration
 	// recheck is how often a parked call looks whether the bus is back.
 	recheck time.Duration
 }
+
+// quiet is how long a published call that let its worker hold back the
+// ack may stay silent before its worker is lost: the ack was due at the
+// end of the delay, and from then on the worker gets the silence a
+// worker gets after its ack.
+func (p *policy) quiet() time.Duration { return p.ackDelay + p.silence }
 
 // wire is what the table sends on the bus. Its methods are called with
 // the table's lock held, and must not call back into the table.
@@ -185,14 +208,23 @@ type table struct {
 	// ended holds the reply tokens of the calls that ended last, so that
 	// a late answer is told from one to a subject never made.
 	ended endedTokens
+	// acks is whether the workers of each method acknowledge calls:
+	// only then do its calls let them hold back the ack, with
+	// ackDelayHeader.
+	acks           ackHistory
+	ackDelayHeader []string
 }
 
 // newTable returns a table of reply subjects under name, which hands its
 // answers to answer.
 func newTable(name string, subjects bus.Subjects, p policy, w wire, log *slog.Logger, answer func(*call)) *table {
-	return &table{prefix: name + "." + bus.ReplyToken() + ".", name: name, subjects: subjects, policy: p, wire: w,
+	t := &table{prefix: name + "." + bus.ReplyToken() + ".", name: name, subjects: subjects, policy: p, wire: w,
 		log: log, now: time.Now, arm: func(time.Duration) {}, answer: answer, strays: newStrayLog(log, name),
-		calls: map[string]*call{}, slots: newFreeSlots()}
+		calls: map[string]*call{}, slots: newFreeSlots(), acks: newAckHistory()}
+	if p.ackDelay > 0 {
+		t.ackDelayHeader = []string{strconv.FormatInt(p.ackDelay.Milliseconds(), 10)}
+	}
+	return t
 }
 
 // answers is a list of calls answered under the lock, handed on after it.
@@ -250,7 +282,7 @@ func (t *table) finish(cl *call, result []byte, e *schema.Error, out *answers) {
 
 // schedule puts cl in the timers for when it is next due.
 func (t *table) schedule(cl *call) {
-	if due := cl.nextDue(t.policy.silence); cl.index < 0 || !due.Equal(cl.due) {
+	if due := cl.nextDue(&t.policy); cl.index < 0 || !due.Equal(cl.due) {
 		t.timers.set(cl, due)
 	}
 }
@@ -308,12 +340,20 @@ func (t *table) start(cl *call, msg *nats.Msg) {
 		if t.policy.liveness && t.slots.pressed(cl.method, now) {
 			t.askFree(cl)
 		}
+		// The ack may be held back only by workers known to send it:
+		// until then it comes at once, and a worker lost holding the call
+		// is noticed by its silence after it.
+		if t.ackDelayHeader != nil && t.acks.acknowledges(cl.method, now) {
+			cl.delayed = true
+			msg.Header[schema.HeaderAckDelay] = t.ackDelayHeader
+		}
 		cl.attempts = 1
 		if e := t.send(cl, now, ""); e != nil {
 			t.finish(cl, nil, e, &out)
 			break
 		}
 		cl.state = published
+		cl.watchQuiet = cl.delayed
 		if t.policy.liveness && cl.safe && cl.attempts < t.policy.maxAttempts {
 			cl.ackAt = now.Add(t.policy.ackTimeout)
 			if t.policy.hedge > 0 {
@@ -347,19 +387,22 @@ func (t *table) send(cl *call, now time.Time, to string) *schema.Error {
 	} else {
 		cl.msg.Subject = to + "." + cl.method
 	}
+	cl.sentAt = now
 	return t.wire.publish(cl.msg, cl.method)
 }
 
 // resend publishes cl again, as send does, and makes it published: its
-// ack timeout starts again when it is retry-safe with attempts left. A
-// call the bus is away for is parked until it is back; another error
-// answers it.
+// ack timeout starts again when it is retry-safe with attempts left, and
+// its quiet time when it lets its worker hold back the ack. A call the
+// bus is away for is parked until it is back; another error answers it.
 func (t *table) resend(cl *call, now time.Time, to string, out *answers) {
 	cl.retryAt, cl.ackAt = time.Time{}, time.Time{}
+	cl.watchQuiet = false
 	e := t.send(cl, now, to)
 	switch {
 	case e == nil:
 		cl.state = published
+		cl.watchQuiet = cl.delayed
 		if t.policy.liveness && cl.safe && cl.attempts < t.policy.maxAttempts {
 			cl.ackAt = now.Add(t.policy.ackTimeout)
 		}
@@ -384,6 +427,9 @@ func (t *table) deliver(m *nats.Msg) {
 	cl := t.calls[token]
 	if cl == nil {
 		late := t.ended.has(token)
+		if late && t.ackDelayHeader != nil && m.Header.Get(schema.HeaderProgress) == "" {
+			t.acks.lateReply(token, t.now())
+		}
 		t.mu.Unlock()
 		// A late answer, one of a call already answered, or a forgery:
 		// it answers nothing.
@@ -419,10 +465,14 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 	cl.heardAt = now
 	if cl.state == published {
 		cl.state = running
+		cl.watchQuiet = false
+		if t.ackDelayHeader != nil {
+			t.acks.acked(cl.method)
+		}
 	}
 	// A beat only moves the silence later: the timers learn it when
 	// they come to the call, rather than on every beat.
-	if cl.index >= 0 && cl.nextDue(t.policy.silence).Before(cl.due) {
+	if cl.index >= 0 && cl.nextDue(&t.policy).Before(cl.due) {
 		t.schedule(cl)
 	}
 }
@@ -431,6 +481,7 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 // names its free slots (rule 10). Nothing of the call ran.
 func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	cl.ackAt, cl.heardAt = time.Time{}, time.Time{}
+	cl.watchQuiet = false
 	if cl.firstBusy.IsZero() {
 		cl.firstBusy = now
 	}
@@ -488,6 +539,11 @@ func (t *table) replied(cl *call, m *nats.Msg, now time.Time, out *answers) {
 	if cl.attempts > 1 {
 		// Another attempt may still be running somewhere.
 		t.wire.cancel(cl.callID)
+	} else if cl.state == published && t.ackDelayHeader != nil && now.Sub(cl.sentAt) >= t.ackDue(cl)+t.policy.ackTimeout {
+		// Answered without an ack long after one was due: the worker
+		// does not acknowledge, and a silent call of its method may be
+		// one it runs.
+		t.acks.unacked(cl.method, now)
 	}
 	result, e := readReply(cl.method, m, cl.attempts)
 	t.finish(cl, result, e, out)
@@ -507,6 +563,15 @@ func (t *table) replied(cl *call, m *nats.Msg, now time.Time, out *answers) {
 			}
 		}
 	}
+}
+
+// ackDue returns how long after its publication a worker that speaks
+// rule 8 acknowledges cl at the latest.
+func (t *table) ackDue(cl *call) time.Duration {
+	if cl.delayed {
+		return t.policy.ackDelay
+	}
+	return 0
 }
 
 // tick is the timer's handler: it moves every call that is due.
@@ -551,6 +616,27 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 				return
 			}
 			t.log.Info("call not acknowledged, published again", "method", cl.method, "attempt", cl.attempts)
+		}
+	}
+	if cl.state == published && cl.watchQuiet && due(cl.sentAt.Add(p.quiet()), now) {
+		cl.watchQuiet = false
+		// A worker that acknowledges held the call no longer than the
+		// delay without saying so: silent since, it is lost, as a worker
+		// silent after its ack is. Once one of the method's workers was
+		// seen not to acknowledge, the call is waited for.
+		if t.acks.acknowledges(cl.method, now) {
+			if !cl.safe || cl.attempts >= p.maxAttempts {
+				t.log.Warn("worker lost a call before its ack was due", "method", cl.method, "id", string(cl.c.ID), "silence", p.quiet())
+				t.acks.lostUnacked(cl.token, cl.method)
+				t.finish(cl, nil, workerLost(cl.method, p.quiet(), cl.attempts), out)
+				return
+			}
+			cl.attempts++
+			t.resend(cl, now, "", out)
+			if cl.state == answered {
+				return
+			}
+			t.log.Info("worker lost a retry-safe call before its ack was due, published again", "method", cl.method, "attempt", cl.attempts)
 		}
 	}
 	if cl.state == running && due(cl.heardAt.Add(p.silence), now) {

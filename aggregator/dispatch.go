@@ -37,16 +37,16 @@ type Aggregator struct {
 	// progress message of the aggregator arrives on its one wildcard
 	// subscription.
 	table *table
-	// heartbeatHeader, missesHeader and ackDelayHeader are the values of
-	// the liveness headers every call carries, when liveness is on;
-	// ackDelayHeader is empty when workers must acknowledge at once.
-	heartbeatHeader, missesHeader, ackDelayHeader []string
-	retrySafePatterns                             []string
-	retrySafeFunc                                 func(method string) bool
-	idem                                          *IdempotencyStore
-	idemQuota                                     *idemLedger
-	idemFailOpen                                  bool
-	breakers                                      *breakers
+	// heartbeatHeader and missesHeader are the values of the liveness
+	// headers every call carries, when liveness is on; the table adds
+	// Toolbus-Ack-Delay to the calls that may have their ack held back.
+	heartbeatHeader, missesHeader []string
+	retrySafePatterns             []string
+	retrySafeFunc                 func(method string) bool
+	idem                          *IdempotencyStore
+	idemQuota                     *idemLedger
+	idemFailOpen                  bool
+	breakers                      *breakers
 	// local runs calls in this process when it can; nil without
 	// [WithLocal].
 	local Local
@@ -112,6 +112,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		callLevel:         accessLevel(cfg.accessLog),
 	}
 	liveness := cfg.heartbeat > 0
+	var ackDelay time.Duration
 	if liveness {
 		a.heartbeatHeader = []string{strconv.FormatInt(cfg.heartbeat.Milliseconds(), 10)}
 		a.missesHeader = []string{strconv.Itoa(cfg.misses)}
@@ -119,11 +120,11 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		// heartbeat interval, so that an ack held back is never mistaken
 		// for a missing one.
 		if d := min(cfg.ackDelay, cfg.ackTimeout/2, cfg.heartbeat/2); d >= time.Millisecond {
-			a.ackDelayHeader = []string{strconv.FormatInt(d.Milliseconds(), 10)}
+			ackDelay = d.Truncate(time.Millisecond)
 		}
 	}
 	p := policy{liveness: liveness, silence: time.Duration(cfg.misses) * cfg.heartbeat, ackTimeout: cfg.ackTimeout,
-		maxAttempts: cfg.maxAttempts, busyWait: cfg.busyWait, hedge: cfg.hedge, recheck: recheck}
+		ackDelay: ackDelay, maxAttempts: cfg.maxAttempts, busyWait: cfg.busyWait, hedge: cfg.hedge, recheck: recheck}
 	if !liveness {
 		p.maxAttempts = 1
 	}
@@ -341,9 +342,6 @@ func (a *Aggregator) publish(cl *call, subject string) {
 	if a.heartbeatHeader != nil {
 		msg.Header[schema.HeaderHeartbeat] = a.heartbeatHeader
 		msg.Header[schema.HeaderHeartbeatMisses] = a.missesHeader
-		if a.ackDelayHeader != nil {
-			msg.Header[schema.HeaderAckDelay] = a.ackDelayHeader
-		}
 		cl.safe = a.retrySafe(c.Method)
 	}
 	a.table.start(cl, msg)

@@ -18,7 +18,9 @@
 // per method ([WithMaxInFlight], [WithMethodMaxInFlight]); the liveness
 // protocol ([WithHeartbeat]: workers acknowledge a call and send
 // heartbeats, so a dead worker is noticed in a few heartbeats, and busy
-// workers refuse calls they have no room for, which go to another worker);
+// workers refuse calls they have no room for, which go to another worker;
+// with [WithAckDelay], the workers of a method seen to acknowledge may
+// hold back the ack of a short call, which then needs none);
 // retries and hedges of retry-safe methods ([WithRetrySafe],
 // [WithAckTimeout], [WithMaxAttempts], [WithHedge]); a circuit breaker per
 // method ([WithBreaker]); and idempotency records in JetStream

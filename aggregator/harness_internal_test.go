@@ -15,6 +15,7 @@ import (
 type sent struct {
 	subject, reply string
 	nameFree       bool
+	ackDelay       string // the Toolbus-Ack-Delay header; "" when absent
 }
 
 // fakeWire is a [wire] that records what the table sends; while away,
@@ -30,7 +31,8 @@ func (w *fakeWire) publish(m *nats.Msg, method string) *schema.Error {
 		return schema.NewError(schema.CodeUnavailable, "unavailable: not connected to NATS",
 			map[string]any{"retryable": true, "reason": schema.ReasonBusDisconnected, "method": method})
 	}
-	w.sent = append(w.sent, sent{subject: m.Subject, reply: m.Reply, nameFree: m.Header.Get(schema.HeaderNameFree) != ""})
+	w.sent = append(w.sent, sent{subject: m.Subject, reply: m.Reply, nameFree: m.Header.Get(schema.HeaderNameFree) != "",
+		ackDelay: m.Header.Get(schema.HeaderAckDelay)})
 	return nil
 }
 

@@ -20,10 +20,24 @@ import (
 // TestManyCallsRandomWorker sends thousands of calls, in concurrent
 // batches, to a worker that does with each what a worker may: answers at
 // once, acknowledges and beats before answering, answers twice, refuses
-// busy, acknowledges and falls silent, or says nothing at all. Every call
-// must be answered exactly once, and the table must be empty at the end.
-// Run it with -race.
+// busy, acknowledges and falls silent, or says nothing at all; with the
+// ack asked for at once, and allowed to be held back, so that silent
+// calls are also lost for want of an ack. Every call must be answered
+// exactly once, and the table must be empty at the end. Run it with
+// -race.
 func TestManyCallsRandomWorker(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ackDelay time.Duration
+	}{
+		{name: "ack at once"},
+		{name: "ack held back", ackDelay: 10 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) { manyCallsRandomWorker(t, tc.ackDelay) })
+	}
+}
+
+func manyCallsRandomWorker(t *testing.T, ackDelay time.Duration) {
 	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +103,7 @@ func TestManyCallsRandomWorker(t *testing.T) {
 	a, err := New(ac, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		WithHeartbeat(20*time.Millisecond, 2), WithAckTimeout(60*time.Millisecond), WithBusyWait(100*time.Millisecond),
 		WithDefaultTimeout(400*time.Millisecond), WithRetrySafe("safe.>"), WithHedge(30*time.Millisecond),
-		WithBatchConcurrency(4))
+		WithBatchConcurrency(4), WithAckDelay(ackDelay))
 	if err != nil {
 		t.Fatal(err)
 	}
