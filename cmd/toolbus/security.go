@@ -86,7 +86,7 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.DurationVar(&c.heartbeat, "heartbeat", aggregator.DefaultHeartbeat, "interval of the workers' heartbeats of a running call (0: off)")
 	f.IntVar(&c.heartbeatMisses, "heartbeat-misses", aggregator.DefaultHeartbeatMisses, "missed heartbeats after which a call's worker is lost, and unheard heartbeats after which a worker cancels a call of a vanished ingress")
 	f.DurationVar(&c.ackTimeout, "ack-timeout", aggregator.DefaultAckTimeout, "how long a retry-safe call may go unacknowledged before it is published again")
-	f.DurationVar(&c.ackDelay, "ack-delay", aggregator.DefaultAckDelay, "how long a worker may hold back the ack of a call, so that a call answered sooner costs one bus message less, at the price of not noticing a worker lost within it before the call's deadline (0: an ack at once); at most half the ack timeout and half the heartbeat")
+	f.DurationVar(&c.ackDelay, "ack-delay", aggregator.DefaultAckDelay, "how long a worker may hold back the ack of a call of a method whose workers were seen to acknowledge, so that a call answered sooner costs one bus message less; a call silent for the delay and the heartbeat misses is lost (0: an ack at once); at most half the ack timeout and half the heartbeat")
 	f.StringSliceVar(&c.retrySafe, "retry-safe", nil, "method patterns safe to run twice: retried on a lost worker, hedged (e.g. search.>,fetch_page)")
 	f.IntVar(&c.maxAttempts, "max-attempts", aggregator.DefaultMaxAttempts, "most publications of a retry-safe call")
 	f.DurationVar(&c.busyWait, "busy-wait", aggregator.DefaultBusyWait, "how long a call refused by busy workers is retried before -32002")
