@@ -30,19 +30,17 @@ import (
 // are, so that a file more fails, until what keeps them above the goal
 // merges: the aggregator spreads a call over five files in the process
 // (dispatch.go, breaker.go, caps.go, aggregator.go, timers.go) and eight
-// over the bus (those, answers.go, freeslots.go, strays.go), bus/token.go
-// holds only ReplyToken, the ingress's metrics label reaches
-// discovery/known.go through Registry.Known, and the worker asks
-// worker/ask.go about every call from the bus, with a question key or not.
+// over the bus (those, answers.go, freeslots.go, strays.go), each a
+// concern of its own, and bus/token.go holds only ReplyToken.
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
-	maxLocalCallFiles = 24
+	maxLocalCallFiles = 23
 	// maxBusCallFiles bounds a call sent over the embedded NATS, as every
 	// call of a split deployment is (`toolbus dev --local-calls=false`):
 	// the bus adds the message, the envelope, the reply's reading and the
 	// worker's liveness, and leaves out the local handoff.
-	maxBusCallFiles = 29
+	maxBusCallFiles = 27
 )
 
 // callPathCalls is how many echo calls the measured process answers more
