@@ -81,6 +81,7 @@ func TestCollector(t *testing.T) {
 # TYPE toolbus_jobs gauge
 toolbus_jobs{state="canceled"} 0
 toolbus_jobs{state="failed"} 0
+toolbus_jobs{state="input_required"} 0
 toolbus_jobs{state="queued"} 0
 toolbus_jobs{state="running"} 0
 toolbus_jobs{state="succeeded"} 0

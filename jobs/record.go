@@ -29,6 +29,10 @@ type stored struct {
 	// TraceParent is the W3C traceparent of the call that submitted the
 	// job, so that the run joins the submitter's trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Answer is the caller's answer to the job's question, written by
+	// rpc.jobs.answer for the runner that holds the job, which seals and
+	// publishes it to the worker and then clears it.
+	Answer *schema.Answer `json:"answer,omitempty"`
 }
 
 func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time.Second }
@@ -87,6 +91,7 @@ func shownCallback(c *schema.JobCallback) *schema.JobCallback {
 // message of the job's history.
 func (s *stored) finish(state schema.JobState, result json.RawMessage, rpcErr *schema.Error, now time.Time) {
 	s.State, s.Result, s.Error, s.Waiting = state, result, rpcErr, ""
+	s.Question, s.Answer = nil, nil
 	s.FinishedAt = &now
 	if s.NotifyURL != "" && s.Callback == nil {
 		s.Callback = &schema.JobCallback{State: schema.JobCallbackPending}

@@ -275,6 +275,9 @@ type Runner struct {
 	readySubs []*nats.Subscription
 	queues    []*fairQueue
 	names     names
+	// follows follows the records of jobs that wait for an answer; nil
+	// until the first question.
+	follows *hub
 
 	stop  chan struct{}
 	loops sync.WaitGroup // fetch loops
@@ -543,12 +546,21 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	r.loops.Wait()
 	done := make(chan struct{})
 	go func() { r.jobs.Wait(); close(done) }()
+	closeFollows := func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.follows != nil {
+			r.follows.close()
+		}
+	}
 	select {
 	case <-done:
 		r.cancel(errShutdown)
+		closeFollows()
 		return nil
 	case <-ctx.Done():
 		r.cancel(errShutdown)
+		closeFollows()
 		return fmt.Errorf("jobs: runner shutdown: jobs still running: %w", ctx.Err())
 	}
 }
@@ -590,15 +602,15 @@ func (r *Runner) handle(msg jetstream.Msg) {
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
 		return
-	case rec.State == schema.JobRunning && rec.RunSeq != seq:
+	case rec.State.Started() && rec.RunSeq != seq:
 		r.log.Info("dropped a duplicate job message", "id", rec.ID, "seq", seq)
 		_ = msg.Ack()
 		return
-	case rec.State == schema.JobRunning && !r.inv.RetrySafe(rec.Method):
+	case rec.State.Started() && !r.inv.RetrySafe(rec.Method):
 		r.fail(ctx, msg, rec, seq, schema.ReasonInterruptedNotRetryable,
 			"the job's worker was interrupted while it ran, and "+rec.Method+" is not safe to run twice")
 		return
-	case rec.State == schema.JobRunning && rec.Attempts >= rec.MaxAttempts:
+	case rec.State.Started() && rec.Attempts >= rec.MaxAttempts:
 		r.fail(ctx, msg, rec, seq, schema.ReasonAttemptsExhausted,
 			fmt.Sprintf("the job was interrupted on each of its %d attempts", rec.Attempts))
 		return
@@ -618,11 +630,12 @@ func (r *Runner) fail(ctx context.Context, msg jetstream.Msg, rec *stored, seq u
 // run runs the job once and writes its outcome.
 func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint64) {
 	rec, err := r.st.update(ctx, id, func(j *stored) error {
-		if j.State.Final() || (j.State == schema.JobRunning && j.RunSeq != seq) {
+		if j.State.Final() || (j.State.Started() && j.RunSeq != seq) {
 			return errSkip
 		}
 		now := time.Now().UTC()
 		j.State, j.RunSeq, j.StartedAt, j.Waiting = schema.JobRunning, seq, &now, ""
+		j.Question, j.Answer = nil, nil
 		j.Attempts++
 		return nil
 	})
@@ -651,7 +664,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 	}()
 
 	sup := &supervisor{r: r, msg: msg, id: id, seq: seq, attempt: attempt, cancel: cancel,
-		dirty: make(chan struct{}, 1), done: make(chan struct{})}
+		dirty: make(chan struct{}, 1), asked: make(chan struct{}, 1), done: make(chan struct{})}
 	supDone := make(chan struct{})
 	go func() { defer close(supDone); sup.loop(tctx) }()
 
@@ -659,10 +672,17 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		Request:     schema.Request{ID: json.RawMessage(strconv.Quote(id)), Method: rec.Method, Params: rec.Params},
 		Caller:      rec.Caller,
 		TraceParent: rec.TraceParent,
+		Ask:         sup.ask,
 	}
 	result, err := r.inv.Invoke(tctx, call, sup.report)
 	close(sup.done)
 	<-supDone
+	if sup.askedOnce {
+		// Whatever ends the run, the question leaves the record before
+		// the job is given back or finished: its worker no longer waits
+		// for the answer.
+		sup.withdraw(ctx)
+	}
 
 	var wait *WaitError
 	var interrupted *InterruptedError
@@ -689,6 +709,10 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 	switch cause := context.Cause(jctx); {
 	case errors.Is(cause, errJobCanceled):
 		rpcErr, result = canceledError(), nil
+	case tctx.Err() != nil && sup.waiting():
+		rpcErr, result = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job's tool waited for the answer to its question "+
+			"longer than the job may run (%v); answer a job's question with %s while the job is %s", r.cfg.maxRunTime, schema.MethodJobsAnswer, schema.JobInputRequired),
+			map[string]any{"reason": schema.ReasonQuestionUnanswered, "retryable": false}), nil
 	case tctx.Err() != nil && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
 		rpcErr = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job ran longer than %v", r.cfg.maxRunTime),
 			map[string]any{"reason": schema.ReasonMaxRunTime, "retryable": false})
@@ -716,7 +740,7 @@ func invokeError(err error) *schema.Error {
 // waiting for a worker never uses them up.
 func (r *Runner) requeue(ctx context.Context, msg jetstream.Msg, id string, seq uint64, attempt int, wait *WaitError) {
 	_, err := r.st.update(ctx, id, func(j *stored) error {
-		if j.State != schema.JobRunning || j.RunSeq != seq || j.Attempts != attempt {
+		if !j.State.Started() || j.RunSeq != seq || j.Attempts != attempt {
 			return errSkip
 		}
 		j.State, j.StartedAt, j.Waiting = schema.JobQueued, nil, wait.Reason
@@ -803,7 +827,7 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 			if j.State == schema.JobCanceled {
 				return errSkip
 			}
-			if j.State != schema.JobRunning || j.RunSeq != seq || j.Attempts != attempt {
+			if !j.State.Started() || j.RunSeq != seq || j.Attempts != attempt {
 				fenced = true
 				return errSkip
 			}
@@ -884,6 +908,27 @@ type supervisor struct {
 	written  *schema.JobProgress
 	dirty    chan struct{}
 	done     chan struct{}
+
+	// Questions (rule 11): pending is the newest question the call's
+	// callback handed over and the loop has not taken (guarded by mu),
+	// asked signals it. The loop alone uses cur, the question the job
+	// waits on, follow, the follow of its record while it waits, and
+	// replied, the latest answer published, to publish again when the
+	// worker asks the same question again. askedOnce is set by the loop
+	// when it takes a question; run reads it and cur after the loop ended.
+	pending   *asking
+	asked     chan struct{}
+	cur       *asking
+	follow    *follower
+	replied   *schema.Answer
+	askedOnce bool
+}
+
+// asking is a question of the job's tool and the function that answers
+// it.
+type asking struct {
+	q      schema.Question
+	answer func(schema.Answer) error
 }
 
 // report is the progress callback handed to the tool.
@@ -910,10 +955,25 @@ func (s *supervisor) loop(ctx context.Context) {
 	defer renew.Stop()
 	var throttle <-chan time.Time
 	pending := false
+	defer s.unfollow()
 	for {
+		var records <-chan *stored
+		if s.follow != nil {
+			records = s.follow.records()
+		}
 		select {
 		case <-s.done:
 			return
+		case <-s.asked:
+			s.takeQuestion(ctx)
+		case rec, ok := <-records:
+			if !ok {
+				// Ended early (the watch is gone): the lease renewal
+				// still reads the record.
+				s.unfollow()
+				continue
+			}
+			s.sawRecord(ctx, rec)
 		case <-renew.C:
 			s.renew(ctx)
 		case <-s.dirty:
@@ -947,8 +1007,12 @@ func (s *supervisor) renew(ctx context.Context) {
 		return // keep running: the bucket may be back at the next renewal
 	case rec.State == schema.JobCanceled:
 		s.cancel(errJobCanceled)
-	case rec.State != schema.JobRunning || rec.RunSeq != s.seq || rec.Attempts != s.attempt:
+	case !rec.State.Started() || rec.RunSeq != s.seq || rec.Attempts != s.attempt:
 		s.cancel(errLeaseLost)
+	default:
+		// The record is read anyway: an answer the watch missed is
+		// taken here.
+		s.sawRecord(ctx, rec)
 	}
 }
 
@@ -958,7 +1022,7 @@ func (s *supervisor) writeProgress(ctx context.Context) {
 		return
 	}
 	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
-		if j.State != schema.JobRunning || j.RunSeq != s.seq || j.Attempts != s.attempt {
+		if !j.State.Started() || j.RunSeq != s.seq || j.Attempts != s.attempt {
 			return errSkip
 		}
 		j.progress(p, time.Now().UTC())
@@ -980,4 +1044,134 @@ func wqNotUnique(err error) bool {
 		return false
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeOverlappingFilterSubjects || apiErr.ErrorCode == 10100
+}
+
+// ask is the call's question callback (schema.Call's Ask): it hands the
+// question to the loop and returns at once.
+func (s *supervisor) ask(q schema.Question, answer func(schema.Answer) error) {
+	s.mu.Lock()
+	s.pending = &asking{q: q, answer: answer}
+	s.mu.Unlock()
+	select {
+	case s.asked <- struct{}{}:
+	default:
+	}
+}
+
+// takeQuestion records a new question on the job's record, which becomes
+// input_required, and follows the record for the answer; the same
+// question asked again is answered again when it was answered already.
+func (s *supervisor) takeQuestion(ctx context.Context) {
+	s.mu.Lock()
+	a := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	switch {
+	case a == nil:
+		return
+	case s.replied != nil && s.replied.ID == a.q.ID:
+		// The worker did not get the answer: publish it again.
+		if err := a.answer(*s.replied); err != nil {
+			s.r.log.Warn("answer a job's question again", "id", s.id, "err", err)
+		}
+		return
+	case s.cur != nil && s.cur.q.ID == a.q.ID:
+		s.cur = a
+		return
+	}
+	s.cur, s.askedOnce = a, true
+	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
+		if !j.State.Started() || j.RunSeq != s.seq || j.Attempts != s.attempt {
+			return errSkip
+		}
+		now := time.Now().UTC()
+		j.State, j.Answer = schema.JobInputRequired, nil
+		j.Question = &schema.JobQuestion{ID: a.q.ID, Message: a.q.Message, Schema: a.q.Schema, AskedAt: now}
+		j.say(a.q.Message, map[string]any{"question": a.q.ID}, now)
+		j.fit(s.r.maxRecordBytes())
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		// Without the question on the record nobody can answer: the
+		// job runs to its deadline, failing as question_unanswered.
+		s.r.log.Warn("record a job's question", "id", s.id, "err", err)
+		return
+	}
+	if s.follow == nil {
+		f, err := s.r.hub().follow(ctx, s.id)
+		if err != nil {
+			s.r.log.Warn("follow a job for its answer", "id", s.id, "err", err)
+			return // the lease renewal reads the record for it
+		}
+		s.follow = f
+	}
+}
+
+// sawRecord publishes the answer a record of the job carries for the
+// question the job waits on, then clears it from the record.
+func (s *supervisor) sawRecord(ctx context.Context, rec *stored) {
+	if s.cur == nil || rec.Answer == nil || rec.Answer.ID != s.cur.q.ID || rec.RunSeq != s.seq || rec.Attempts != s.attempt {
+		return
+	}
+	a := *rec.Answer
+	if err := s.cur.answer(a); err != nil {
+		s.r.log.Warn("answer a job's question", "id", s.id, "err", err)
+	}
+	s.replied, s.cur = &a, nil
+	s.unfollow()
+	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
+		if j.Answer == nil || j.Answer.ID != a.ID || j.RunSeq != s.seq || j.Attempts != s.attempt {
+			return errSkip
+		}
+		j.Answer = nil
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		s.r.log.Warn("clear a job's answer", "id", s.id, "err", err)
+	}
+}
+
+func (s *supervisor) unfollow() {
+	if s.follow != nil {
+		s.follow.stop()
+		s.follow = nil
+	}
+}
+
+// waiting reports, once the loop has ended, whether the job's tool was
+// waiting for the answer to a question.
+func (s *supervisor) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur != nil || s.pending != nil
+}
+
+// withdraw takes the question of an ended run off the job's record: a job
+// that waited for an answer and was interrupted is running again, without
+// it, until it runs again or fails.
+func (s *supervisor) withdraw(ctx context.Context) {
+	_, err := s.r.st.update(ctx, s.id, func(j *stored) error {
+		if j.State != schema.JobInputRequired && j.Question == nil && j.Answer == nil {
+			return errSkip
+		}
+		if !j.State.Started() || j.RunSeq != s.seq || j.Attempts != s.attempt {
+			return errSkip
+		}
+		j.State, j.Question, j.Answer = schema.JobRunning, nil, nil
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		s.r.log.Warn("withdraw a job's question", "id", s.id, "err", err)
+	}
+}
+
+// hub returns the runner's follow of job records, made at the first
+// question: the runners's jobs that wait for an answer share its watch.
+func (r *Runner) hub() *hub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.follows == nil {
+		r.follows = newHub(r.st, r.log)
+	}
+	return r.follows
 }

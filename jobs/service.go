@@ -117,6 +117,8 @@ func (s *Service) ServeRPC(ctx context.Context, call schema.Call) (json.RawMessa
 		v, rpcErr = s.cancel(ctx, call)
 	case schema.MethodJobsList:
 		v, rpcErr = s.list(ctx, call)
+	case schema.MethodJobsAnswer:
+		v, rpcErr = s.answer(ctx, call)
 	case schema.MethodJobsSubscribe:
 		return nil, schema.NewError(schema.CodeMethodNotFound,
 			"method not found: "+schema.MethodJobsSubscribe+" needs a connection that stays open (WebSocket); poll "+schema.MethodJobsGet+" instead",
@@ -560,7 +562,7 @@ func (s *Service) cancel(ctx context.Context, call schema.Call) (*schema.JobReco
 		case schema.JobSucceeded, schema.JobFailed:
 			return errFinished
 		}
-		wasRunning = r.State == schema.JobRunning
+		wasRunning = r.State.Started()
 		r.finish(schema.JobCanceled, nil, canceledError(), time.Now().UTC())
 		return nil
 	})

@@ -51,7 +51,8 @@ type OpenJobs struct {
 	// Queued counts the jobs waiting for a run, those that wait for a
 	// worker (Waiting "no_workers") included.
 	Queued int
-	// Running counts the jobs a runner has sent to a worker.
+	// Running counts the jobs a runner has sent to a worker, those
+	// waiting for an answer (input_required) included.
 	Running int
 }
 
@@ -158,7 +159,7 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 			o := st.Open[methods[i]]
 			o.Queued++
 			st.Open[methods[i]] = o
-		case schema.JobRunning:
+		case schema.JobRunning, schema.JobInputRequired:
 			o := st.Open[methods[i]]
 			o.Running++
 			st.Open[methods[i]] = o
@@ -174,4 +175,4 @@ func (s *Service) stats(ctx context.Context, recent int, caller *string) (Stats,
 }
 
 // allStates lists every state in a job's order of life.
-var allStates = [...]schema.JobState{schema.JobQueued, schema.JobRunning, schema.JobSucceeded, schema.JobFailed, schema.JobCanceled}
+var allStates = [...]schema.JobState{schema.JobQueued, schema.JobRunning, schema.JobInputRequired, schema.JobSucceeded, schema.JobFailed, schema.JobCanceled}

@@ -49,7 +49,7 @@ func TestStats(t *testing.T) {
 	nc, js := connect(t, e)
 	s := newService(t, js)
 
-	if st := stats(t, s, 5); len(st.Recent) != 0 || st.Truncated || len(st.ByState) != 5 {
+	if st := stats(t, s, 5); len(st.Recent) != 0 || st.Truncated || len(st.ByState) != 6 {
 		t.Errorf("Stats of no jobs = %+v, want every state at 0, no recent jobs", st)
 	}
 
@@ -91,7 +91,7 @@ func TestStats(t *testing.T) {
 	})
 
 	want := map[schema.JobState]int{
-		schema.JobQueued: 1, schema.JobRunning: 1, schema.JobSucceeded: 2, schema.JobFailed: 1, schema.JobCanceled: 1,
+		schema.JobQueued: 1, schema.JobRunning: 1, schema.JobInputRequired: 0, schema.JobSucceeded: 2, schema.JobFailed: 1, schema.JobCanceled: 1,
 	}
 	// The backlog by method: the queued and running jobs only.
 	wantOpen := map[string]jobs.OpenJobs{"nobody.serves": {Queued: 1}, "block": {Running: 1}}
@@ -180,7 +180,7 @@ func TestStatsTruncated(t *testing.T) {
 		t.Error("Stats().Truncated = false, want true")
 	}
 	want := map[schema.JobState]int{schema.JobQueued: jobs.MaxStatsRecords - 1, schema.JobCanceled: 1,
-		schema.JobRunning: 0, schema.JobSucceeded: 0, schema.JobFailed: 0}
+		schema.JobRunning: 0, schema.JobInputRequired: 0, schema.JobSucceeded: 0, schema.JobFailed: 0}
 	if !maps.Equal(st.ByState, want) {
 		t.Errorf("Stats().ByState = %v, want %v", st.ByState, want)
 	}

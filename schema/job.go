@@ -16,6 +16,9 @@ const (
 	MethodJobsList      = "rpc.jobs.list"
 	MethodJobsSubscribe = "rpc.jobs.subscribe"
 	MethodJobsProgress  = "rpc.jobs.progress"
+	// MethodJobsAnswer answers the question a job's tool asked (rule 11
+	// of PROTOCOL.md): params {"id", "answer"} or {"id", "decline": true}.
+	MethodJobsAnswer = "rpc.jobs.answer"
 	// MethodJobsPrefix starts every method of jobs.
 	MethodJobsPrefix = "rpc.jobs."
 )
@@ -24,7 +27,9 @@ const (
 // becomes [JobRunning] when a worker takes it, and ends in one of the
 // final states [JobSucceeded], [JobFailed] or [JobCanceled], which never
 // change again. A running job whose worker was interrupted goes back to
-// running on another worker (when its tool is safe to retry) or fails.
+// running on another worker (when its tool is safe to retry) or fails. A
+// running job whose tool asks its caller a question is
+// [JobInputRequired] until the caller answers it, then running again.
 type JobState string
 
 // The states of a job.
@@ -34,6 +39,10 @@ const (
 	JobSucceeded JobState = "succeeded"
 	JobFailed    JobState = "failed"
 	JobCanceled  JobState = "canceled"
+	// JobInputRequired: the job's tool asked its caller a question
+	// ([JobRecord] Question) and waits for the answer (rpc.jobs.answer).
+	// The job still holds its worker; it is neither queued nor final.
+	JobInputRequired JobState = "input_required"
 )
 
 // Final reports whether s is a state a job never leaves.
@@ -43,7 +52,35 @@ func (s JobState) Final() bool {
 
 // Valid reports whether s is one of the states of a job.
 func (s JobState) Valid() bool {
-	return s == JobQueued || s == JobRunning || s.Final()
+	return s == JobQueued || s == JobRunning || s == JobInputRequired || s.Final()
+}
+
+// Started reports whether s is a state of a job that holds a worker:
+// [JobRunning] or [JobInputRequired].
+func (s JobState) Started() bool {
+	return s == JobRunning || s == JobInputRequired
+}
+
+// JobQuestion is the question a job's tool asked its caller, on the
+// record of a job that is [JobInputRequired].
+type JobQuestion struct {
+	// ID names the question; an answer is for this question only.
+	ID string `json:"id"`
+	// Message is what the caller is asked, for a person.
+	Message string `json:"message"`
+	// Schema is the flat JSON Schema the answer must fit (rule 11).
+	Schema json.RawMessage `json:"schema"`
+	// AskedAt is when the runner recorded the question.
+	AskedAt time.Time `json:"asked_at"`
+}
+
+// JobAnswerParams are the params of rpc.jobs.answer: the job's id, and
+// either Answer, a JSON object that fits the question's schema, or
+// Decline.
+type JobAnswerParams struct {
+	ID      string          `json:"id"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
+	Decline bool            `json:"decline,omitempty"`
 }
 
 // WaitingOverloaded is the [JobRecord] Waiting value of a job whose
@@ -109,16 +146,19 @@ type JobRecord struct {
 	// overloaded ("overloaded") or the method's circuit open
 	// ("circuit_open"). Empty while nothing holds the job up; cleared when
 	// it runs. The job stays queued and is offered to a worker again.
-	Waiting        string          `json:"waiting,omitempty"`
-	Result         json.RawMessage `json:"result,omitempty"`
-	Error          *Error          `json:"error,omitempty"`
-	Progress       *JobProgress    `json:"progress,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
-	Caller         string          `json:"caller,omitempty"`
-	IdempotencyKey string          `json:"idempotency_key,omitempty"`
-	NotifyURL      string          `json:"notify_url,omitempty"`
-	Callback       *JobCallback    `json:"callback,omitempty"`
+	Waiting  string          `json:"waiting,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *Error          `json:"error,omitempty"`
+	Progress *JobProgress    `json:"progress,omitempty"`
+	// Question is the question the job's tool waits for the answer to,
+	// while the job is [JobInputRequired]; nil otherwise.
+	Question       *JobQuestion `json:"question,omitempty"`
+	Attempts       int          `json:"attempts"`
+	MaxAttempts    int          `json:"max_attempts"`
+	Caller         string       `json:"caller,omitempty"`
+	IdempotencyKey string       `json:"idempotency_key,omitempty"`
+	NotifyURL      string       `json:"notify_url,omitempty"`
+	Callback       *JobCallback `json:"callback,omitempty"`
 	// ContextID groups the job with others of one conversation, as the
 	// submitter named it (the A2A front door keeps an A2A contextId here);
 	// toolbus only stores it.

@@ -57,6 +57,25 @@ type Call struct {
 	// and never after the answer; it must return at once and never block
 	// (every call's replies wait behind it). Nil: reports are ignored.
 	Progress func(percent float64, message string)
+	// Ask, when not nil, says that whoever made the call can answer a
+	// question its tool asks while it runs (rule 11 of PROTOCOL.md): a
+	// job's runner sets it. The aggregator then puts a fresh
+	// [HeaderAskKey] on the call message, only when heartbeats are on
+	// (without them the call cannot be asked, and Ask is never called).
+	// It receives each question the worker asks, checked with
+	// [Question.Validate] and its answer subject with
+	// [CheckAnswerSubject] (a question that fails is answered
+	// [AskCancel] by the aggregator itself and not handed over), and the
+	// same question again whenever the worker repeats it; answer seals an
+	// [Answer] with the call's key and publishes it on the question's
+	// answer subject, and may be called from any goroutine, as often as
+	// needed (a repeated question is answered again the same way), until
+	// the call is answered. As with Progress, the aggregator calls Ask
+	// from the callback that receives the question, never after the
+	// answer; it must return at once and never block, and so must not
+	// call answer itself. Nil: the call cannot be asked, and its worker's
+	// tool fails at once if it asks ([ReasonCannotAsk]).
+	Ask func(q Question, answer func(Answer) error)
 }
 
 // Item is one element of a parsed message: either a valid request, or the
