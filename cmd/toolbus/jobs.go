@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,12 +25,14 @@ func newJobsCmd() *cobra.Command {
 		Long: `jobs talks to the rpc.jobs.* methods of an ingress, over HTTP or, with a
 ws:// or wss:// --url, over WebSocket. A job runs a tool call durably on
 JetStream: submit returns its id at once, and get, watch, list and cancel
-work from any ingress replica of the cluster.`,
+work from any ingress replica of the cluster. A job whose tool asks a question
+is input_required until answer answers it.`,
 		Example: `  toolbus jobs submit sleep '{"ms":3000}'
   toolbus jobs watch 06f3k0w6v0c8f8q2h1b0v4x5ja
+  toolbus jobs answer 06f3k0w6v0c8f8q2h1b0v4x5ja '{"confirmed":true}'
   toolbus jobs list --state running`,
 	}
-	cmd.AddCommand(newJobsSubmitCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsListCmd(), newJobsWatchCmd())
+	cmd.AddCommand(newJobsSubmitCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsListCmd(), newJobsWatchCmd(), newJobsAnswerCmd())
 	return cmd
 }
 
@@ -154,6 +157,53 @@ Canceling a job that has already succeeded or failed is an error.`,
 		},
 	}
 	urlFlag(cmd, &url)
+	return cmd
+}
+
+func newJobsAnswerCmd() *cobra.Command {
+	var (
+		url     string
+		decline bool
+	)
+	cmd := &cobra.Command{
+		Use:   "answer ID [ANSWER]",
+		Short: "Answer the question a job's tool asked, or decline it, and print the job's record",
+		Long: `answer answers the question of a job that is input_required (rpc.jobs.answer):
+ANSWER is a JSON object that fits the question's schema, which get and watch
+show; --decline says no to the question instead. Only the caller that submitted
+the job may answer it. The job is running again once the answer is taken; an
+answer that does not fit the schema is refused and the job keeps waiting.`,
+		Example: `  toolbus jobs answer 06f3k0w6v0c8f8q2h1b0v4x5ja '{"confirmed":true}'
+  toolbus jobs answer 06f3k0w6v0c8f8q2h1b0v4x5ja --decline`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := schema.JobAnswerParams{ID: args[0], Decline: decline}
+			switch {
+			case decline && len(args) == 2:
+				return errors.New("give either an ANSWER or --decline, not both")
+			case !decline && len(args) == 1:
+				return errors.New("give the ANSWER, a JSON object that fits the question's schema, or --decline")
+			case !decline:
+				if !json.Valid([]byte(args[1])) {
+					return fmt.Errorf("ANSWER %q is not JSON: give a JSON object such as '{\"confirmed\":true}'", truncateRunes(args[1], 40))
+				}
+				p.Answer = json.RawMessage(args[1])
+			}
+			ctx := commandContext(cmd)
+			c, err := dial(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var rec json.RawMessage
+			if err := c.Call(ctx, schema.MethodJobsAnswer, p, &rec); err != nil {
+				return fmt.Errorf("job %s: %w", p.ID, err)
+			}
+			return printJSON(cmd.OutOrStdout(), rec)
+		},
+	}
+	urlFlag(cmd, &url)
+	cmd.Flags().BoolVar(&decline, "decline", false, "say no to the question rather than answer it")
 	return cmd
 }
 
@@ -291,6 +341,7 @@ func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, i
 	d := newProgressDisplay(out)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	asked := ""
 	for {
 		var rec schema.JobRecord
 		if err := c.Call(ctx, schema.MethodJobsGet, idParams{ID: id}, &rec); err != nil {
@@ -298,6 +349,13 @@ func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, i
 			return fmt.Errorf("job %s: %w", id, err)
 		}
 		d.show(progressLine(&rec))
+		if q := rec.Question; q != nil && q.ID != asked {
+			asked = q.ID
+			d.end()
+			fmt.Fprintf(out, "the job asks: %s\n  answer schema: %s\n  answer with: toolbus jobs answer %s '<answer>'  (or --decline)\n",
+				singleLine(q.Message), q.Schema, id)
+			d.last = ""
+		}
 		if rec.State.Final() {
 			d.end()
 			return printOutcome(out, &rec)
