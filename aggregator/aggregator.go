@@ -89,6 +89,9 @@ type call struct {
 	token  string
 	callID string
 	safe   bool
+	// ask, when not nil, holds the key of a call whose caller can answer
+	// its tool's questions (rule 11); see ask.go.
+	ask *asking
 
 	state state
 	// delayed is set when the call lets its worker hold back the ack
@@ -453,6 +456,9 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 	if v == schema.ProgressBusy {
 		t.refusedBusy(cl, t.subjects.IsDirect(m.Header.Get(schema.HeaderDirect)), now, out)
 		return
+	}
+	if v == schema.ProgressQuestion {
+		t.questioned(cl, m)
 	}
 	if v == schema.ProgressReport && cl.c.Progress != nil {
 		// A report the aggregator cannot read is still a sign of life;

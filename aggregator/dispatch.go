@@ -343,6 +343,9 @@ func (a *Aggregator) publish(cl *call, subject string) {
 		msg.Header[schema.HeaderHeartbeat] = a.heartbeatHeader
 		msg.Header[schema.HeaderHeartbeatMisses] = a.missesHeader
 		cl.safe = a.retrySafe(c.Method)
+		if c.Ask != nil {
+			a.allowAsk(cl, msg)
+		}
 	}
 	a.table.start(cl, msg)
 }

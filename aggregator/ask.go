@@ -1,0 +1,78 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Questions from tools (rule 11 of PROTOCOL.md): a call whose
+// [schema.Call] Ask is set carries a fresh key in Toolbus-Ask-Key, only
+// with heartbeats; its worker's questions come on the reply subject as
+// progress messages, are checked and handed to Ask with a function that
+// seals the answer with the key and publishes it on the question's answer
+// subject. A call without Ask never comes here.
+
+// asking is what a call whose caller can answer holds: the key that seals
+// its answers and the connection they are published on.
+type asking struct {
+	key schema.AskKey
+	nc  *nats.Conn
+}
+
+// allowAsk gives cl a fresh key and puts it on msg: the attempts of the
+// call carry the same key, as they are one call.
+func (a *Aggregator) allowAsk(cl *call, msg *nats.Msg) {
+	cl.ask = &asking{key: schema.NewAskKey(), nc: a.nc}
+	msg.Header[schema.HeaderAskKey] = []string{cl.ask.key.String()}
+}
+
+// answerer returns the function that answers a question whose answer
+// subject is subject, which [schema.CheckAnswerSubject] passed.
+func (s *asking) answerer(subject string) func(schema.Answer) error {
+	return func(ans schema.Answer) error {
+		body, err := schema.SealAnswer(s.key, subject, ans)
+		if err != nil {
+			return err
+		}
+		if err := s.nc.Publish(subject, body); err != nil {
+			return fmt.Errorf("aggregator: publish the answer to question %s: %w", ans.ID, err)
+		}
+		return nil
+	}
+}
+
+// questioned hands the question m carries to cl's Ask. A question to a
+// call that did not allow one, or whose answer subject is not one an
+// aggregator may publish on, is dropped; one that breaks the rules
+// otherwise is answered cancel at once, so that its tool does not wait to
+// its deadline. The table's lock is held: Ask must not block.
+func (t *table) questioned(cl *call, m *nats.Msg) {
+	if cl.ask == nil || cl.c.Ask == nil {
+		t.log.Debug("dropped a question to a call that cannot be asked", "method", cl.method)
+		return
+	}
+	subject := m.Header.Get(schema.HeaderAskReply)
+	if err := schema.CheckAnswerSubject(subject); err != nil {
+		t.log.Warn("dropped a question whose answer subject is refused", "method", cl.method, "err", err)
+		return
+	}
+	answer := cl.ask.answerer(subject)
+	q, err := schema.UnmarshalQuestion(m.Data)
+	if err != nil {
+		t.log.Warn("dropped a question that breaks rule 11", "method", cl.method, "err", err)
+		var named struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m.Data, &named) == nil && schema.ValidQuestionID(named.ID) {
+			if err := answer(schema.Answer{ID: named.ID, Action: schema.AskCancel}); err != nil {
+				t.log.Debug("cancel answer not published", "method", cl.method, "err", err)
+			}
+		}
+		return
+	}
+	cl.c.Ask(q, answer)
+}
