@@ -17,7 +17,8 @@
 //
 // A [Service] (one per ingress) creates or updates both at start with its
 // limits and answers the JSON-RPC methods rpc.jobs.submit, rpc.jobs.get,
-// rpc.jobs.cancel and rpc.jobs.list through [Service.ServeRPC]; once
+// rpc.jobs.cancel, rpc.jobs.list and rpc.jobs.answer through
+// [Service.ServeRPC]; once
 // started it also delivers completion callbacks. Given a [MethodCheck]
 // ([WithMethodCheck]; the ingress builds one from its registry of known
 // tools), it refuses at submit a job that cannot run, and a job accepted
@@ -80,6 +81,17 @@
 // rather than running twice, and a job interrupted on each of its
 // max_attempts fails with "attempts_exhausted". A tool's own error fails
 // the job and is not retried.
+//
+// A running job whose tool asks its caller a question (rule 11 of
+// PROTOCOL.md: the runner's call carries [schema.Call] Ask, and the
+// aggregator hands the question over) is input_required, the question on
+// its record, until its own caller answers with rpc.jobs.answer. The
+// answer, checked against the question's schema, is written into the
+// record; the runner holding the job follows the record (the watch of
+// follower.go), hands the answer to the call to seal and publish to the
+// worker, and clears it: the job is running again. A question unanswered
+// when the run's time is up fails the job with "question_unanswered"; a
+// run that ends otherwise takes the question off the record.
 //
 // Cancel moves a queued or running job to canceled. A queued job's message
 // stays in the queue until a runner fetches it, sees the record and drops
