@@ -33,7 +33,7 @@ func (s *Service) list(ctx context.Context, call schema.Call) (*schema.JobList, 
 	if p.State != nil {
 		state = schema.JobState(*p.State)
 		if !state.Valid() {
-			return nil, invalidParams("state", "must be one of queued, running, succeeded, failed, canceled")
+			return nil, invalidParams("state", "must be one of queued, running, input_required, succeeded, failed, canceled")
 		}
 	}
 	var method string

@@ -265,7 +265,7 @@ cursor of the next page when there may be more: pass it to --cursor.`,
 		},
 	}
 	urlFlag(cmd, &url)
-	cmd.Flags().StringVar(&params.State, "state", "", "only jobs in this state: queued, running, succeeded, failed or canceled")
+	cmd.Flags().StringVar(&params.State, "state", "", "only jobs in this state: queued, running, input_required, succeeded, failed or canceled")
 	cmd.Flags().StringVar(&params.Method, "method", "", "only jobs of this method")
 	cmd.Flags().IntVar(&params.Limit, "limit", 0, "most jobs on the page (default: the server's, 20)")
 	cmd.Flags().StringVar(&params.Cursor, "cursor", "", "cursor of the page to print, from the previous page")
