@@ -24,6 +24,8 @@ func state(s schema.JobState) a2a.TaskState {
 		return a2a.TaskStateSubmitted
 	case schema.JobRunning:
 		return a2a.TaskStateWorking
+	case schema.JobInputRequired:
+		return a2a.TaskStateInputRequired
 	case schema.JobSucceeded:
 		return a2a.TaskStateCompleted
 	case schema.JobFailed:
