@@ -408,26 +408,85 @@ func healthy(ctx context.Context, ctr testcontainers.Container, port, path strin
 // from its monitoring endpoint.
 func (c *Cluster) Clients(ctx context.Context, i int) int {
 	c.t.Helper()
+	return c.connz(ctx, i).NumConnections
+}
+
+// connz is what NATS node i's monitoring endpoint says of its client
+// connections now.
+func (c *Cluster) connz(ctx context.Context, i int) connz {
+	c.t.Helper()
 	p, err := c.NATS[i].MappedPort(ctx, "8222/tcp")
 	if err != nil {
 		c.t.Fatalf("nats-%d port: %v", i+1, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/connz", p.Num()), nil)
+	// Far more connections than the cluster makes: the endpoint lists
+	// 1024 by default.
+	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/connz?limit=4096", p.Num()), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("nats-%d connz: %v", i+1, err)
 	}
 	defer resp.Body.Close()
-	var connz struct {
-		NumConnections int `json:"num_connections"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&connz); err != nil {
+	var z connz
+	if err := json.NewDecoder(resp.Body).Decode(&z); err != nil {
 		c.t.Fatalf("nats-%d connz: %v", i+1, err)
 	}
-	return connz.NumConnections
+	return z
 }
+
+// connz is the part of a NATS node's /connz the cluster reads.
+type connz struct {
+	NumConnections int `json:"num_connections"`
+	Connections    []struct {
+		IP string `json:"ip"`
+	} `json:"connections"`
+}
+
+// ClientsOf returns the ingress and worker containers that hold a
+// connection to NATS node i now, in the order of [Cluster.Ingress] then
+// [Cluster.Worker], found by their addresses on the cluster's network.
+func (c *Cluster) ClientsOf(ctx context.Context, i int) []testcontainers.Container {
+	c.t.Helper()
+	on := make(map[string]bool)
+	for _, conn := range c.connz(ctx, i).Connections {
+		on[conn.IP] = true
+	}
+	var out []testcontainers.Container
+	for _, ctr := range slices.Concat(c.Ingress, c.Worker) {
+		ips, err := ctr.ContainerIPs(ctx)
+		if err != nil {
+			c.t.Fatalf("addresses of %s: %v", c.name(ctr), err)
+		}
+		if slices.ContainsFunc(ips, func(ip string) bool { return on[ip] }) {
+			out = append(out, ctr)
+		}
+	}
+	return out
+}
+
+// LoggedAt returns the times, within [from, to], of ctr's log lines whose
+// msg is msg.
+func (c *Cluster) LoggedAt(ctr testcontainers.Container, msg string, from, to time.Time) []time.Time {
+	c.t.Helper()
+	var out []time.Time
+	for _, line := range c.Lines(ctr) {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != msg || l.Time.Before(from) || l.Time.After(to) {
+			continue
+		}
+		out = append(out, l.Time)
+	}
+	return out
+}
+
+// Name returns the name of ctr on the cluster's network, as nats-1 or
+// worker-2.
+func (c *Cluster) Name(ctr testcontainers.Container) string { return c.name(ctr) }
 
 // Reconnects counts the "nats reconnected" lines of every ingress and
 // worker log.

@@ -88,8 +88,18 @@ type Result struct {
 	Method  string
 	Batch   int // index into [Load.Batches]
 	Outcome Outcome
-	Code    int // the error code of an AnsweredError
-	Answers int // how many answers carried the id: 1, or 0 if Unanswered
+	Code    int    // the error code of an AnsweredError
+	Reason  string // its data.reason, when it has one
+	Answers int    // how many answers carried the id: 1, or 0 if Unanswered
+}
+
+// Cause is why the call of r failed: its code, and its data.reason
+// after a slash when it has one ("-32003/bus_disconnected").
+func (r Result) Cause() string {
+	if r.Reason == "" {
+		return fmt.Sprint(r.Code)
+	}
+	return fmt.Sprintf("%d/%s", r.Code, r.Reason)
 }
 
 // Load is a running load. Its methods are safe for concurrent use.
@@ -172,6 +182,9 @@ type wireResponse struct {
 	Error  *struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
+		Data    struct {
+			Reason string `json:"reason"`
+		} `json:"data"`
 	} `json:"error"`
 }
 
@@ -212,7 +225,7 @@ func (l *Load) batch(url string, r *rand.Rand) {
 		res.Answers++
 		switch {
 		case a.Error != nil:
-			res.Outcome, res.Code = AnsweredError, a.Error.Code
+			res.Outcome, res.Code, res.Reason = AnsweredError, a.Error.Code, a.Error.Data.Reason
 		case len(a.Result) > 0 && string(a.Result) != "null":
 			res.Outcome = AnsweredOK
 		default:
@@ -286,11 +299,13 @@ type Tally struct {
 	Unanswered int
 	Duplicated int // ids answered more than once
 	Codes      map[int]int
+	// Causes counts the errors by [Result.Cause]: code and reason.
+	Causes map[string]int
 }
 
 // Count tallies results.
 func Count(results []Result, batches int) Tally {
-	t := Tally{Batches: batches, Codes: make(map[int]int)}
+	t := Tally{Batches: batches, Codes: make(map[int]int), Causes: make(map[string]int)}
 	for _, r := range results {
 		switch r.Outcome {
 		case AnsweredOK:
@@ -298,6 +313,7 @@ func Count(results []Result, batches int) Tally {
 		case AnsweredError:
 			t.Error++
 			t.Codes[r.Code]++
+			t.Causes[r.Cause()]++
 		default:
 			t.Unanswered++
 		}
@@ -309,17 +325,23 @@ func Count(results []Result, batches int) Tally {
 }
 
 func (t Tally) String() string {
-	codes := make([]int, 0, len(t.Codes))
-	for c := range t.Codes {
-		codes = append(codes, c)
-	}
-	sort.Ints(codes)
-	var parts []string
-	for _, c := range codes {
-		parts = append(parts, fmt.Sprintf("%d×%d", t.Codes[c], c))
-	}
 	return fmt.Sprintf("batches=%d ids=%d answered-ok=%d answered-error=%d [%s] unanswered=%d duplicated=%d",
-		t.Batches, t.OK+t.Error+t.Unanswered, t.OK, t.Error, strings.Join(parts, " "), t.Unanswered, t.Duplicated)
+		t.Batches, t.OK+t.Error+t.Unanswered, t.OK, t.Error, Causes(t.Causes), t.Unanswered, t.Duplicated)
+}
+
+// Causes writes counts of causes as "13×-32001 2×-32003/bus_disconnected",
+// in the order of the causes.
+func Causes(counts map[string]int) string {
+	causes := make([]string, 0, len(counts))
+	for c := range counts {
+		causes = append(causes, c)
+	}
+	sort.Strings(causes)
+	var parts []string
+	for _, c := range causes {
+		parts = append(parts, fmt.Sprintf("%d×%s", counts[c], c))
+	}
+	return strings.Join(parts, " ")
 }
 
 // StopAndCheck stops the load, logs its tally and fails the test unless
