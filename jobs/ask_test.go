@@ -166,3 +166,17 @@ func TestQuestionWithdrawnWhenTheWorkerIsLost(t *testing.T) {
 		t.Fatalf("job = %+v question %+v, want %s without a question", rec.Error, rec.Question, schema.ReasonInterruptedNotRetryable)
 	}
 }
+
+// TestSubmitThatCannotAsk checks that a job submitted with can_ask false
+// runs without Ask, so its tool fails to ask at once rather than wait.
+func TestSubmitThatCannotAsk(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js)
+	startRunner(t, js, newAsker())
+	id := submitJSON(t, s, `{"method":"confirm","params":{},"can_ask":false}`)
+	rec := waitState(t, s, id, schema.JobFailed)
+	if rec.Error.Reason() != schema.ReasonCannotAsk || rec.Question != nil {
+		t.Fatalf("job = %s %v question %+v, want failed %s without a question", rec.State, rec.Error, rec.Question, schema.ReasonCannotAsk)
+	}
+}

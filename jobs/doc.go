@@ -91,7 +91,10 @@
 // follower.go), hands the answer to the call to seal and publish to the
 // worker, and clears it: the job is running again. A question unanswered
 // when the run's time is up fails the job with "question_unanswered"; a
-// run that ends otherwise takes the question off the record.
+// run that ends otherwise takes the question off the record. A job
+// submitted with can_ask false (the MCP front door's, for a client that
+// cannot elicit) runs without Ask: its tool fails to ask at once, as in a
+// synchronous call, rather than wait for an answer nobody can give.
 //
 // Cancel moves a queued or running job to canceled. A queued job's message
 // stays in the queue until a runner fetches it, sees the record and drops

@@ -33,6 +33,11 @@ type stored struct {
 	// rpc.jobs.answer for the runner that holds the job, which seals and
 	// publishes it to the worker and then clears it.
 	Answer *schema.Answer `json:"answer,omitempty"`
+	// CannotAsk says that the submitter cannot answer a question (submit's
+	// can_ask: false, as the MCP front door sends for a client that cannot
+	// elicit): the job's call carries no Ask, so its tool fails to ask at
+	// once, as in a synchronous call, where it would otherwise wait.
+	CannotAsk bool `json:"cannot_ask,omitempty"`
 }
 
 func (s *stored) ttl() time.Duration { return time.Duration(s.TTLSeconds) * time.Second }

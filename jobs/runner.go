@@ -672,7 +672,9 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		Request:     schema.Request{ID: json.RawMessage(strconv.Quote(id)), Method: rec.Method, Params: rec.Params},
 		Caller:      rec.Caller,
 		TraceParent: rec.TraceParent,
-		Ask:         sup.ask,
+	}
+	if !rec.CannotAsk {
+		call.Ask = sup.ask
 	}
 	result, err := r.inv.Invoke(tctx, call, sup.report)
 	close(sup.done)

@@ -145,6 +145,7 @@ type submitParams struct {
 	ContextID      *string         `json:"context_id"`
 	References     []string        `json:"references"`
 	Message        *submitMessage  `json:"message"`
+	CanAsk         *bool           `json:"can_ask"`
 }
 
 // submitMessage is the submitter's message of a job, the first of its
@@ -230,6 +231,9 @@ func (s *Service) submit(ctx context.Context, call schema.Call) (*schema.JobSubm
 		CreatedAt:   now,
 		TTLSeconds:  int64(s.cfg.ttl / time.Second),
 	}, TraceParent: call.TraceParent}
+	if p.CanAsk != nil && !*p.CanAsk {
+		rec.CannotAsk = true
+	}
 	if p.NotifyURL != nil {
 		if e := s.checkNotifyURL(ctx, *p.NotifyURL); e != nil {
 			return nil, e
