@@ -1,0 +1,572 @@
+package fair
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Defaults of [Config].
+const (
+	// DefaultSeats is the entries worked on at once.
+	DefaultSeats = 64
+	// DefaultHoldMin and DefaultHoldMax bound the hold: how long an entry
+	// keeps its seat without an answer before it counts as waiting on a
+	// worker. An entry answered within DefaultHoldMax counts as work.
+	DefaultHoldMin = time.Millisecond
+	DefaultHoldMax = 50 * time.Millisecond
+	// DefaultFlowMaxQueued is the cost one flow may have queued: ten
+	// batches of a thousand small calls, as many as an ingress lets be in
+	// flight by default.
+	DefaultFlowMaxQueued = 10000
+	// MaxWeight is the largest weight of a flow.
+	MaxWeight = 1000
+)
+
+// CostUnit is the params bytes that cost as much as a call: parsing and
+// copying 16 KiB of JSON takes the ingress about as long as a small
+// call's whole trip through it.
+const CostUnit = 16 << 10
+
+// holdFactor is how many times the average time in a seat of the entries
+// answered there the hold is: a call of the same kind held up a little
+// longer than usual keeps its seat.
+const holdFactor = 4
+
+// estimateWeight is the weight of a new sample in the moving average of
+// seat times (1/8, as TCP smooths round-trip times).
+const estimateWeight = 1.0 / 8
+
+// Cost returns the cost of a call whose params take paramBytes: 1, and
+// one more per whole [CostUnit], so that calls of small params cost 1
+// each.
+func Cost(paramBytes int) float64 { return float64(1 + max(paramBytes, 0)/CostUnit) }
+
+// BodyCost returns the cost of a body of n bytes waiting to be parsed.
+func BodyCost(n int) float64 { return float64(n) / CostUnit }
+
+// Config is the window and queues of a [Scheduler]. The zero value is
+// valid: every zero field takes its default.
+type Config struct {
+	// Seats is how many entries are worked on at once (default
+	// [DefaultSeats]).
+	Seats int
+	// HoldMin and HoldMax bound the hold (defaults [DefaultHoldMin] and
+	// [DefaultHoldMax]); equal, they fix it.
+	HoldMin, HoldMax time.Duration
+	// FlowMaxQueued is the cost one flow may have queued (default
+	// [DefaultFlowMaxQueued]). An entry larger than it is still taken
+	// into an empty queue.
+	FlowMaxQueued int
+}
+
+// Validate reports a negative field, or a HoldMax below HoldMin, naming
+// the setting.
+func (c Config) Validate() error {
+	switch {
+	case c.Seats < 0:
+		return fmt.Errorf("fair: seats must not be negative, got %d", c.Seats)
+	case c.HoldMin < 0 || c.HoldMax < 0:
+		return fmt.Errorf("fair: hold bounds must not be negative, got %v and %v", c.HoldMin, c.HoldMax)
+	case c.FlowMaxQueued < 0:
+		return fmt.Errorf("fair: flow max queued must not be negative, got %d", c.FlowMaxQueued)
+	}
+	c = c.withDefaults()
+	if c.HoldMax < c.HoldMin {
+		return fmt.Errorf("fair: the longest hold %v is below the shortest %v", c.HoldMax, c.HoldMin)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Seats == 0 {
+		c.Seats = DefaultSeats
+	}
+	if c.HoldMin == 0 {
+		c.HoldMin = DefaultHoldMin
+		if c.HoldMax > 0 {
+			c.HoldMin = min(c.HoldMin, c.HoldMax)
+		}
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = max(DefaultHoldMax, c.HoldMin)
+	}
+	if c.FlowMaxQueued == 0 {
+		c.FlowMaxQueued = DefaultFlowMaxQueued
+	}
+	return c
+}
+
+// ErrQueueFull means a flow's queue holds all the cost it may.
+var ErrQueueFull = errors.New("fair: the flow's queue is full")
+
+// Flow is who an entry is for.
+type Flow struct {
+	// Name tells flows apart; the empty name is a flow like any other.
+	Name string
+	// Weight is the flow's shares of the window while other flows are
+	// busy too; zero means 1. It must not exceed [MaxWeight].
+	Weight float64
+	// Exempt flows never wait.
+	Exempt bool
+}
+
+// CheckWeight reports a weight a [Flow] may not have.
+func CheckWeight(w float64) error {
+	if math.IsNaN(w) || w < 0 || w > MaxWeight {
+		return fmt.Errorf("fair: a weight must be between 0 (meaning 1) and %d, got %v", MaxWeight, w)
+	}
+	return nil
+}
+
+// state is where an entry is.
+type state uint8
+
+const (
+	fresh    state = iota // not given to the scheduler yet
+	queued                // in its flow's queue
+	seated                // in the window, being worked on
+	waiting               // in the window past its hold, waiting on a worker
+	finished              // answered, expired, canceled or refused
+)
+
+// Entry is one unit of work: a call, or a body to parse. Fill in its
+// exported fields and give it to [Scheduler.Enqueue]; it is the
+// scheduler's until it comes back expired, is canceled, or is done
+// ([Scheduler.Done]).
+type Entry[T any] struct {
+	// Value is the owner's, carried unchanged.
+	Value T
+	// Cost is the entry's share of work (see [Cost]); below 0 counts
+	// as 0.
+	Cost float64
+	// Deadline is when the entry stops being worth admitting; zero
+	// means never.
+	Deadline time.Time
+	// Untimed marks an entry whose time in a seat says nothing of how
+	// long calls take (a body being parsed): it does not move the hold.
+	Untimed bool
+
+	flow          *flow[T] // nil for an exempt flow's
+	state         state
+	start, finish float64
+	seq           uint64
+	enqueued      time.Time
+	admitted      time.Time
+	dl            int // index in the deadline heap; -1 when not in it
+	// prev and next link the seated entries in order of admission.
+	prev, next *Entry[T]
+}
+
+// Enqueued returns when the entry was queued.
+func (e *Entry[T]) Enqueued() time.Time { return e.enqueued }
+
+// Admitted returns when the entry entered the window; zero before.
+func (e *Entry[T]) Admitted() time.Time { return e.admitted }
+
+// Moves are the entries a change let into the window and those that
+// expired in their queues, for the owner to act on.
+type Moves[T any] struct {
+	Admitted []*Entry[T]
+	Expired  []*Entry[T]
+}
+
+// flow is the scheduler's state of one flow: its queue, and what it has
+// in the window.
+type flow[T any] struct {
+	name   string
+	weight float64
+	// queue holds the flow's entries in order from head on. A canceled
+	// entry stays in place, finished, until it reaches the head.
+	queue  []*Entry[T]
+	head   int
+	cost   float64 // of the queued entries
+	n      int     // queued entries
+	inside int     // entries in the window
+	// lastFinish is the finish tag of the flow's last queued entry.
+	lastFinish float64
+	hi         int // index in the heap of busy flows; -1 when idle
+}
+
+// Scheduler holds the queues and the window. Its methods are safe for
+// concurrent use; none blocks or calls out.
+type Scheduler[T any] struct {
+	cfg Config
+
+	mu        sync.Mutex
+	flows     map[string]*flow[T]
+	busy      flowHeap[T]
+	deadlines deadlineHeap[T]
+	// first and last are the seated entries, oldest first.
+	first, last *Entry[T]
+	used        int // seated entries
+	waitingN    int // entries past their hold
+	virtual     float64
+	seq         uint64
+	estimate    time.Duration // moving average of seat times
+}
+
+// New returns a scheduler of cfg, with every queue empty.
+func New[T any](cfg Config) (*Scheduler[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Scheduler[T]{cfg: cfg.withDefaults(), flows: map[string]*flow[T]{}}, nil
+}
+
+// Config returns the scheduler's configuration, defaults filled in.
+func (s *Scheduler[T]) Config() Config { return s.cfg }
+
+// Enqueue queues entries for f, in order, at now, and lets into the
+// window what fits. It returns how many it queued: entries[n:] did not
+// fit in f's queue (see [ErrQueueFull]) and are not the scheduler's.
+// The entries of an exempt flow are all admitted at once.
+func (s *Scheduler[T]) Enqueue(now time.Time, f Flow, entries []*Entry[T]) (n int, m Moves[T]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.Exempt {
+		for _, e := range entries {
+			e.enqueued, e.dl = now, -1
+			s.seat(e, now)
+			m.Admitted = append(m.Admitted, e)
+		}
+		return len(entries), m
+	}
+	fl := s.flows[f.Name]
+	if fl == nil {
+		fl = &flow[T]{name: f.Name, hi: -1}
+		s.flows[f.Name] = fl
+	}
+	fl.weight = f.Weight
+	if !(fl.weight > 0) { // zero, negative or NaN
+		fl.weight = 1
+	}
+	fl.weight = min(fl.weight, MaxWeight)
+	for _, e := range entries {
+		cost := max(e.Cost, 0)
+		if fl.n > 0 && fl.cost+cost > float64(s.cfg.FlowMaxQueued) {
+			break
+		}
+		start := fl.lastFinish
+		if fl.n == 0 {
+			start = max(start, s.virtual)
+		}
+		s.seq++
+		e.flow, e.state, e.start, e.finish, e.seq, e.enqueued, e.dl = fl, queued, start, start+cost/fl.weight, s.seq, now, -1
+		fl.lastFinish = e.finish
+		fl.queue = append(fl.queue, e)
+		fl.cost += cost
+		fl.n++
+		if !e.Deadline.IsZero() {
+			heap.Push(&s.deadlines, e)
+		}
+		if fl.hi < 0 {
+			heap.Push(&s.busy, fl)
+		}
+		n++
+		if s.used < s.cfg.Seats {
+			// What the window takes at once does not count against the
+			// queue's bound.
+			s.admit(now, &m)
+		}
+	}
+	s.forget(fl)
+	s.admit(now, &m)
+	return n, m
+}
+
+// Done gives back the seat of an entry that was admitted, once it is
+// answered. An entry answered within HoldMax of its admission, in its
+// seat or after, was work: it teaches the hold how long work takes. Done
+// of an entry that is not in the window does nothing, so that an owner
+// may call it again to be sure.
+func (s *Scheduler[T]) Done(now time.Time, e *Entry[T]) Moves[T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m Moves[T]
+	switch e.state {
+	case seated:
+		s.unseat(e)
+	case waiting:
+		s.waitingN--
+	default:
+		return m
+	}
+	if took := max(now.Sub(e.admitted), 0); !e.Untimed && took <= s.cfg.HoldMax {
+		s.estimate += time.Duration(float64(took-s.estimate) * estimateWeight)
+	}
+	e.state = finished
+	if fl := e.flow; fl != nil {
+		fl.inside--
+		s.forget(fl)
+	}
+	s.admit(now, &m)
+	return m
+}
+
+// Cancel takes e out of its queue and reports whether it was there; an
+// entry that was admitted or has expired is left as it is.
+func (s *Scheduler[T]) Cancel(now time.Time, e *Entry[T]) (bool, Moves[T]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m Moves[T]
+	if e.state != queued {
+		return false, m
+	}
+	s.unqueue(e)
+	s.admit(now, &m)
+	return true, m
+}
+
+// Tick moves the window to now: the seated entries past their hold start
+// waiting, the queued ones past their deadline expire, and the freed
+// seats are taken.
+func (s *Scheduler[T]) Tick(now time.Time) Moves[T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m Moves[T]
+	hold := s.hold()
+	for e := s.first; e != nil && now.Sub(e.admitted) >= hold; e = s.first {
+		s.unseat(e)
+		e.state = waiting
+		s.waitingN++
+	}
+	for len(s.deadlines) > 0 && !now.Before(s.deadlines[0].Deadline) {
+		e := s.deadlines[0]
+		s.unqueue(e)
+		m.Expired = append(m.Expired, e)
+	}
+	s.admit(now, &m)
+	return m
+}
+
+// NextWake returns when [Scheduler.Tick] has something to do next: the
+// oldest seated entry's hold ends, or a queued entry's deadline comes.
+// ok is false when neither will happen.
+func (s *Scheduler[T]) NextWake() (t time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first != nil {
+		t, ok = s.first.admitted.Add(s.hold()), true
+	}
+	if len(s.deadlines) > 0 {
+		if d := s.deadlines[0].Deadline; !ok || d.Before(t) {
+			t, ok = d, true
+		}
+	}
+	return t, ok
+}
+
+// RetryAfter returns how long the flow named name might wait, when its
+// entry did not fit, before it sends again: about the time its queue takes
+// to drain by half at its share of the window now. It is at least a
+// millisecond.
+func (s *Scheduler[T]) RetryAfter(name string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fl := s.flows[name]
+	if fl == nil {
+		return time.Millisecond
+	}
+	var weights float64
+	for _, b := range s.busy {
+		weights += b.weight
+	}
+	share := fl.weight / max(weights, fl.weight)
+	// An entry holds its seat for about the estimate, and at most the
+	// hold.
+	per := min(max(s.estimate, time.Millisecond), s.hold())
+	d := time.Duration(fl.cost / 2 / (float64(s.cfg.Seats) * share) * float64(per))
+	return max(d, time.Millisecond)
+}
+
+// Hold returns how long an entry keeps its seat without an answer now.
+func (s *Scheduler[T]) Hold() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hold()
+}
+
+func (s *Scheduler[T]) hold() time.Duration {
+	return min(max(holdFactor*s.estimate, s.cfg.HoldMin), s.cfg.HoldMax)
+}
+
+// FlowStats is what one flow has queued and in the window.
+type FlowStats struct {
+	Name   string
+	Weight float64
+	// Queued is the entries in the flow's queue, and QueuedCost their
+	// cost.
+	Queued     int
+	QueuedCost float64
+	// Inside is the flow's entries in the window, seated or waiting.
+	Inside int
+}
+
+// Stats is a snapshot of a [Scheduler].
+type Stats struct {
+	// Seats is the window's size; Used the seats taken (an exempt
+	// flow's entries may take more than Seats).
+	Seats, Used int
+	// Waiting is the entries past their hold, waiting on a worker.
+	Waiting int
+	// Hold is the hold now.
+	Hold time.Duration
+	// Flows are the flows with entries queued or in the window, in no
+	// order; exempt flows are not among them.
+	Flows []FlowStats
+}
+
+// Stats returns a snapshot of the window and of every flow that has
+// anything queued or in it.
+func (s *Scheduler[T]) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Flows: make([]FlowStats, 0, len(s.flows))}
+	for _, fl := range s.flows {
+		st.Flows = append(st.Flows, FlowStats{Name: fl.name, Weight: fl.weight, Queued: fl.n, QueuedCost: fl.cost, Inside: fl.inside})
+	}
+	return st
+}
+
+// admit fills the free seats from the busy flows in order of start tag;
+// a head whose deadline has come expires instead.
+func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
+	for s.used < s.cfg.Seats && len(s.busy) > 0 {
+		fl := s.busy[0]
+		e := fl.queue[fl.head]
+		if !e.Deadline.IsZero() && !now.Before(e.Deadline) {
+			s.unqueue(e)
+			m.Expired = append(m.Expired, e)
+			continue
+		}
+		fl.inside++ // before unqueue, which forgets a flow with nothing left
+		s.unqueue(e)
+		s.virtual = max(s.virtual, e.start)
+		s.seat(e, now)
+		m.Admitted = append(m.Admitted, e)
+	}
+}
+
+// seat puts e in the window at now, after the entries seated before it.
+func (s *Scheduler[T]) seat(e *Entry[T], now time.Time) {
+	e.state, e.admitted = seated, now
+	e.prev, e.next = s.last, nil
+	if s.last != nil {
+		s.last.next = e
+	} else {
+		s.first = e
+	}
+	s.last = e
+	s.used++
+}
+
+// unseat takes the seated e out of its seat.
+func (s *Scheduler[T]) unseat(e *Entry[T]) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		s.first = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		s.last = e.prev
+	}
+	e.prev, e.next = nil, nil
+	s.used--
+}
+
+// unqueue takes the queued e out of its queue, as finished, and keeps its
+// flow's place among the busy flows right.
+func (s *Scheduler[T]) unqueue(e *Entry[T]) {
+	fl := e.flow
+	e.state = finished
+	if e.dl >= 0 {
+		heap.Remove(&s.deadlines, e.dl)
+	}
+	fl.cost -= max(e.Cost, 0)
+	fl.n--
+	if fl.n == 0 {
+		fl.cost = 0 // no rounding left over
+		clear(fl.queue)
+		fl.queue, fl.head = fl.queue[:0], 0
+		heap.Remove(&s.busy, fl.hi)
+		s.forget(fl)
+		return
+	}
+	for fl.queue[fl.head].state != queued {
+		fl.queue[fl.head] = nil
+		fl.head++
+	}
+	if fl.head > len(fl.queue)/2 {
+		// Give the room behind the head back to the queue.
+		k := copy(fl.queue, fl.queue[fl.head:])
+		clear(fl.queue[k:])
+		fl.queue, fl.head = fl.queue[:k], 0
+	}
+	heap.Fix(&s.busy, fl.hi)
+}
+
+// forget drops an idle flow with nothing in the window.
+func (s *Scheduler[T]) forget(fl *flow[T]) {
+	if fl.n == 0 && fl.inside == 0 && s.flows[fl.name] == fl {
+		delete(s.flows, fl.name)
+	}
+}
+
+// flowHeap is the busy flows, the one whose first queued entry has the
+// smallest start tag (the earliest queued among equals) on top.
+type flowHeap[T any] []*flow[T]
+
+func (h flowHeap[T]) Len() int { return len(h) }
+func (h flowHeap[T]) Less(i, j int) bool {
+	a, b := h[i].queue[h[i].head], h[j].queue[h[j].head]
+	if a.start != b.start {
+		return a.start < b.start
+	}
+	return a.seq < b.seq
+}
+func (h flowHeap[T]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hi, h[j].hi = i, j
+}
+func (h *flowHeap[T]) Push(x any) {
+	f := x.(*flow[T])
+	f.hi = len(*h)
+	*h = append(*h, f)
+}
+func (h *flowHeap[T]) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	f.hi = -1
+	return f
+}
+
+// deadlineHeap is the queued entries with a deadline, the soonest on top.
+type deadlineHeap[T any] []*Entry[T]
+
+func (h deadlineHeap[T]) Len() int           { return len(h) }
+func (h deadlineHeap[T]) Less(i, j int) bool { return h[i].Deadline.Before(h[j].Deadline) }
+func (h deadlineHeap[T]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].dl, h[j].dl = i, j
+}
+func (h *deadlineHeap[T]) Push(x any) {
+	e := x.(*Entry[T])
+	e.dl = len(*h)
+	*h = append(*h, e)
+}
+func (h *deadlineHeap[T]) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.dl = -1
+	return e
+}
