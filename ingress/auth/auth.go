@@ -15,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -31,6 +32,13 @@ const DefaultJWTLeeway = 30 * time.Second
 // A caller is a name: the Name of an API key, or the caller claim of a JWT.
 // Its allowed methods are the patterns of its key, those of Allow under its
 // name, or DefaultAllow when it has neither.
+//
+// A caller's weight is its share of the ingress while other callers are
+// busy too (see ingress.Fairness): a caller of weight 2 gets twice the
+// calls of one of weight 1. The weight of a key is [APIKey.Weight], that
+// of a token its weight claim ([JWT.WeightClaim]); 1 by default. An
+// exempt caller ([APIKey.Exempt], a token with [JWT.ExemptRole]) never
+// waits in a queue: health checks, operators.
 //
 // What a caller sees is its own: discovery lists the methods it may call,
 // the dashboard its own jobs and errors and the methods it may call, and
@@ -62,7 +70,22 @@ type APIKey struct {
 	// Operator makes the key an operator's: it sees every caller's data on
 	// the dashboard (default false: its own).
 	Operator bool
+	// Weight is the caller's share of the ingress while others are busy
+	// too, at most [MaxWeight]; zero means 1.
+	Weight float64
+	// Exempt lets the caller's calls skip the queues of the ingress:
+	// they are never held back for other callers, nor refused for a full
+	// queue. Give it to health checks and operators, never to a caller
+	// that may flood.
+	Exempt bool
 }
+
+// MaxWeight is the largest weight a caller may have.
+const MaxWeight = fair.MaxWeight
+
+// DefaultWeightClaim is the JWT claim that holds a caller's weight unless
+// [JWT.WeightClaim] says otherwise.
+const DefaultWeightClaim = "toolbus_weight"
 
 // JWT says which bearer tokens are accepted. A token must be signed with
 // HS256 under Secret, or with RS256 or ES256 under a key of the JWKS file;
@@ -88,6 +111,15 @@ type JWT struct {
 	// strings, or one string of roles separated by spaces (default
 	// "roles").
 	RolesClaim string
+	// WeightClaim names the claim that holds the caller's weight, a
+	// number from 0 (meaning 1) to [MaxWeight] (default
+	// [DefaultWeightClaim]); a token without it weighs 1, and one with a
+	// weight out of range is refused.
+	WeightClaim string
+	// ExemptRole is the role that exempts a token's caller from the
+	// queues of the ingress (see [APIKey.Exempt]); empty (the default)
+	// means no token is exempt.
+	ExemptRole string
 }
 
 // HashAPIKey returns the hex SHA-256 digest of key, the form in which
@@ -125,6 +157,11 @@ type Principal struct {
 	Allow []string
 	// Operator makes it see every caller's data (see [Config]).
 	Operator bool
+	// Weight is its share of the ingress while others are busy too (see
+	// [Config]); zero means 1.
+	Weight float64
+	// Exempt lets its calls skip the queues of the ingress.
+	Exempt bool
 }
 
 // Allows reports whether p may call method: whether one of its patterns
@@ -152,6 +189,8 @@ type keyEntry struct {
 	digest   [sha256.Size]byte
 	allow    []string
 	operator bool
+	weight   float64
+	exempt   bool
 }
 
 // Authenticator checks the credentials of requests against a [Config]. It
@@ -167,6 +206,8 @@ type Authenticator struct {
 	callerClaim  string
 	rolesClaim   string
 	operatorRole string
+	weightClaim  string
+	exemptRole   string
 }
 
 // New checks c and loads what it names. It fails on a configuration that
@@ -197,7 +238,10 @@ func New(c Config) (*Authenticator, error) {
 		if err := checkPatterns(k.Allow); err != nil {
 			return nil, fmt.Errorf("auth: API key %q: %w", k.Name, err)
 		}
-		e := keyEntry{name: k.Name, allow: k.Allow, operator: k.Operator}
+		if err := fair.CheckWeight(k.Weight); err != nil {
+			return nil, fmt.Errorf("auth: API key %q: %w", k.Name, err)
+		}
+		e := keyEntry{name: k.Name, allow: k.Allow, operator: k.Operator, weight: k.Weight, exempt: k.Exempt}
 		copy(e.digest[:], d)
 		au.keys = append(au.keys, e)
 	}
@@ -236,6 +280,10 @@ func (au *Authenticator) loadJWT(c JWT) error {
 	au.rolesClaim, au.operatorRole = c.RolesClaim, c.OperatorRole
 	if au.rolesClaim == "" {
 		au.rolesClaim = "roles"
+	}
+	au.weightClaim, au.exemptRole = c.WeightClaim, c.ExemptRole
+	if au.weightClaim == "" {
+		au.weightClaim = DefaultWeightClaim
 	}
 	var methods []string
 	if len(c.Secret) > 0 {
@@ -312,7 +360,7 @@ func (au *Authenticator) byKey(key string) (*Principal, error) {
 	}
 	k := &au.keys[found]
 	p := au.principal(k.name, k.allow)
-	p.Operator = k.operator
+	p.Operator, p.Weight, p.Exempt = k.operator, k.weight, k.exempt
 	return p, nil
 }
 
@@ -327,6 +375,17 @@ func (au *Authenticator) byToken(raw string) (*Principal, error) {
 	}
 	p := au.principal(name, nil)
 	p.Operator = au.operatorRole != "" && hasRole(claims[au.rolesClaim], au.operatorRole)
+	p.Exempt = au.exemptRole != "" && hasRole(claims[au.rolesClaim], au.exemptRole)
+	if v, ok := claims[au.weightClaim]; ok {
+		w, isNumber := v.(float64)
+		if !isNumber {
+			return nil, fmt.Errorf("token's %q claim must be a number: %w", au.weightClaim, ErrBadCredentials)
+		}
+		if err := fair.CheckWeight(w); err != nil {
+			return nil, fmt.Errorf("token's %q claim: %w: %w", au.weightClaim, ErrBadCredentials, err)
+		}
+		p.Weight = w
+	}
 	return p, nil
 }
 

@@ -234,6 +234,8 @@ func TestNewInvalid(t *testing.T) {
 		{name: "jwt without issuer", conf: Config{JWT: &JWT{Secret: testSecret, Audience: "a"}}},
 		{name: "jwt without keys", conf: Config{JWT: &JWT{Issuer: "i", Audience: "a"}}},
 		{name: "jwks missing", conf: Config{JWT: &JWT{JWKSFile: filepath.Join(t.TempDir(), "none.json"), Issuer: "i", Audience: "a"}}},
+		{name: "negative weight", conf: Config{Keys: []APIKey{{Name: "a", SHA256: HashAPIKey("k"), Weight: -1}}}},
+		{name: "weight past the most", conf: Config{Keys: []APIKey{{Name: "a", SHA256: HashAPIKey("k"), Weight: MaxWeight + 1}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -315,6 +317,56 @@ func TestOperatorRole(t *testing.T) {
 			}
 			if p.Operator != tc.want {
 				t.Errorf("Authenticate(%s).Operator = %v, want %v", tc.name, p.Operator, tc.want)
+			}
+		})
+	}
+}
+
+// TestWeightAndExempt: a caller's weight and exemption come from its key,
+// or from its token's weight claim and roles.
+func TestWeightAndExempt(t *testing.T) {
+	jwtConf := &JWT{Secret: testSecret, Issuer: testIssuer, Audience: testAudience, ExemptRole: "health"}
+	token := func(edit ...func(jwt.MapClaims)) string {
+		return "Bearer " + sign(t, jwt.SigningMethodHS256, "", testSecret, claims("carol", time.Minute, edit...))
+	}
+	au, err := New(Config{JWT: jwtConf, Keys: []APIKey{
+		{Name: "big", SHA256: HashAPIKey("big-key"), Weight: 4},
+		{Name: "probe", SHA256: HashAPIKey("probe-key"), Exempt: true},
+		{Name: "plain", SHA256: HashAPIKey("plain-key")},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		header     string
+		wantWeight float64
+		wantExempt bool
+		wantErr    error
+	}{
+		{name: "weighted key", header: "Bearer big-key", wantWeight: 4},
+		{name: "exempt key", header: "Bearer probe-key", wantExempt: true},
+		{name: "plain key", header: "Bearer plain-key"},
+		{name: "weight claim", header: token(func(c jwt.MapClaims) { c[DefaultWeightClaim] = 2.5 }), wantWeight: 2.5},
+		{name: "no weight claim", header: token()},
+		{name: "exempt role", header: token(func(c jwt.MapClaims) { c["roles"] = []string{"health"} }), wantExempt: true},
+		{name: "weight claim not a number", header: token(func(c jwt.MapClaims) { c[DefaultWeightClaim] = "2" }), wantErr: ErrBadCredentials},
+		{name: "weight claim past the most", header: token(func(c jwt.MapClaims) { c[DefaultWeightClaim] = MaxWeight + 1 }), wantErr: ErrBadCredentials},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := au.Authenticate(request("Authorization", tc.header))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Authenticate() error = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Authenticate() error = %v", err)
+			}
+			if p.Weight != tc.wantWeight || p.Exempt != tc.wantExempt {
+				t.Errorf("Authenticate() = weight %v, exempt %v; want %v, %v", p.Weight, p.Exempt, tc.wantWeight, tc.wantExempt)
 			}
 		})
 	}
