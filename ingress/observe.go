@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress/msglog"
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/internal/tracelog"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -445,6 +446,175 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	return nil
 }
 
+// DefaultMetricsMaxCallers is how many callers get a label of their own
+// in the fairness metrics ([WithFairness]); further callers are counted
+// under "_other", so that the series stay bounded however many callers
+// there are. The caller of an ingress without authentication is
+// "_anonymous".
+const DefaultMetricsMaxCallers = 100
+
+// labelAnonymous is the caller label of calls without a caller.
+const labelAnonymous = "_anonymous"
+
+// fairMetrics are the fairness layer's series: each caller's queue, its
+// wait, its share of the window and its refusals, and the window itself.
+type fairMetrics struct {
+	callers  callstats.Names
+	byCaller sync.Map // caller label -> *fairCallerMetrics
+
+	queued   *prometheus.GaugeVec
+	wait     *prometheus.HistogramVec
+	admitted *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+	expired  *prometheus.CounterVec
+	canceled *prometheus.CounterVec
+	window   prometheus.Collector
+}
+
+func newFairMetrics(sched *fair.Scheduler[fairRef]) *fairMetrics {
+	byCaller := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"caller"})
+	}
+	return &fairMetrics{
+		callers: callstats.Names{Max: DefaultMetricsMaxCallers, Other: labelOther},
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "toolbus_fair_queued",
+			Help: "Calls, and request bodies not parsed yet, waiting in each caller's queue for a seat.",
+		}, []string{"caller"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolbus_fair_wait_seconds",
+			Help:    "Time a call waited in its caller's queue before it was let into the window.",
+			Buckets: prometheus.ExponentialBucketsRange(0.0001, 60, 18),
+		}, []string{"caller"}),
+		admitted: byCaller("toolbus_fair_admitted_total",
+			"Calls let into the window, by caller: each caller's share of the ingress."),
+		refused: byCaller("toolbus_fair_refused_total",
+			"Calls and request bodies refused -32002 because their caller's queue was full (caller_max_queued)."),
+		expired: byCaller("toolbus_fair_expired_total",
+			"Calls and request bodies answered -32001 because their deadline came while they waited in their caller's queue; none reached a worker."),
+		canceled: byCaller("toolbus_fair_canceled_total",
+			"Calls and request bodies whose client went away while they waited in their caller's queue."),
+		window: &fairWindowCollector{sched: sched},
+	}
+}
+
+func (m *fairMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.queued, m.wait, m.admitted, m.refused, m.expired, m.canceled, m.window} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forCaller returns the series of caller, made on first use. Caller
+// labels are bounded (see [DefaultMetricsMaxCallers]), and so is the
+// cache.
+func (m *fairMetrics) forCaller(caller string) *fairCallerMetrics {
+	if caller == "" {
+		caller = labelAnonymous
+	}
+	label := m.callers.Label(caller)
+	if v, ok := m.byCaller.Load(label); ok {
+		return v.(*fairCallerMetrics)
+	}
+	v, _ := m.byCaller.LoadOrStore(label, &fairCallerMetrics{
+		queuedG:   m.queued.WithLabelValues(label),
+		waitH:     m.wait.WithLabelValues(label),
+		admittedC: m.admitted.WithLabelValues(label),
+		refusedC:  m.refused.WithLabelValues(label),
+		expiredC:  m.expired.WithLabelValues(label),
+		canceledC: m.canceled.WithLabelValues(label),
+	})
+	return v.(*fairCallerMetrics)
+}
+
+// fairCallerMetrics are the fairness series of one caller label. Its
+// methods do nothing on nil: an ingress without metrics.
+type fairCallerMetrics struct {
+	queuedG   prometheus.Gauge
+	waitH     prometheus.Observer
+	admittedC prometheus.Counter
+	refusedC  prometheus.Counter
+	expiredC  prometheus.Counter
+	canceledC prometheus.Counter
+}
+
+// queued counts n entries into the caller's queue.
+func (c *fairCallerMetrics) queued(n int) {
+	if c != nil && n > 0 {
+		c.queuedG.Add(float64(n))
+	}
+}
+
+// admitted counts an entry out of the queue into the window after wait;
+// a body, which is no call, counts in the queue alone.
+func (c *fairCallerMetrics) admitted(wait time.Duration, body bool) {
+	if c == nil {
+		return
+	}
+	c.queuedG.Dec()
+	if !body {
+		c.waitH.Observe(wait.Seconds())
+		c.admittedC.Inc()
+	}
+}
+
+// expired counts an entry out of the queue at its deadline.
+func (c *fairCallerMetrics) expired() {
+	if c != nil {
+		c.queuedG.Dec()
+		c.expiredC.Inc()
+	}
+}
+
+// canceled counts an entry out of the queue whose client went away.
+func (c *fairCallerMetrics) canceled() {
+	if c != nil {
+		c.queuedG.Dec()
+		c.canceledC.Inc()
+	}
+}
+
+// refused counts n entries that did not fit in the queue.
+func (c *fairCallerMetrics) refused(n int) {
+	if c != nil && n > 0 {
+		c.refusedC.Add(float64(n))
+	}
+}
+
+// fairWindowCollector exports the window: its seats, those taken, the
+// calls past their hold waiting on workers, and the hold.
+type fairWindowCollector struct {
+	sched *fair.Scheduler[fairRef]
+}
+
+var (
+	fairSeatsDesc = prometheus.NewDesc("toolbus_fair_seats",
+		"Seats of the fairness window: the calls the ingress works on at once (--fair-seats).", nil, nil)
+	fairUsedDesc = prometheus.NewDesc("toolbus_fair_seats_used",
+		"Seats of the fairness window taken (an exempt caller's calls may take more than there are).", nil, nil)
+	fairWaitingDesc = prometheus.NewDesc("toolbus_fair_waiting",
+		"Calls past their hold without an answer: out of the window, waiting on a worker.", nil, nil)
+	fairHoldDesc = prometheus.NewDesc("toolbus_fair_hold_seconds",
+		"How long a call keeps its seat without an answer before it counts as waiting on a worker (adapts within --fair-hold-min and --fair-hold-max).", nil, nil)
+)
+
+func (w *fairWindowCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- fairSeatsDesc
+	ch <- fairUsedDesc
+	ch <- fairWaitingDesc
+	ch <- fairHoldDesc
+}
+
+func (w *fairWindowCollector) Collect(ch chan<- prometheus.Metric) {
+	st := w.sched.Stats()
+	ch <- prometheus.MustNewConstMetric(fairSeatsDesc, prometheus.GaugeValue, float64(st.Seats))
+	ch <- prometheus.MustNewConstMetric(fairUsedDesc, prometheus.GaugeValue, float64(st.Used))
+	ch <- prometheus.MustNewConstMetric(fairWaitingDesc, prometheus.GaugeValue, float64(st.Waiting))
+	ch <- prometheus.MustNewConstMetric(fairHoldDesc, prometheus.GaugeValue, st.Hold.Seconds())
+}
+
 // workersCollector exports the registry's live workers per method.
 type workersCollector struct {
 	reg  *discovery.Registry
@@ -469,7 +639,9 @@ func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
 // reg holds at GET /metrics, in the Prometheus text format (or OpenMetrics
 // when the scraper asks). The route is open like the probes, even with
 // [WithAuth], so that a scraper needs no key: it holds counts, durations
-// and method names, never bodies or callers. With [WithRegistry],
+// and method names, never bodies. Callers are named only by the fairness
+// series ([WithFairness]), each caller's share of the ingress, for at most
+// [DefaultMetricsMaxCallers] of them. With [WithRegistry],
 // toolbus_workers{method} counts the live workers per method.
 func WithMetrics(reg *prometheus.Registry) Option {
 	return func(c *config) error {
@@ -527,6 +699,13 @@ func (s *Server) setupMetrics() error {
 	}, func() float64 { return float64(s.bytes.Total()) })
 	if err := reg.Register(held); err != nil {
 		return err
+	}
+	if f := s.cfg.fair; f != nil {
+		fm := newFairMetrics(f.sched)
+		if err := fm.register(reg); err != nil {
+			return err
+		}
+		f.metrics = fm
 	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:          promLogger{s},

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/ingress/msglog"
 	"github.com/toolbus/toolbus/ingress/quota"
+	"github.com/toolbus/toolbus/internal/fair"
 )
 
 // Defaults of [New].
@@ -88,6 +89,10 @@ type config struct {
 	maxConnsPerAddr int
 	maxBytes        int64
 	callerMaxBytes  int64
+
+	// fair is the fairness layer's scheduler (see [WithFairness]); nil
+	// when fairness is off.
+	fair *fairness
 
 	auth        *auth.Authenticator
 	authKeys    bool // API keys are configured, for the A2A card
@@ -308,6 +313,68 @@ func WithSSEHeartbeat(d time.Duration) Option {
 func WithJSONRPC1(on bool) Option {
 	return func(c *config) error {
 		c.jsonrpc1 = on
+		return nil
+	}
+}
+
+// Fairness shares the ingress among callers rather than among requests
+// ([WithFairness]): every call waits in its caller's queue, and a fair
+// scheduler (start-time fair queuing, see package internal/fair) lets the
+// calls of all queues into a window of seats, so that while two callers
+// are busy each gets about half of the window, whatever their batch
+// sizes and connection counts. A body sent to POST /rpc waits for its
+// caller's turn before it is parsed, so that parsing a large batch holds
+// up no other caller's call.
+//
+// The seats bound the calls the ingress works on at once; a call that
+// keeps its seat for the hold without an answer is waiting on a worker
+// rather than on the ingress, and leaves its seat to the next: the window
+// is small for work, and takes calls that merely wait (a tool that sleeps
+// for seconds) at Seats/HoldMin a second. The hold follows the load: four
+// times the average time the calls answered in their seats took, within
+// HoldMin and HoldMax.
+//
+// An operator weights callers ([auth.APIKey.Weight], a JWT's weight
+// claim) and exempts some ([auth.APIKey.Exempt]): an exempt caller's
+// calls never wait. A zero field takes its default.
+type Fairness struct {
+	// Off turns fairness off: calls reach the dispatcher as they arrive.
+	Off bool
+	// Seats is the calls the ingress works on at once (default
+	// [fair.DefaultSeats]).
+	Seats int
+	// HoldMin and HoldMax bound how long a call keeps its seat without an
+	// answer (defaults [fair.DefaultHoldMin] and [fair.DefaultHoldMax]).
+	HoldMin, HoldMax time.Duration
+	// CallerMaxQueued bounds one caller's queue, in calls of small
+	// params: a call costs one, and one more per [fair.CostUnit] of its
+	// params (default [fair.DefaultFlowMaxQueued]). A call past it is
+	// refused -32002 with retry_after_ms and the limit
+	// caller_max_queued.
+	CallerMaxQueued int
+}
+
+// config returns the scheduler's configuration of f.
+func (f Fairness) config() fair.Config {
+	return fair.Config{Seats: f.Seats, HoldMin: f.HoldMin, HoldMax: f.HoldMax, FlowMaxQueued: f.CallerMaxQueued}
+}
+
+// WithFairness shares the ingress among callers as f says (see
+// [Fairness]); the default is off. It takes effect for the calls of the
+// dispatcher [Server.Fair] returns, which the server must be given (a
+// gateway made by package node does so), and for the bodies of POST
+// /rpc.
+func WithFairness(f Fairness) Option {
+	return func(c *config) error {
+		if f.Off {
+			c.fair = nil
+			return nil
+		}
+		fr, err := newFairness(f)
+		if err != nil {
+			return fmt.Errorf("ingress: fairness: %w", err)
+		}
+		c.fair = fr
 		return nil
 	}
 }

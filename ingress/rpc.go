@@ -107,8 +107,17 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 	}
 
 	sse := wantsEvents(r.Header)
-	elems, batch, perr := s.parse(body)
+	// The body waits for its caller's turn before it is parsed, and holds
+	// a seat while its calls are planned: a large batch is its caller's
+	// work, done in its caller's share (see [WithFairness]).
+	hdr, endTurn, perr := s.awaitTurn(r.Context(), hdr, len(body))
+	var elems []element
+	var batch bool
+	if perr == nil {
+		elems, batch, perr = s.parse(body)
+	}
 	if perr != nil {
+		endTurn()
 		var o outcome
 		if sse {
 			o = s.writeEvents(r.Context(), w, &plan{out: []response{{Response: schema.Response{Error: perr}}}})
@@ -119,6 +128,7 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 		return o
 	}
 	p := s.plan(elems, hdr, nil)
+	endTurn()
 	defer p.done()
 	var o outcome
 	if sse {

@@ -1,0 +1,386 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/internal/fair"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Fair returns d behind the server's fairness layer, or d itself when
+// fairness is off. The server must hand its calls to what Fair returns
+// (be made with it as its dispatcher, or with one that forwards to it),
+// which is therefore made after the server:
+//
+//	front := &forward{}
+//	srv, err := ingress.New(front, ingress.WithFairness(ingress.Fairness{}))
+//	front.d = srv.Fair(agg)
+//
+// The layer asks d for each call's deadline when d tells one
+// (Timeout(method, requested)), and tells it in turn.
+func (s *Server) Fair(d schema.Dispatcher) schema.Dispatcher {
+	if s.cfg.fair == nil || d == nil {
+		return d
+	}
+	return &fairDispatcher{f: s.cfg.fair, next: d}
+}
+
+// FairStats returns a snapshot of the fairness window and of each
+// caller's queue; the zero value when fairness is off.
+func (s *Server) FairStats() fair.Stats {
+	if s.cfg.fair == nil {
+		return fair.Stats{}
+	}
+	return s.cfg.fair.sched.Stats()
+}
+
+// fairness is the scheduler of a server and what drives it: one timer
+// for the holds and deadlines, and the metrics.
+type fairness struct {
+	sched *fair.Scheduler[fairRef]
+	// metrics is set by setupMetrics; nil without [WithMetrics].
+	metrics *fairMetrics
+
+	tmu   sync.Mutex
+	timer *time.Timer
+	wake  time.Time // when timer fires; zero when it is not set
+}
+
+func newFairness(f Fairness) (*fairness, error) {
+	s, err := fair.New[fairRef](f.config())
+	if err != nil {
+		return nil, err
+	}
+	return &fairness{sched: s}, nil
+}
+
+// fairRef names a queued entry's place: call i of a set, or a body
+// (i 0 of a set of one), and the metrics of its caller (nil without
+// metrics).
+type fairRef struct {
+	set  *fairSet
+	i    int
+	cm   *fairCallerMetrics
+	body bool // a body waiting to be parsed, not a call
+}
+
+// fairSet is what waits for the entries of one set of calls: the moves
+// of its entries, one each at most, so that sending never blocks.
+type fairSet struct {
+	moves chan fairMove
+}
+
+// fairMove says that entry i was admitted, or expired in its queue.
+type fairMove struct {
+	i       int
+	expired bool
+}
+
+// settle hands every entry that m moved to the set waiting for it, and
+// sets the timer for the next hold or deadline.
+func (f *fairness) settle(m fair.Moves[fairRef]) {
+	for _, e := range m.Admitted {
+		e.Value.cm.admitted(e.Admitted().Sub(e.Enqueued()), e.Value.body)
+		e.Value.set.moves <- fairMove{i: e.Value.i}
+	}
+	for _, e := range m.Expired {
+		e.Value.cm.expired()
+		e.Value.set.moves <- fairMove{i: e.Value.i, expired: true}
+	}
+	f.arm()
+}
+
+// arm sets the timer for the scheduler's next wake when that comes
+// sooner than the timer is set for. A timer that fires with nothing to do
+// does nothing.
+func (f *fairness) arm() {
+	at, ok := f.sched.NextWake()
+	if !ok {
+		return
+	}
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	if !f.wake.IsZero() && !at.Before(f.wake) {
+		return
+	}
+	f.wake = at
+	if f.timer == nil {
+		f.timer = time.AfterFunc(time.Until(at), f.tick)
+		return
+	}
+	f.timer.Reset(time.Until(at))
+}
+
+func (f *fairness) tick() {
+	f.tmu.Lock()
+	f.wake = time.Time{}
+	f.tmu.Unlock()
+	f.settle(f.sched.Tick(time.Now()))
+}
+
+// flowOf is the flow of caller p; nil is the anonymous caller of an
+// ingress without authentication.
+func flowOf(p *auth.Principal) fair.Flow {
+	if p == nil {
+		return fair.Flow{}
+	}
+	return fair.Flow{Name: p.Name, Weight: p.Weight, Exempt: p.Exempt}
+}
+
+// awaitTurn waits until the body of n bytes that the caller of hdr sent
+// may be parsed: its turn in the caller's queue. It returns hdr with the
+// time waited taken off the deadline the client asked for, and what ends
+// the turn once the body's calls are planned; or the answer to the whole
+// message when the caller's queue is full or the wait outlasted the
+// deadline. Without fairness it returns at once.
+func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, n int) (callHeaders, func(), *schema.Error) {
+	f := s.cfg.fair
+	if f == nil {
+		return hdr, noTurn, nil
+	}
+	start := time.Now()
+	timeout := timeoutOf(s.base, &schema.Call{Timeout: hdr.timeout})
+	flow := flowOf(hdr.caller)
+	set := &fairSet{moves: make(chan fairMove, 1)}
+	cm := f.callerMetrics(flow.Name)
+	e := &fair.Entry[fairRef]{Value: fairRef{set: set, cm: cm, body: true}, Cost: fair.BodyCost(n), Untimed: true}
+	if timeout > 0 {
+		e.Deadline = start.Add(timeout)
+	}
+	queued, m := f.sched.Enqueue(start, flow, []*fair.Entry[fairRef]{e})
+	cm.queued(queued)
+	f.settle(m)
+	if queued == 0 {
+		cm.refused(1)
+		return hdr, noTurn, f.queueFull(flow.Name)
+	}
+	var mv fairMove
+	select {
+	case mv = <-set.moves:
+	case <-ctx.Done():
+		canceled, m := f.sched.Cancel(time.Now(), e)
+		f.settle(m)
+		if canceled {
+			cm.canceled()
+			return hdr, noTurn, schema.ErrorFrom(ctx.Err())
+		}
+		mv = <-set.moves // admitted or expired meanwhile
+	}
+	if mv.expired {
+		return hdr, noTurn, schema.NewError(schema.CodeTimeout,
+			fmt.Sprintf("timed out: the request waited in this caller's queue on the ingress until its deadline (%v) before it could be read; "+
+				"send less at once, or give it a longer Toolbus-Timeout", timeout.Round(time.Millisecond)),
+			map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds()})
+	}
+	if hdr.timeout > 0 {
+		hdr.timeout = max(hdr.timeout-time.Since(start), time.Millisecond)
+	}
+	return hdr, func() { f.settle(f.sched.Done(time.Now(), e)) }, nil
+}
+
+// noTurn ends a turn that was never given.
+func noTurn() {}
+
+// queueFull is the refusal of a call, or a body, that does not fit in
+// its caller's queue.
+func (f *fairness) queueFull(caller string) *schema.Error {
+	max := f.sched.Config().FlowMaxQueued
+	return schema.NewError(schema.CodeOverloaded,
+		fmt.Sprintf("overloaded: this caller already has %d calls' worth queued on this ingress, its most (caller_max_queued); "+
+			"wait for answers before sending more, or send fewer at once", max),
+		map[string]any{"retryable": true, "retry_after_ms": f.sched.RetryAfter(caller).Milliseconds(),
+			"limit": "caller_max_queued", "max": max})
+}
+
+// callerMetrics returns the metrics of caller's queue; nil without
+// metrics.
+func (f *fairness) callerMetrics(caller string) *fairCallerMetrics {
+	if f.metrics == nil {
+		return nil
+	}
+	return f.metrics.forCaller(caller)
+}
+
+// fairDispatcher is the fairness layer in front of next.
+type fairDispatcher struct {
+	f    *fairness
+	next schema.Dispatcher
+}
+
+var _ timeouter = (*fairDispatcher)(nil)
+
+// Timeout tells the deadline next gives a call of method (see
+// [timeoutOf]).
+func (d *fairDispatcher) Timeout(method string, requested time.Duration) time.Duration {
+	return timeoutOf(d.next, &schema.Call{Request: schema.Request{Method: method}, Timeout: requested})
+}
+
+// Dispatch queues every call in its caller's queue under its deadline,
+// and hands the calls to next as the scheduler admits them; a call that
+// does not fit in its caller's queue is refused -32002 at once, and one
+// whose deadline comes while it waits is answered -32001 without
+// reaching next. When ctx ends, the calls still queued are answered
+// -32004.
+func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	if len(calls) == 0 {
+		return
+	}
+	f := d.f
+	now := time.Now()
+	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
+	var mu sync.Mutex // emit is called from one goroutine at a time
+	answer := func(i int, r schema.Response) {
+		if i >= 0 && i < len(calls) && calls[i].IsNotification() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		emit(i, r)
+	}
+	set := &fairSet{moves: make(chan fairMove, len(calls))}
+	entries := make([]fair.Entry[fairRef], len(calls))
+	ptrs := make([]*fair.Entry[fairRef], len(calls))
+	ctxDeadline, bounded := ctx.Deadline()
+	for i := range calls {
+		var deadline time.Time // none, when next tells none
+		if t := timeoutOf(d.next, &calls[i]); t > 0 {
+			deadline = now.Add(t)
+		}
+		if bounded && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
+			deadline = ctxDeadline
+		}
+		entries[i] = fair.Entry[fairRef]{Value: fairRef{set: set, i: i}, Cost: fair.Cost(len(calls[i].Params)), Deadline: deadline}
+		ptrs[i] = &entries[i]
+	}
+	// A set's calls are one caller's; should they not be, each run of one
+	// caller's calls goes to its own queue.
+	open := 0
+	for from := 0; from < len(calls); {
+		caller := calls[from].Caller
+		to := from + 1
+		for to < len(calls) && calls[to].Caller == caller {
+			to++
+		}
+		flow := fair.Flow{Name: caller}
+		if p != nil && p.Name == caller {
+			flow = flowOf(p)
+		}
+		cm := f.callerMetrics(caller)
+		for i := from; i < to; i++ {
+			entries[i].Value.cm = cm
+		}
+		n, m := f.sched.Enqueue(now, flow, ptrs[from:to])
+		cm.queued(n)
+		f.settle(m)
+		open += n
+		if refused := to - from - n; refused > 0 {
+			cm.refused(refused)
+			e := f.queueFull(caller)
+			for i := from + n; i < to; i++ {
+				answer(i, schema.Response{ID: calls[i].ID, Error: e})
+			}
+		}
+		from = to
+	}
+
+	var wg sync.WaitGroup
+	done := ctx.Done()
+	for open > 0 {
+		select {
+		case mv := <-set.moves:
+			var group []int
+			for {
+				open--
+				if mv.expired {
+					answer(mv.i, schema.Response{ID: calls[mv.i].ID, Error: queuedTooLong(&calls[mv.i], entries[mv.i].Deadline.Sub(entries[mv.i].Enqueued()))})
+				} else {
+					group = append(group, mv.i)
+				}
+				if open == 0 {
+					break
+				}
+				select {
+				case mv = <-set.moves:
+					continue
+				default:
+				}
+				break
+			}
+			if len(group) > 0 {
+				d.run(ctx, &wg, calls, ptrs, group, answer)
+			}
+		case <-done:
+			done = nil
+			now := time.Now()
+			for i := range ptrs {
+				if canceled, m := f.sched.Cancel(now, ptrs[i]); canceled {
+					f.settle(m)
+					open--
+					ptrs[i].Value.cm.canceled()
+					answer(i, schema.Response{ID: calls[i].ID, Error: schema.ErrorFrom(ctx.Err())})
+				}
+			}
+		}
+	}
+	wg.Wait()
+}
+
+// run hands the admitted calls of group to next on a goroutine of their
+// own, each with what is left of its deadline, and gives back each one's
+// seat as it is answered (a notification's, and that of a call next left
+// unanswered, once next returns).
+func (d *fairDispatcher) run(ctx context.Context, wg *sync.WaitGroup, calls []schema.Call, ptrs []*fair.Entry[fairRef], group []int, answer func(int, schema.Response)) {
+	f := d.f
+	now := time.Now()
+	sub := make([]schema.Call, 0, len(group))
+	idx := make([]int, 0, len(group))
+	for _, i := range group {
+		c := calls[i]
+		left := ptrs[i].Deadline.Sub(now)
+		if ctx.Err() != nil || !ptrs[i].Deadline.IsZero() && left <= 0 {
+			f.settle(f.sched.Done(now, ptrs[i]))
+			e := schema.ErrorFrom(ctx.Err())
+			if ctx.Err() == nil {
+				e = queuedTooLong(&calls[i], ptrs[i].Deadline.Sub(ptrs[i].Enqueued()))
+			}
+			answer(i, schema.Response{ID: calls[i].ID, Error: e})
+			continue
+		}
+		if !ptrs[i].Deadline.IsZero() {
+			c.Timeout = left
+		}
+		sub = append(sub, c)
+		idx = append(idx, i)
+	}
+	if len(sub) == 0 {
+		return
+	}
+	wg.Go(func() {
+		d.next.Dispatch(ctx, sub, func(j int, r schema.Response) {
+			if j < 0 || j >= len(idx) {
+				answer(-1, r) // out of range in the set too: the receiver reports it
+				return
+			}
+			f.settle(f.sched.Done(time.Now(), ptrs[idx[j]]))
+			answer(idx[j], r)
+		})
+		now := time.Now()
+		for _, i := range idx {
+			f.settle(f.sched.Done(now, ptrs[i]))
+		}
+	})
+}
+
+// queuedTooLong is the answer of call c whose deadline, timeout after it
+// was queued, came while it waited in its caller's queue: it never
+// reached a worker.
+func queuedTooLong(c *schema.Call, timeout time.Duration) *schema.Error {
+	return schema.NewError(schema.CodeTimeout,
+		fmt.Sprintf("timed out: %s waited in this caller's queue on the ingress until its deadline (%v) and reached no worker; "+
+			"send fewer calls at once, or give them a longer Toolbus-Timeout", c.Method, timeout.Round(time.Millisecond)),
+		map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": c.Method})
+}
