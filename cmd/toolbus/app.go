@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -46,9 +47,12 @@ type ingressConfig struct {
 	batchConcurrency int
 	maxInFlight      int
 	callerInFlight   int
-	shutdownTimeout  time.Duration
-	jsonrpc1         bool
-	accessLog        bool
+	// fair is how the ingress shares itself among callers, when fairOn.
+	fair            ingress.Fairness
+	fairOn          bool
+	shutdownTimeout time.Duration
+	jsonrpc1        bool
+	accessLog       bool
 	// local, when set, takes the calls a worker of the same process can
 	// run at once, without the bus (the dev command's --local-calls).
 	local           aggregator.Local
@@ -102,6 +106,11 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.batchConcurrency, "batch-concurrency", aggregator.DefaultBatchConcurrency, "calls of one batch in flight at once")
 	f.IntVar(&c.maxInFlight, "max-in-flight", aggregator.DefaultMaxInFlight, "calls in flight on this ingress; more are refused with -32002")
 	f.IntVar(&c.callerInFlight, "caller-max-in-flight", 0, "calls in flight on this ingress for one authenticated caller (0: half of --max-in-flight); without auth the one anonymous caller may use all of --max-in-flight")
+	f.BoolVar(&c.fairOn, "fair", true, "share the ingress among callers rather than requests: per-caller queues and a fair scheduler admit calls into a window of seats (false: calls are served in arrival order)")
+	f.IntVar(&c.fair.Seats, "fair-seats", fair.DefaultSeats, "calls the ingress works on at once; the callers with calls waiting share them in proportion to their weights")
+	f.DurationVar(&c.fair.HoldMin, "fair-hold-min", fair.DefaultHoldMin, "shortest time a call keeps its seat without an answer before it counts as waiting on a worker and leaves its seat to the next (the hold adapts to how long calls take, up to --fair-hold-max)")
+	f.DurationVar(&c.fair.HoldMax, "fair-hold-max", fair.DefaultHoldMax, "longest time a call keeps its seat without an answer")
+	f.IntVar(&c.fair.CallerMaxQueued, "caller-max-queued", 0, "calls one caller may have waiting for a seat on this ingress, a call counting once more per 16 KiB of params (0: as many as --max-in-flight); more are refused -32002")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")
 	f.BoolVar(&c.accessLog, "access-log", false, "log a line per HTTP request and per call at level info (default: at level debug, so nothing is logged per call at the default level)")
@@ -347,6 +356,18 @@ func ingressModule(cfg ingressConfig) fx.Option {
 	)
 }
 
+// fairness is how the ingress of c shares itself among callers (see
+// [ingress.Fairness]): a caller's queue holds as many calls as may be in
+// flight, unless set.
+func (c ingressConfig) fairness() ingress.Fairness {
+	f := c.fair
+	f.Off = !c.fairOn
+	if f.CallerMaxQueued == 0 {
+		f.CallerMaxQueued = c.maxInFlight
+	}
+	return f
+}
+
 // gatewayOptions are the gateway options of c.
 func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Registry, tp trace.TracerProvider,
 	counters *jobs.Counters) ([]node.GatewayOption, error) {
@@ -379,6 +400,7 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 		ingress.WithWebSocketWriteTimeout(c.wsWriteTimeout),
 		ingress.WithWebSocketPing(c.wsPingInterval, c.wsPingMisses),
 		ingress.WithSSEHeartbeat(c.sseHeartbeat),
+		ingress.WithFairness(c.fairness()),
 	}
 	if c.callerMaxBytes != 0 {
 		ingOpts = append(ingOpts, ingress.WithCallerMaxBytesInFlight(c.callerMaxBytes))

@@ -31,6 +31,8 @@ type securityConfig struct {
 	jwtCallerClaim string
 	jwtRolesClaim  string
 	jwtOperator    string
+	jwtWeight      string
+	jwtExempt      string
 
 	rateLimit    float64
 	rateBurst    int
@@ -65,7 +67,7 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 		authDefault = "off"
 	}
 	f.StringVar(&c.auth, "auth", authDefault, "authentication: on (needs --auth-file or --jwt-*) or off (every caller reaches every tool)")
-	f.StringVar(&c.authFile, "auth-file", "", `JSON file of API keys and allowed methods: {"keys":[{"name","sha256","allow":["math.*"],"operator":false}],"allow":{"caller":["pattern"]},"default_allow":[]}`)
+	f.StringVar(&c.authFile, "auth-file", "", `JSON file of API keys and allowed methods: {"keys":[{"name","sha256","allow":["math.*"],"operator":false,"weight":1,"exempt":false}],"allow":{"caller":["pattern"]},"default_allow":[]}`)
 	f.StringVar(&c.jwtSecretFile, "jwt-secret-file", "", "file holding the HS256 secret of bearer JWTs")
 	f.StringVar(&c.jwksFile, "jwt-jwks-file", "", "JWKS file of the RS256/ES256 public keys of bearer JWTs")
 	f.StringVar(&c.jwtIssuer, "jwt-issuer", "", "required iss of bearer JWTs")
@@ -74,6 +76,8 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.StringVar(&c.jwtCallerClaim, "jwt-caller-claim", "sub", "JWT claim naming the caller")
 	f.StringVar(&c.jwtRolesClaim, "jwt-roles-claim", "roles", "JWT claim holding the caller's roles (an array, or a string of space-separated roles)")
 	f.StringVar(&c.jwtOperator, "jwt-operator-role", "", "role that makes a JWT caller an operator, who sees every caller's dashboard data (empty: no token does)")
+	f.StringVar(&c.jwtWeight, "jwt-weight-claim", auth.DefaultWeightClaim, "JWT claim holding the caller's weight, its share of the ingress while others are busy too (a number up to 1000; absent: 1)")
+	f.StringVar(&c.jwtExempt, "jwt-exempt-role", "", "role that exempts a JWT caller from the ingress's queues, for health checks and operators (empty: no token is)")
 	f.Float64Var(&c.rateLimit, "rate-limit", 0, "calls a second per caller, in a token bucket (0: no rate limit)")
 	f.IntVar(&c.rateBurst, "rate-burst", 100, "bursts of calls a caller's token bucket allows (with --rate-limit)")
 	f.StringSliceVar(&c.methodCaps, "method-max-in-flight", nil, "per-method in-flight caps, method=n (e.g. fetch_page=64)")
@@ -106,6 +110,16 @@ type authFile struct {
 	} `json:"keys"`
 	Allow        map[string][]string `json:"allow"`
 	DefaultAllow []string            `json:"default_allow"`
+}
+
+// authFileShares are the members of each key of --auth-file that set its
+// caller's share of the ingress, read beside [authFile]: "weight" (1 when
+// absent) and "exempt".
+type authFileShares struct {
+	Keys []struct {
+		Weight float64 `json:"weight"`
+		Exempt bool    `json:"exempt"`
+	} `json:"keys"`
 }
 
 // errNoAuth means authentication is on but nothing to authenticate with
@@ -152,17 +166,21 @@ func (c *securityConfig) authConfig() (auth.Config, error) {
 			return a, fmt.Errorf("--auth-file: %w", err)
 		}
 		var f authFile
-		if err := json.Unmarshal(b, &f); err != nil {
+		var shares authFileShares
+		if err := errors.Join(json.Unmarshal(b, &f), json.Unmarshal(b, &shares)); err != nil {
 			return a, fmt.Errorf("--auth-file %s: %w", c.authFile, err)
 		}
-		for _, k := range f.Keys {
-			a.Keys = append(a.Keys, auth.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow, Operator: k.Operator})
+		for i, k := range f.Keys {
+			s := shares.Keys[i]
+			a.Keys = append(a.Keys, auth.APIKey{Name: k.Name, SHA256: k.SHA256, Allow: k.Allow, Operator: k.Operator,
+				Weight: s.Weight, Exempt: s.Exempt})
 		}
 		a.Allow, a.DefaultAllow = f.Allow, f.DefaultAllow
 	}
 	if c.jwtSecretFile != "" || c.jwksFile != "" {
 		j := &auth.JWT{JWKSFile: c.jwksFile, Issuer: c.jwtIssuer, Audience: c.jwtAudience,
-			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim, RolesClaim: c.jwtRolesClaim, OperatorRole: c.jwtOperator}
+			Leeway: c.jwtLeeway, CallerClaim: c.jwtCallerClaim, RolesClaim: c.jwtRolesClaim, OperatorRole: c.jwtOperator,
+			WeightClaim: c.jwtWeight, ExemptRole: c.jwtExempt}
 		if c.jwtSecretFile != "" {
 			b, err := os.ReadFile(c.jwtSecretFile)
 			if err != nil {

@@ -95,6 +95,63 @@ func TestSecurityConfigOperator(t *testing.T) {
 	}
 }
 
+// TestSecurityConfigShares: a key's weight and exemption in --auth-file,
+// and the JWT's weight claim and exempt role, reach the authenticator;
+// a weight out of range is refused before the ingress is made.
+func TestSecurityConfigShares(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys.json")
+	body := `{"keys":[{"name":"big","sha256":"` + auth.HashAPIKey("b") + `","weight":4},` +
+		`{"name":"probe","sha256":"` + auth.HashAPIKey("p") + `","exempt":true},{"name":"plain","sha256":"` + auth.HashAPIKey("k") + `"}]}`
+	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var c securityConfig
+	cmd := &cobra.Command{}
+	c.flags(cmd, false)
+	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
+		"--jwt-weight-claim", "share", "--jwt-exempt-role", "probe"}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.authConfig()
+	if err != nil {
+		t.Fatalf("authConfig() error = %v", err)
+	}
+	got := map[string]auth.APIKey{}
+	for _, k := range a.Keys {
+		got[k.Name] = k
+	}
+	if got["big"].Weight != 4 || got["big"].Exempt || !got["probe"].Exempt || got["plain"].Weight != 0 || got["plain"].Exempt {
+		t.Errorf("keys = %+v, want big of weight 4, probe exempt, plain neither", a.Keys)
+	}
+	if a.JWT == nil || a.JWT.WeightClaim != "share" || a.JWT.ExemptRole != "probe" {
+		t.Errorf("jwt = %+v, want weight claim share and exempt role probe", a.JWT)
+	}
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"keys":[{"name":"big","sha256":"`+auth.HashAPIKey("b")+`","weight":5000}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c = securityConfig{}
+	cmd = &cobra.Command{}
+	c.flags(cmd, false)
+	if err := cmd.ParseFlags([]string{"--auth-file", bad}); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.ingressOptions(discard)
+	if err == nil {
+		_, err = ingress.New(nopDispatcher{}, opts...)
+	}
+	if err == nil {
+		t.Error("an ingress with a key of weight 5000 was made, want an error")
+	}
+}
+
 func TestParseMethodCaps(t *testing.T) {
 	tests := []struct {
 		name    string
