@@ -80,6 +80,10 @@ type Request struct {
 	// params and history keep every digit.
 	message json.RawMessage
 	parts   []json.RawMessage
+	// field, when the handler sets it, names the member of the params
+	// (a JSON pointer) that a -32602 refusal of a message/send is about,
+	// for the answer's data.field, which the SDK cannot carry.
+	field *string
 }
 
 // Option configures [New].

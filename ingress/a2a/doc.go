@@ -25,7 +25,13 @@
 //     method for plain text) and submits the job, with the message as
 //     the first of the job's history and its referenceTaskIds as the
 //     job's references; it refuses a message to an existing task (a
-//     toolbus task runs one tool call);
+//     toolbus task runs one tool call), but for the answer to the
+//     question of an input-required task;
+//   - answer.go reads that answer (a data part, text for a question
+//     whose schema has one string member, or the metadata
+//     {"decline": true}) and gives it to rpc.jobs.answer; the question
+//     itself is the status message of the task (task.go), where a
+//     blocking send and a stream stop (follow.go);
 //   - task.go turns job records into A2A tasks and events: queued →
 //     submitted, running → working, succeeded → completed with the result
 //     as an artifact's data part, failed → failed with the error, canceled

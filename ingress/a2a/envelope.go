@@ -72,6 +72,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hdr.endpoint = endpoint(r)
+	hdr.field = new(string)
 	if req.Method == methodSend || req.Method == methodStream {
 		var p struct {
 			Message json.RawMessage `json:"message"`
@@ -91,7 +92,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	default:
 		var out bufferWriter
 		s.rpc.ServeHTTP(&out, sdk)
-		writeAnswer(w, sdkAnswer(req.ID, out.buf.Bytes()))
+		writeAnswer(w, withField(sdkAnswer(req.ID, out.buf.Bytes()), *hdr.field))
 	}
 }
 
@@ -209,6 +210,21 @@ func sdkAnswer(id json.RawMessage, out []byte) schema.Response {
 	resp.ID = id
 	if resp.Error != nil && resp.Error.Code == schema.CodeParseError {
 		resp.Error.Code, resp.Error.Message = schema.CodeInvalidParams, a2a.ErrInvalidParams.Error()
+	}
+	return resp
+}
+
+// withField adds data.field to resp's -32602 error when the handler
+// named the member it is about.
+func withField(resp schema.Response, field string) schema.Response {
+	if field == "" || resp.Error == nil || resp.Error.Code != schema.CodeInvalidParams {
+		return resp
+	}
+	data := map[string]any{}
+	_ = json.Unmarshal(resp.Error.Data, &data)
+	data["field"] = field
+	if b, err := json.Marshal(data); err == nil {
+		resp.Error.Data = b
 	}
 	return resp
 }

@@ -84,14 +84,15 @@ func stopped(err error) error {
 
 // stream yields the task of job id as it is now, with the last keep
 // messages of its history (all of them when keep is nil), then its events
-// until it is final (see [events]). A stream ends with a status update
-// marked final, also when the task was final from the start.
+// until it is final or input-required (see [events]). A stream ends with
+// a status update marked final, also when the task was final or
+// input-required from the start.
 func (s *Server) stream(ctx context.Context, r Request, id string, keep *int, yield func(a2a.Event, error) bool) {
 	var prev *schema.JobRecord
 	err := s.follow(ctx, r, id, func(cur *schema.JobRecord) error {
 		var out []a2a.Event
 		switch {
-		case prev == nil && cur.State.Final():
+		case prev == nil && ends(cur.State):
 			out = []a2a.Event{lastMessages(task(cur), keep), &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(cur.ID),
 				ContextID: cur.ContextID, Status: status(cur), Final: true}}
 		case prev == nil:
@@ -104,6 +105,11 @@ func (s *Server) stream(ctx context.Context, r Request, id string, keep *int, yi
 			if !yield(ev, nil) {
 				return errStop
 			}
+		}
+		if cur.State == schema.JobInputRequired {
+			// The client answers with a follow-up message, and streams
+			// the rest with it or with tasks/resubscribe.
+			return errStop
 		}
 		return nil
 	})

@@ -15,7 +15,10 @@ import (
 // asks for and answers with its task at once when the client asked for a
 // non-blocking send ("blocking": false), and otherwise, an absent
 // blocking included (as the SDK's server and client read it), when the
-// task is final or the call's deadline passes, whichever comes first. The
+// task is final, input-required (its status message asks the question a
+// follow-up message answers), or the call's deadline passes, whichever
+// comes first. A message with the taskId of an input-required task
+// answers its question and follows the task on in the same way. The
 // task's history is cut to configuration.historyLength.
 func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
 	r, err := request(ctx)
@@ -44,6 +47,9 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 	last := rec
 	err = s.follow(wait, r, rec.ID, func(cur *schema.JobRecord) error {
 		last = cur
+		if cur.State == schema.JobInputRequired {
+			return errStop
+		}
 		return nil
 	})
 	if err != nil && wait.Err() == nil {

@@ -134,7 +134,7 @@ func unknownSkill(method string) error {
 // exists is never answered with a refusal while it runs.
 func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
 	if p.Message != nil && p.Message.TaskID != "" {
-		return nil, s.followUp(ctx, r, p.Message)
+		return s.followUp(ctx, r, p.Message)
 	}
 	picked, err := s.pick(r, p.Message)
 	if err != nil {
@@ -186,32 +186,37 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 	return rec, nil
 }
 
-// followUp answers a message that names a task (taskId). A toolbus task
-// runs one tool call, so it takes no further message: a task in a
-// terminal state is refused -32004 (unsupported operation) naming its
-// state, as A2A wants of any agent, and so is a task still running (a
-// task that asks for input, input-required, is a later feature). Another
-// caller's task and one that does not exist are both -32001 (task not
-// found), which says neither; a contextId other than the task's is
-// -32602. To run the tool again, a client sends a new message without
-// taskId in the same context.
-func (s *Server) followUp(ctx context.Context, r Request, m *a2a.Message) error {
+// followUp answers a message that names a task (taskId). A task that
+// waits for its caller's answer (input-required) takes it: the message
+// answers the task's question ([Server.answerQuestion]) and followUp
+// returns the record of the job running again. A toolbus task runs one
+// tool call, so it takes no other message: a task in a terminal state
+// is refused -32004 (unsupported operation) naming its state, as A2A
+// wants of any agent, and so is a task that is submitted or working.
+// Another caller's task and one that does not exist are both -32001
+// (task not found), which says neither; a contextId other than the
+// task's is -32602. To run the tool again, a client sends a new message
+// without taskId in the same context.
+func (s *Server) followUp(ctx context.Context, r Request, m *a2a.Message) (*schema.JobRecord, error) {
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": string(m.TaskID)}, &rec); e != nil {
 		if e.Code == schema.CodeInvalidParams || e.Code == schema.CodeJobNotFound {
-			return refuse(a2a.ErrTaskNotFound, "task %s not found", m.TaskID)
+			return nil, refuse(a2a.ErrTaskNotFound, "task %s not found", m.TaskID)
 		}
-		return a2aError(e)
+		return nil, a2aError(e)
 	}
 	if m.ContextID != "" && m.ContextID != rec.ContextID {
-		return refuse(a2a.ErrInvalidParams, "the message's contextId %q is not the context of task %s; send the task's contextId, or none",
+		return nil, refuse(a2a.ErrInvalidParams, "the message's contextId %q is not the context of task %s; send the task's contextId, or none",
 			m.ContextID, m.TaskID)
+	}
+	if rec.State == schema.JobInputRequired && rec.Question != nil {
+		return s.answerQuestion(ctx, r, m, &rec)
 	}
 	again := "to run the tool again, send a new message without taskId in context " + rec.ContextID
 	if rec.State.Final() {
-		return refuse(a2a.ErrUnsupportedOperation, "task %s is %s, a terminal state, and takes no further messages; %s",
+		return nil, refuse(a2a.ErrUnsupportedOperation, "task %s is %s, a terminal state, and takes no further messages; %s",
 			m.TaskID, state(rec.State), again)
 	}
-	return refuse(a2a.ErrUnsupportedOperation, "task %s is %s: a toolbus task runs one tool call and takes no message while it runs; wait for it or cancel it; %s",
+	return nil, refuse(a2a.ErrUnsupportedOperation, "task %s is %s: a toolbus task runs one tool call and takes no message while it runs, only the answer to its question while it is input-required; wait for it or cancel it; %s",
 		m.TaskID, state(rec.State), again)
 }

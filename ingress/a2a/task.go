@@ -153,7 +153,10 @@ func decodeMessage(raw json.RawMessage) (*a2a.Message, bool) {
 }
 
 // status returns the A2A status of a job record, at the time of its last
-// change. Its message is a message of the job's history when the history
+// change. The status of an input-required task carries its question: the
+// message as a text part, and a data part with the question's id
+// ([QuestionIDKey]) and the JSON Schema of the answer
+// ([QuestionSchemaKey]). Its message is a message of the job's history when the history
 // holds what it says, and otherwise a message whose id is made of what it
 // says: either way, every read of the same status gives the same
 // messageId.
@@ -171,6 +174,9 @@ func status(rec *schema.JobRecord) a2a.TaskStatus {
 	case rec.Error != nil && rec.State.Final():
 		data, _ := json.Marshal(map[string]any{"error": rec.Error})
 		st.Message = said(rec, rec.Error.Message, data)
+	case rec.State == schema.JobInputRequired && rec.Question != nil:
+		data, _ := json.Marshal(map[string]any{QuestionIDKey: rec.Question.ID, QuestionSchemaKey: rec.Question.Schema})
+		st.Message = said(rec, rec.Question.Message, data)
 	case rec.Progress != nil && !rec.State.Final():
 		data, _ := json.Marshal(map[string]any{"percent": rec.Progress.Percent})
 		st.Message = said(rec, rec.Progress.Message, data)
@@ -233,7 +239,8 @@ func rawValue(raw json.RawMessage) any {
 // events returns the A2A events that take a client who has seen prev (nil:
 // nothing yet) to cur: a status update when the state or the progress
 // changed, and for a completed task first the artifact of its result.
-// The status update of a final state is marked final.
+// The status update of a final state, and of input-required, is marked
+// final, as A2A ends a stream or a blocking send there.
 func events(prev, cur *schema.JobRecord) []a2a.Event {
 	if prev != nil && prev.State == cur.State && sameProgress(prev.Progress, cur.Progress) {
 		return nil
@@ -244,8 +251,13 @@ func events(prev, cur *schema.JobRecord) []a2a.Event {
 			Artifact: artifact(cur), LastChunk: true})
 	}
 	return append(out, &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(cur.ID), ContextID: cur.ContextID,
-		Status: status(cur), Final: cur.State.Final()})
+		Status: status(cur), Final: ends(cur.State)})
 }
+
+// ends reports whether a blocking message/send answers and a stream ends
+// at state st: a final state, or input-required, where the client has to
+// answer before the task goes on.
+func ends(st schema.JobState) bool { return st.Final() || st == schema.JobInputRequired }
 
 func sameProgress(a, b *schema.JobProgress) bool {
 	if a == nil || b == nil {
