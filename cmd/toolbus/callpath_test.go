@@ -31,16 +31,18 @@ import (
 // merges: the aggregator spreads a call over five files in the process
 // (dispatch.go, breaker.go, caps.go, aggregator.go, timers.go) and eight
 // over the bus (those, answers.go, freeslots.go, strays.go), each a
-// concern of its own, and bus/token.go holds only ReplyToken.
+// concern of its own, the fairness layer adds three (ingress/fair.go,
+// internal/fair/fair.go and node/gateway.go's fairFront), and bus/token.go
+// holds only ReplyToken.
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
-	maxLocalCallFiles = 23
+	maxLocalCallFiles = 26
 	// maxBusCallFiles bounds a call sent over the embedded NATS, as every
 	// call of a split deployment is (`toolbus dev --local-calls=false`):
 	// the bus adds the message, the envelope, the reply's reading and the
 	// worker's liveness, and leaves out the local handoff.
-	maxBusCallFiles = 27
+	maxBusCallFiles = 30
 )
 
 // callPathCalls is how many echo calls the measured process answers more
