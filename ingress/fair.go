@@ -310,8 +310,15 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 				}
 				break
 			}
-			if len(group) > 0 {
-				d.run(ctx, &wg, calls, ptrs, group, answer)
+			if run := d.prepare(ctx, calls, ptrs, group, answer); run != nil {
+				if open == 0 {
+					// No move can come any more: the last calls run on
+					// this goroutine, as do those of a set admitted at
+					// once, the common case of an ingress not in demand.
+					run()
+				} else {
+					wg.Go(run)
+				}
 			}
 		case <-done:
 			done = nil
@@ -329,11 +336,13 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	wg.Wait()
 }
 
-// run hands the admitted calls of group to next on a goroutine of their
-// own, each with what is left of its deadline, and gives back each one's
-// seat as it is answered (a notification's, and that of a call next left
-// unanswered, once next returns).
-func (d *fairDispatcher) run(ctx context.Context, wg *sync.WaitGroup, calls []schema.Call, ptrs []*fair.Entry[fairRef], group []int, answer func(int, schema.Response)) {
+// prepare returns what hands the admitted calls of group to next, each
+// with what is left of its deadline, and gives back each one's seat as it
+// is answered (a notification's, and that of a call next left
+// unanswered, once next returns); nil when none is left to hand on, the
+// others having been answered already (their deadline passed, or ctx
+// ended).
+func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs []*fair.Entry[fairRef], group []int, answer func(int, schema.Response)) func() {
 	f := d.f
 	now := time.Now()
 	sub := make([]schema.Call, 0, len(group))
@@ -357,9 +366,9 @@ func (d *fairDispatcher) run(ctx context.Context, wg *sync.WaitGroup, calls []sc
 		idx = append(idx, i)
 	}
 	if len(sub) == 0 {
-		return
+		return nil
 	}
-	wg.Go(func() {
+	return func() {
 		d.next.Dispatch(ctx, sub, func(j int, r schema.Response) {
 			if j < 0 || j >= len(idx) {
 				answer(-1, r) // out of range in the set too: the receiver reports it
@@ -372,7 +381,7 @@ func (d *fairDispatcher) run(ctx context.Context, wg *sync.WaitGroup, calls []sc
 		for _, i := range idx {
 			f.settle(f.sched.Done(now, ptrs[i]))
 		}
-	})
+	}
 }
 
 // queuedTooLong is the answer of call c whose deadline, timeout after it
