@@ -232,15 +232,8 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	f := d.f
 	now := time.Now()
 	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
-	var mu sync.Mutex // emit is called from one goroutine at a time
-	answer := func(i int, r schema.Response) {
-		if i >= 0 && i < len(calls) && calls[i].IsNotification() {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		emit(i, r)
-	}
+	out := &fairEmitter{calls: calls, emit: emit}
+	answer := out.answer
 	set := &fairSet{moves: make(chan fairMove, len(calls))}
 	entries := make([]fair.Entry[fairRef], len(calls))
 	ptrs := make([]*fair.Entry[fairRef], len(calls))
@@ -310,7 +303,7 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 				}
 				break
 			}
-			if run := d.prepare(ctx, calls, ptrs, group, answer); run != nil {
+			if run := d.prepare(ctx, calls, ptrs, group, out); run != nil {
 				if open == 0 {
 					// No move can come any more: the last calls run on
 					// this goroutine, as do those of a set admitted at
@@ -342,7 +335,7 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 // unanswered, once next returns); nil when none is left to hand on, the
 // others having been answered already (their deadline passed, or ctx
 // ended).
-func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs []*fair.Entry[fairRef], group []int, answer func(int, schema.Response)) func() {
+func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs []*fair.Entry[fairRef], group []int, out *fairEmitter) func() {
 	f := d.f
 	now := time.Now()
 	sub := make([]schema.Call, 0, len(group))
@@ -356,7 +349,7 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 			if ctx.Err() == nil {
 				e = queuedTooLong(&calls[i], ptrs[i].Deadline.Sub(ptrs[i].Enqueued()))
 			}
-			answer(i, schema.Response{ID: calls[i].ID, Error: e})
+			out.answer(i, schema.Response{ID: calls[i].ID, Error: e})
 			continue
 		}
 		if !ptrs[i].Deadline.IsZero() {
@@ -370,18 +363,42 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 	}
 	return func() {
 		d.next.Dispatch(ctx, sub, func(j int, r schema.Response) {
-			if j < 0 || j >= len(idx) {
-				answer(-1, r) // out of range in the set too: the receiver reports it
-				return
+			i := -1 // out of range in the set too: the receiver reports it
+			if j >= 0 && j < len(idx) {
+				i = idx[j]
+				f.done(ptrs[i])
 			}
-			f.settle(f.sched.Done(time.Now(), ptrs[idx[j]]))
-			answer(idx[j], r)
+			out.answer(i, r)
 		})
 		now := time.Now()
 		for _, i := range idx {
 			f.settle(f.sched.Done(now, ptrs[i]))
 		}
 	}
+}
+
+// fairEmitter hands a set's answers to its emit, one at a time, and
+// drops those of notifications.
+type fairEmitter struct {
+	mu    sync.Mutex
+	calls []schema.Call
+	emit  func(i int, r schema.Response)
+}
+
+// answer emits r for call i. It is small, so that it adds no frame to
+// the answer's way back, which runs on the dispatcher's goroutine.
+func (o *fairEmitter) answer(i int, r schema.Response) {
+	if i >= 0 && i < len(o.calls) && o.calls[i].IsNotification() {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.emit(i, r)
+}
+
+// done gives back the seat of e, answered now.
+func (f *fairness) done(e *fair.Entry[fairRef]) {
+	f.settle(f.sched.Done(time.Now(), e))
 }
 
 // queuedTooLong is the answer of call c whose deadline, timeout after it
