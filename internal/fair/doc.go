@@ -59,8 +59,8 @@
 // its seats before the hold had learned teaches it as its calls come
 // back. Ten thousand calls that sleep for seconds teach nothing: they
 // leave their seats one hold after they enter, so the window takes about
-// Seats/hold of them a second (64,000 at the defaults when nothing else
-// runs) and none waits for another to finish. What bounds the calls
+// Seats/hold of them a second (128,000 at the defaults when nothing
+// else runs) and none waits for another to finish. What bounds the calls
 // waiting on workers is then the dispatcher's own in-flight caps, per
 // caller and in all.
 //

@@ -11,8 +11,11 @@ import (
 
 // Defaults of [Config].
 const (
-	// DefaultSeats is the entries worked on at once.
-	DefaultSeats = 64
+	// DefaultSeats is the entries worked on at once: enough calls in
+	// flight to keep an ingress, the bus and its workers busy, few enough
+	// that a call entering the window waits behind a few milliseconds of
+	// others.
+	DefaultSeats = 128
 	// DefaultHoldMin and DefaultHoldMax bound the hold: how long an entry
 	// keeps its seat without an answer before it counts as waiting on a
 	// worker. An entry answered within DefaultHoldMax counts as work.
