@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -200,16 +199,13 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *bus.Startup, ready fun
 	}
 	sig, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
-	if err := app.Start(sig); err != nil {
-		err = cause(st, err)
-		// A signal during startup is a stop like any other: fx has
-		// already stopped what had started.
-		if sig.Err() != nil && errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
+	// The start is never cut short by a signal: fx would return at once
+	// while the hooks it had begun went on starting in the background,
+	// with nothing left to stop them. Its hooks do not wait for NATS, so
+	// it is quick; a signal that came meanwhile stops the app below.
+	if err := app.Start(context.WithoutCancel(sig)); err != nil {
+		return cause(st, err)
 	}
-	st.Begin()
 	stop := func(cause error) error {
 		if cause == nil {
 			slog.Info("shutting down: draining calls in flight")
@@ -220,6 +216,10 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *bus.Startup, ready fun
 		}
 		return startError(err)
 	}
+	if sig.Err() != nil {
+		return stop(nil)
+	}
+	st.Begin()
 	if err := st.Err(); err != nil {
 		slog.Info("started, not ready yet", "reason", err.Error())
 	}

@@ -38,7 +38,9 @@ func explain(err error) error {
 // for the commands that use the cluster as soon as it runs; on failure app
 // is stopped again.
 func startReady(ctx context.Context, app *fx.App, st *bus.Startup) error {
-	if err := app.Start(ctx); err != nil {
+	// Not cut short by ctx, for the reason runUntilSignal gives; ctx is
+	// checked in the wait below.
+	if err := app.Start(context.WithoutCancel(ctx)); err != nil {
 		return cause(st, err)
 	}
 	st.Begin()
