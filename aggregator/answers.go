@@ -99,6 +99,9 @@ func badReply(method string, err error) *schema.Error {
 // timeout, whoever noticed first: the aggregator (no reason) or the worker
 // (reason deadline_in_worker).
 func timedOut(method string, timeout time.Duration, reason string) *schema.Error {
+	// A deadline that waited in the ingress's queue comes with what was
+	// left of it, such as 999.911119ms: say it to the millisecond.
+	timeout = timeout.Round(time.Millisecond)
 	data := map[string]any{"retryable": true, "timeout_ms": timeout.Milliseconds(), "method": method}
 	if reason != "" {
 		data["reason"] = reason
