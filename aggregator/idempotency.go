@@ -773,32 +773,7 @@ func (h *idemHub) setUp(up bool) {
 // idemWatchCreateTimeout: a server that refuses the request for want of
 // permission never answers it.
 func (h *idemHub) watch(ctx context.Context) (jetstream.KeyWatcher, func(), error) {
-	wctx, cancel := context.WithCancel(ctx)
-	var mu sync.Mutex
-	created, timedOut := false, false
-	timer := time.AfterFunc(idemWatchCreateTimeout, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !created {
-			timedOut = true
-			cancel()
-		}
-	})
-	w, err := h.kv.Watch(wctx, "call.>", jetstream.UpdatesOnly(), jetstream.MetaOnly())
-	timer.Stop()
-	mu.Lock()
-	created = true
-	late := timedOut
-	mu.Unlock()
-	if err == nil && late {
-		_ = w.Stop()
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		cancel()
-		return nil, nil, err
-	}
-	return w, func() { _ = w.Stop(); cancel() }, nil
+	return bus.WatchWithin(ctx, h.kv, "call.>", idemWatchCreateTimeout, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 }
 
 // pump tells the waiters of each updated key, until the watch ends or ctx

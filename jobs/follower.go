@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/latest"
 )
 
@@ -240,32 +241,7 @@ func (h *hub) run(ctx context.Context) {
 // watchCreateTimeout: a server that refuses the request for want of
 // permission never answers it.
 func (h *hub) watch(ctx context.Context) (jetstream.KeyWatcher, func(), error) {
-	wctx, cancel := context.WithCancel(ctx)
-	var mu sync.Mutex
-	created, timedOut := false, false
-	timer := time.AfterFunc(watchCreateTimeout, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !created {
-			timedOut = true
-			cancel()
-		}
-	})
-	w, err := h.st.kv.Watch(wctx, jobKey(">"), jetstream.UpdatesOnly())
-	timer.Stop()
-	mu.Lock()
-	created = true
-	late := timedOut
-	mu.Unlock()
-	if err == nil && late {
-		_ = w.Stop()
-		err = context.DeadlineExceeded
-	}
-	if err != nil {
-		cancel()
-		return nil, nil, err
-	}
-	return w, func() { _ = w.Stop(); cancel() }, nil
+	return bus.WatchWithin(ctx, h.st.kv, jobKey(">"), watchCreateTimeout, jetstream.UpdatesOnly())
 }
 
 // reread reads the record of every job followed, for a watch that has
