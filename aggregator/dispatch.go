@@ -296,7 +296,9 @@ func (a *Aggregator) admit(cl *call) {
 		a.table.answerOutside(cl, nil, e)
 		return
 	}
-	if a.local != nil {
+	// A call its caller can be asked on goes over the bus, where the
+	// question and its sealed answer travel: a local call cannot be asked.
+	if a.local != nil && cl.c.Ask == nil {
 		// TryInvoke blocks while the handler runs: the call has a
 		// goroutine while it is local, and leaves it for the bus.
 		go a.tryLocal(cl, subject)

@@ -156,6 +156,27 @@ func TestLocalDeclinedGoesOverTheBus(t *testing.T) {
 	}
 }
 
+// TestAskableCallGoesOverTheBus: a call its caller can be asked on (a
+// job's) is never offered to the Local, which could not carry a question:
+// it goes to a worker over the bus.
+func TestAskableCallGoesOverTheBus(t *testing.T) {
+	ac, wc := setup(t)
+	busWorker(t, wc)
+	local := &fakeLocal{try: func(context.Context, *schema.Call) (json.RawMessage, *schema.Error, bool) {
+		return json.RawMessage(`"local"`), nil, true
+	}}
+	a := newAgg(t, ac, aggregator.WithLocal(local))
+	c := call(`8`, "echo", `[1]`)
+	c.Ask = func(schema.Question, func(schema.Answer) error) {}
+	r := schema.Collect(context.Background(), a, []schema.Call{c})[0]
+	if r.Error != nil || answeredBy(r) != "bus" {
+		t.Fatalf("askable call = %s %v; want it answered by the bus worker", r.Result, r.Error)
+	}
+	if got := local.seen(); len(got) != 0 {
+		t.Errorf("Local was offered %v, want none", got)
+	}
+}
+
 // TestLocalComesAfterAdmission checks that a call refused by the
 // aggregator's own limits is never offered to the Local: the limits hold
 // for local calls as for calls over the bus.
