@@ -677,6 +677,11 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		call.Ask = sup.ask
 	}
 	result, err := r.inv.Invoke(tctx, call, sup.report)
+	// The invoker's own timer for the deadline may fire before the
+	// context's: the run timed out when its deadline has passed, whether
+	// or not tctx says so yet.
+	deadline, _ := tctx.Deadline()
+	timedOut := tctx.Err() != nil || !time.Now().Before(deadline)
 	close(sup.done)
 	<-supDone
 	if sup.askedOnce {
@@ -695,7 +700,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 		r.log.Info("job interrupted", "id", id, "cause", cause)
 		_ = msg.Nak()
 		return
-	case tctx.Err() != nil:
+	case timedOut:
 	case errors.As(err, &wait):
 		r.requeue(ctx, msg, id, seq, attempt, wait)
 		return
@@ -711,11 +716,11 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 	switch cause := context.Cause(jctx); {
 	case errors.Is(cause, errJobCanceled):
 		rpcErr, result = canceledError(), nil
-	case tctx.Err() != nil && sup.waiting():
+	case timedOut && sup.waiting():
 		rpcErr, result = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job's tool waited for the answer to its question "+
 			"longer than the job may run (%v); answer a job's question with %s while the job is %s", r.cfg.maxRunTime, schema.MethodJobsAnswer, schema.JobInputRequired),
 			map[string]any{"reason": schema.ReasonQuestionUnanswered, "retryable": false}), nil
-	case tctx.Err() != nil && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
+	case timedOut && rpcErr != nil && rpcErr.Code != schema.CodeTimeout:
 		rpcErr = schema.NewError(schema.CodeTimeout, fmt.Sprintf("timed out: the job ran longer than %v", r.cfg.maxRunTime),
 			map[string]any{"reason": schema.ReasonMaxRunTime, "retryable": false})
 	}
