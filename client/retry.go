@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -109,12 +110,5 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return ctxwait.Sleep(ctx, d)
 }

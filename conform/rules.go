@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -93,24 +94,13 @@ func (s *session) ruleStart(ctx context.Context) Result {
 		} else {
 			last = "no answer within 500ms"
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !ctxwait.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 	}
 	return r.fail(fmt.Sprintf("conform.echo every 100ms for %v", s.cfg.StartTimeout),
 		"an answer: the worker serves the conformance toolset", last+
 			" (check that the worker connects to this NATS server, under this prefix, and serves conform.echo)")
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // roundTrip sends c and waits for its reply.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/internal/latest"
 )
 
@@ -71,7 +72,7 @@ type hub struct {
 }
 
 func newHub(st *store, log *slog.Logger) *hub {
-	return &hub{st: st, log: log, wait: pause, byID: map[string]map[*follower]struct{}{}}
+	return &hub{st: st, log: log, wait: ctxwait.Sleep, byID: map[string]map[*follower]struct{}{}}
 }
 
 // follower is one wait on a job's records. Its channel holds the newest

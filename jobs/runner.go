@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -826,7 +827,7 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 	for i := range finishWrites {
 		if i > 0 {
 			_ = msg.InProgress()
-			if !pause(ctx, time.Duration(i)*200*time.Millisecond) {
+			if !ctxwait.Sleep(ctx, time.Duration(i)*200*time.Millisecond) {
 				break // the runner stops: the message comes back after the lease
 			}
 		}
@@ -874,19 +875,6 @@ func (r *Runner) finish(ctx context.Context, msg jetstream.Msg, id string, seq u
 		r.cfg.counters.addFinished(rec.Method, rec.State)
 		r.st.finished(ctx, rec, r.log)
 		_ = msg.Ack()
-	}
-}
-
-// pause waits d, or less when ctx ends first; it reports whether it waited
-// all of d.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

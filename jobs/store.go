@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -262,7 +263,7 @@ func (s *store) get(ctx context.Context, id string) (*stored, uint64, error) {
 		default:
 			return nil, 0, fmt.Errorf("jobs: read job %s at revision %d or later: %w", id, known.rev, errStale)
 		}
-		if !pause(ctx, wait) {
+		if !ctxwait.Sleep(ctx, wait) {
 			return nil, 0, fmt.Errorf("jobs: read job %s: %w", id, ctx.Err())
 		}
 		wait *= 2

@@ -22,6 +22,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -447,7 +448,7 @@ func (t *tenant) unreadWebSocket(ctx context.Context, size int, out *tally) {
 		if err != nil {
 			if ctx.Err() == nil {
 				out.add("websocket: dial refused", 1, nil)
-				sleepCtx(ctx, 100*time.Millisecond)
+				ctxwait.Sleep(ctx, 100*time.Millisecond)
 			}
 			continue
 		}
@@ -476,7 +477,7 @@ func (t *tenant) slowHeaders(ctx context.Context, out *tally) {
 		if err != nil {
 			if ctx.Err() == nil {
 				out.add("slow header: dial refused", 1, nil)
-				sleepCtx(ctx, 100*time.Millisecond)
+				ctxwait.Sleep(ctx, 100*time.Millisecond)
 			}
 			continue
 		}
@@ -509,7 +510,7 @@ func slowHeaderRequest(ctx context.Context, conn net.Conn, key, chunk string) st
 		if _, err := io.WriteString(conn, chunk); err != nil {
 			return sent()
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !ctxwait.Sleep(ctx, 50*time.Millisecond) {
 			return "stopped"
 		}
 	}
@@ -525,18 +526,6 @@ func hostOf(rawURL string) string {
 		return ""
 	}
 	return u.Host
-}
-
-// sleepCtx waits d and reports whether ctx still lasts.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Verdicts judges r: the victim's p99 under the flood against
