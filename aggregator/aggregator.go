@@ -271,7 +271,7 @@ func (t *table) finish(cl *call, result []byte, e *schema.Error, out *answers) {
 		return
 	}
 	if cl.state == refused {
-		t.slots.unrefuse(cl)
+		t.slots.leaveLine(cl)
 	}
 	if cl.token != "" && t.calls[cl.token] == cl {
 		delete(t.calls, cl.token)
@@ -504,7 +504,7 @@ func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	// first.
 	if to, ok := t.slots.take(cl.method, now); ok {
 		if cl.state == refused {
-			t.slots.unrefuse(cl)
+			t.slots.leaveLine(cl)
 		}
 		t.resend(cl, now, to, out)
 		if cl.state != answered {
@@ -535,7 +535,7 @@ func (t *table) replied(cl *call, m *nats.Msg, now time.Time, out *answers) {
 		// direct subscription: nothing ran, so the queue group has the
 		// call again, and the slots that worker names are not believed
 		// for a while.
-		t.slots.unheard(cl.direct, now)
+		t.slots.markUnreachable(cl.direct, now)
 		t.resend(cl, now, "", out)
 		if cl.state != answered {
 			t.schedule(cl)
@@ -662,7 +662,7 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 	if due(cl.retryAt, now) {
 		cl.retryAt = time.Time{}
 		if cl.state == refused {
-			t.slots.unrefuse(cl)
+			t.slots.leaveLine(cl)
 		}
 		if cl.state == refused || cl.state == parked {
 			t.resend(cl, now, "", out)

@@ -12,15 +12,15 @@ import (
 // [freeSlotTTL]; and whether the method is under pressure (a call was
 // refused, or sent to a named slot, within [pressedFor]), which is when
 // its calls ask their workers to name the slots they free. Direct
-// subjects that reached nobody are not believed for [deafFor].
+// subjects that reached nobody are not believed for [unreachableFor].
 //
 // It is not safe for concurrent use: the table's lock guards it. Every
 // method takes the time, so that it runs on the table's clock.
 type freeSlots struct {
-	line      map[string][]*call
-	pressedAt map[string]time.Time
-	free      map[string][]freeSlot
-	deaf      map[string]time.Time
+	line          map[string][]*call
+	pressedAt     map[string]time.Time
+	free          map[string][]freeSlot
+	unreachableAt map[string]time.Time
 }
 
 // freeSlot is a slot a worker named free at a time.
@@ -36,9 +36,9 @@ const (
 	// pressedFor is how long calls ask for free slots after the last
 	// refusal or the last call sent to a slot named free.
 	pressedFor = time.Second
-	// deafFor is how long the free slots of a worker whose direct
+	// unreachableFor is how long the free slots of a worker whose direct
 	// subject reached nobody are ignored.
-	deafFor = time.Minute
+	unreachableFor = time.Minute
 	// maxMethodsTracked is how many methods the scheduler keeps pressure
 	// and free slots for before it sweeps out those gone stale: a worker
 	// that serves a pattern may be called by many names, and the maps
@@ -51,7 +51,7 @@ const (
 
 func newFreeSlots() freeSlots {
 	return freeSlots{line: map[string][]*call{}, pressedAt: map[string]time.Time{},
-		free: map[string][]freeSlot{}, deaf: map[string]time.Time{}}
+		free: map[string][]freeSlot{}, unreachableAt: map[string]time.Time{}}
 }
 
 // pressed reports whether calls of method were refused by busy workers,
@@ -81,8 +81,8 @@ func (s *freeSlots) refuse(cl *call, now time.Time) {
 	s.line[cl.method] = slices.Insert(q, i, cl)
 }
 
-// unrefuse takes cl out of its method's line, when it is there.
-func (s *freeSlots) unrefuse(cl *call) {
+// leaveLine takes cl out of its method's line, when it is there.
+func (s *freeSlots) leaveLine(cl *call) {
 	q := s.line[cl.method]
 	if i := slices.Index(q, cl); i >= 0 {
 		q = slices.Delete(q, i, i+1)
@@ -99,11 +99,11 @@ func (s *freeSlots) unrefuse(cl *call) {
 // in line it keeps the slot for the next call of method ([take]) and
 // returns nil. A slot of a direct subject not believed is ignored.
 func (s *freeSlots) freed(method, direct string, now time.Time) *call {
-	if at, ok := s.deaf[direct]; ok {
-		if now.Sub(at) < deafFor {
+	if at, ok := s.unreachableAt[direct]; ok {
+		if now.Sub(at) < unreachableFor {
 			return nil
 		}
-		delete(s.deaf, direct)
+		delete(s.unreachableAt, direct)
 	}
 	if q := s.line[method]; len(q) > 0 {
 		cl := q[0]
@@ -145,12 +145,12 @@ func (s *freeSlots) take(method string, now time.Time) (string, bool) {
 	return to, true
 }
 
-// unheard records that a call sent to direct reached nobody: its worker
+// markUnreachable records that a call sent to direct reached nobody: its worker
 // is gone, or cannot subscribe there (NATS permissions older than rule
-// 10). The slots it names are ignored for [deafFor], and those already
+// 10). The slots it names are ignored for [unreachableFor], and those already
 // named are forgotten.
-func (s *freeSlots) unheard(direct string, now time.Time) {
-	s.deaf[direct] = now
+func (s *freeSlots) markUnreachable(direct string, now time.Time) {
+	s.unreachableAt[direct] = now
 	for m, f := range s.free {
 		f = slices.DeleteFunc(f, func(slot freeSlot) bool { return slot.direct == direct })
 		if len(f) == 0 {
@@ -159,10 +159,10 @@ func (s *freeSlots) unheard(direct string, now time.Time) {
 			s.free[m] = f
 		}
 	}
-	if len(s.deaf) > maxMethodsTracked {
-		for d, at := range s.deaf {
-			if now.Sub(at) >= deafFor {
-				delete(s.deaf, d)
+	if len(s.unreachableAt) > maxMethodsTracked {
+		for d, at := range s.unreachableAt {
+			if now.Sub(at) >= unreachableFor {
+				delete(s.unreachableAt, d)
 			}
 		}
 	}

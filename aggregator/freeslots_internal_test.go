@@ -22,7 +22,7 @@ func TestFreeSlotsForgetStaleMethods(t *testing.T) {
 	s.freed("math.fresh", "toolbus.direct.w", now)
 	cl := &call{method: "math.fresh", firstBusy: now}
 	s.refuse(cl, now)
-	s.unrefuse(cl)
+	s.leaveLine(cl)
 	if len(s.pressedAt) != 1 || len(s.free) != 1 {
 		t.Fatalf("after a sweep: %d methods pressed, %d with free slots; want only math.fresh in each", len(s.pressedAt), len(s.free))
 	}

@@ -63,12 +63,12 @@ type beat struct {
 	gone func()
 	// seq numbers the probing messages. It skips a number whenever the
 	// runtime's own connection is down, or came back since the previous
-	// message, so that no run of unheard messages spans an outage of the
+	// message, so that no streak of missed messages spans an outage of the
 	// worker's connection: only silence measured while the worker is
 	// connected counts against the caller.
 	seq        uint64
 	reconnects uint64
-	unheardRun run
+	streak     missStreak
 	// lastReport is when the latest progress report left; pending, when
 	// not nil, is the body of a newer one held back until ProgressInterval
 	// has passed since, by reportTimer.
@@ -131,9 +131,9 @@ func (rt *Runtime) heartbeat(msg *nats.Msg) *beat {
 	return b
 }
 
-// asked reports whether the aggregator speaks the liveness protocol, and
+// live reports whether the aggregator speaks the liveness protocol, and
 // so understands a busy refusal.
-func (b *beat) asked() bool { return b != nil }
+func (b *beat) live() bool { return b != nil }
 
 // send publishes one progress message, probing when the call runs. b.mu
 // must be held, except for a busy refusal, which never probes. A failure
@@ -317,12 +317,12 @@ func (b *beat) sendReportLocked(body []byte) {
 	}
 }
 
-// unheard records that probing message seq found nobody subscribed to the
+// foundNobody records that probing message seq found nobody subscribed to the
 // reply subject, and cancels the call when that makes b.misses in a row.
 // The heartbeats stop then: nobody would hear them.
-func (b *beat) unheard(seq uint64) {
+func (b *beat) foundNobody(seq uint64) {
 	b.mu.Lock()
-	if b.stopped || b.unheardRun.unheard(seq) < b.misses {
+	if b.stopped || b.streak.missed(seq) < b.misses {
 		b.mu.Unlock()
 		return
 	}
@@ -414,7 +414,7 @@ func (p *probes) deliver(msg *nats.Msg) {
 		return
 	}
 	if b, ok := p.beats.Load(token); ok {
-		b.(*beat).unheard(n)
+		b.(*beat).foundNobody(n)
 	}
 }
 
@@ -447,15 +447,15 @@ func (rt *Runtime) unsubscribeProbes() {
 	}
 }
 
-// run counts the latest unbroken run of probing messages of one call
-// that found nobody listening. The zero value has seen none.
-type run struct{ first, last uint64 }
+// missStreak counts the latest unbroken streak of probing messages of one
+// call that found nobody listening. The zero value has seen none.
+type missStreak struct{ first, last uint64 }
 
-// unheard records that message seq found nobody listening and returns
-// the length of the run it ends. Messages are numbered from 1; a number
-// that does not follow the last one starts a new run, since the messages
+// missed records that message seq found nobody listening and returns
+// the length of the streak it ends. Messages are numbered from 1; a number
+// that does not follow the last one starts a new streak, since the messages
 // in between were delivered (or never probed).
-func (r *run) unheard(seq uint64) uint64 {
+func (r *missStreak) missed(seq uint64) uint64 {
 	if r.last == 0 || seq != r.last+1 {
 		r.first = seq
 	}

@@ -22,10 +22,10 @@ func TestRunOfUnheardMessages(t *testing.T) {
 		{"the same twice", []uint64{3, 3}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var r run
+			var r missStreak
 			var got uint64
 			for _, seq := range tc.unheard {
-				got = r.unheard(seq)
+				got = r.missed(seq)
 			}
 			if got != tc.want {
 				t.Errorf("run after unheard %v = %d, want %d", tc.unheard, got, tc.want)

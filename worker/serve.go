@@ -75,7 +75,7 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 	select {
 	case r.sem <- struct{}{}:
 	default:
-		if hb.asked() {
+		if hb.live() {
 			untrack()
 			cancel()
 			r.metrics.refuse(refusedBusy)
@@ -92,7 +92,7 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 			return
 		}
 	}
-	if hb.asked() {
+	if hb.live() {
 		ctx = context.WithValue(ctx, progressKey{}, ProgressFunc(hb.report))
 	}
 	// Only a call that may be asked carries the key: the others need no
