@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/clientcli"
 	"github.com/toolbus/toolbus/worker/a2abridge/a2abridgetest"
 )
 
@@ -18,7 +19,7 @@ func TestA2ASend(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
-		wantErr error // errReported, or nil for success; any error when anyErr
+		wantErr error // clientcli.ErrReported, or nil for success; any error when anyErr
 		anyErr  bool
 		want    []*regexp.Regexp
 	}{
@@ -31,7 +32,7 @@ func TestA2ASend(t *testing.T) {
 		{name: "a method and its params", args: []string{"--url", streaming.Endpoint, "--method", "echo", "--params", `{"a":1}`},
 			want: res(`"method": "echo"`, `"params": \{\n\s+"a": 1\n\s+\}`)},
 		{name: "a failed task", args: []string{"--url", streaming.Endpoint, "--skill", "fail", "pay"},
-			wantErr: errReported, want: res(`(?m)^failed +\[-{30}\]   0%  insufficient funds$`, `(?m)^task \S+ failed: insufficient funds$`)},
+			wantErr: clientcli.ErrReported, want: res(`(?m)^failed +\[-{30}\]   0%  insufficient funds$`, `(?m)^task \S+ failed: insufficient funds$`)},
 		{name: "a bearer token", args: []string{"--url", guarded.Endpoint, "--token", "s3cret", "--skill", "secret", "x"},
 			want: res(`(?m)^result:\n"secret"$`)},
 		{name: "no token", args: []string{"--url", guarded.Endpoint, "x"}, anyErr: true},

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/clientcli"
 	"github.com/toolbus/toolbus/toolbustest"
 )
 
@@ -43,8 +44,8 @@ func TestCall(t *testing.T) {
 		args     []string
 		ws       bool // send to the WebSocket URL of the ingress
 		stdin    string
-		wantErr  error // errReported, or nil for success
-		wantFail bool  // an error other than errReported
+		wantErr  error // clientcli.ErrReported, or nil for success
+		wantFail bool  // an error other than clientcli.ErrReported
 		want     []string
 	}{
 		{name: "single call prints the result", args: []string{"echo", `{"hello":"world"}`},
@@ -56,27 +57,27 @@ func TestCall(t *testing.T) {
 		{name: "no params", args: []string{"echo"},
 			want: []string{`"result"`}},
 		{name: "error answer is reported", args: []string{"fail", `{"code":2001,"message":"insufficient funds"}`},
-			wantErr: errReported, want: []string{`"code": 2001`, "insufficient funds"}},
+			wantErr: clientcli.ErrReported, want: []string{`"code": 2001`, "insufficient funds"}},
 		{name: "unknown method is reported", args: []string{"no.such.tool"},
-			wantErr: errReported, want: []string{"-32601"}},
+			wantErr: clientcli.ErrReported, want: []string{"-32601"}},
 		{name: "batch file is sent as it is", args: []string{"--batch", batchFile},
 			want: []string{`"id": 12345678901234567890`, `"n": 1.50`, `"id": "101"`, `"result": 19`}},
 		{name: "batch from standard input", args: []string{"--batch", "-"}, stdin: `[{"jsonrpc":"2.0","id":"in","method":"echo","params":[1]}]`,
 			want: []string{`"id": "in"`}},
 		{name: "batch with one error is reported", args: []string{"--batch", failingBatch},
-			wantErr: errReported, want: []string{`"code": 2001`}},
+			wantErr: clientcli.ErrReported, want: []string{`"code": 2001`}},
 		{name: "batch of garbage is reported as a parse error", args: []string{"--batch", garbage},
-			wantErr: errReported, want: []string{"-32700"}},
+			wantErr: clientcli.ErrReported, want: []string{"-32700"}},
 		{name: "notification has no answer", args: []string{"--notify", "notify_hello", `[7]`},
 			want: []string{"(no answer: notifications only)"}},
 		{name: "deadline", args: []string{"--timeout", "300ms", "sleep", `{"ms":5000}`},
-			wantErr: errReported, want: []string{"-32001"}},
+			wantErr: clientcli.ErrReported, want: []string{"-32001"}},
 		{name: "over WebSocket", args: []string{"echo", `{"over":"ws"}`}, ws: true,
 			want: []string{`"result"`, `"over": "ws"`}},
 		{name: "error answer over WebSocket", args: []string{"fail", `{"code":2001,"message":"insufficient funds"}`}, ws: true,
-			wantErr: errReported, want: []string{`"code": 2001`}},
+			wantErr: clientcli.ErrReported, want: []string{`"code": 2001`}},
 		{name: "deadline over WebSocket", args: []string{"--timeout", "300ms", "sleep", `{"ms":5000}`}, ws: true,
-			wantErr: errReported, want: []string{"-32001"}},
+			wantErr: clientcli.ErrReported, want: []string{"-32001"}},
 		{name: "notification over WebSocket", args: []string{"--notify", "notify_hello", `[7]`}, ws: true,
 			want: []string{"(no answer: notifications only)"}},
 		{name: "batch with a WebSocket URL is posted over HTTP", args: []string{"--batch", batchFile}, ws: true,
@@ -101,7 +102,7 @@ func TestCall(t *testing.T) {
 			err := cmd.ExecuteContext(context.Background())
 			switch {
 			case tt.wantFail:
-				if err == nil || errors.Is(err, errReported) {
+				if err == nil || errors.Is(err, clientcli.ErrReported) {
 					t.Fatalf("call %q = %v, want a usage error; output:\n%s", tt.args, err, out.String())
 				}
 				if out.String() != "" {
@@ -141,7 +142,7 @@ func TestCallErrors(t *testing.T) {
 func TestCallUnreachable(t *testing.T) {
 	// Nothing listens on port 1 of the loopback address.
 	out, err := execute(t, context.Background(), "call", "--url", "http://127.0.0.1:1/rpc", "echo")
-	if err == nil || errors.Is(err, errReported) {
+	if err == nil || errors.Is(err, clientcli.ErrReported) {
 		t.Fatalf("call to a closed port = %v (output %q), want a connection error", err, out)
 	}
 	if !strings.Contains(err.Error(), "127.0.0.1:1") {
@@ -231,7 +232,7 @@ func TestCallIDs(t *testing.T) {
 
 func TestCallUnreachableWebSocket(t *testing.T) {
 	out, err := execute(t, context.Background(), "call", "--url", "ws://127.0.0.1:1/rpc", "echo")
-	if err == nil || errors.Is(err, errReported) {
+	if err == nil || errors.Is(err, clientcli.ErrReported) {
 		t.Fatalf("call to a closed port = %v (output %q), want a connection error", err, out)
 	}
 	if !strings.Contains(err.Error(), "127.0.0.1:1") {

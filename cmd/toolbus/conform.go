@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/conform"
+	"github.com/toolbus/toolbus/internal/clientcli"
 )
 
 // conformFlags are the flags of `toolbus conform`.
@@ -56,7 +57,7 @@ environment. Use a NATS server that no other worker of the toolset joins.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(commandContext(cmd), cmd, args)
+			return f.run(clientcli.CommandContext(cmd), cmd, args)
 		},
 	}
 	fl := cmd.Flags()
@@ -102,7 +103,7 @@ func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []strin
 		return err
 	}
 	if rep.Failed() {
-		return errReported
+		return clientcli.ErrReported
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/clientcli"
 )
 
 // TestConformGoWorker runs `toolbus conform` against `toolbus worker
@@ -49,7 +50,7 @@ func TestConformNeedsACommand(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "after --") {
 		t.Errorf("toolbus conform without a command: %v, want an error that says to give it after --", err)
 	}
-	if errors.Is(err, errReported) {
+	if errors.Is(err, clientcli.ErrReported) {
 		t.Errorf("error %v is reported as a failed check", err)
 	}
 }

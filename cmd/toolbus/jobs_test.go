@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus/internal/clientcli"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -45,7 +46,7 @@ func TestJobs(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
-		wantErr error // errReported, a schema error, or nil for success
+		wantErr error // clientcli.ErrReported, a schema error, or nil for success
 		want    []*regexp.Regexp
 	}{
 		{name: "get prints the record", args: []string{"jobs", "get", "--url", c.URL, done},
@@ -60,7 +61,7 @@ func TestJobs(t *testing.T) {
 			want: res(`(?m)^succeeded +\[#{30}\] 100%$`, `(?m)^result:\n\{\n  "hello": "jobs"\n\}$`)},
 		{name: "submit --wait of a failing job", args: []string{"jobs", "submit", "--url", c.URL, "--wait", "--interval", "10ms",
 			"fail", `{"code":2001,"message":"insufficient funds"}`},
-			wantErr: errReported, want: res(`"id": "\w+"`, `(?m)^failed `, `job \w+ failed:`, `"code": 2001`, "insufficient funds")},
+			wantErr: clientcli.ErrReported, want: res(`"id": "\w+"`, `(?m)^failed `, `job \w+ failed:`, `"code": 2001`, "insufficient funds")},
 		{name: "submit --wait over WebSocket", args: []string{"jobs", "submit", "--url", wsURL, "--wait", "--interval", "10ms",
 			"sleep", `{"ms":50}`},
 			want: res(`(?m)^succeeded `, `"slept_ms": 50`)},
@@ -156,8 +157,8 @@ func TestJobsCancelAndWatch(t *testing.T) {
 		t.Errorf("jobs cancel printed:\n%s\nwant the canceled record", cancelOut)
 	}
 	<-ended
-	if err := <-watched; !errors.Is(err, errReported) {
-		t.Fatalf("jobs watch of a canceled job = %v, want %v; output:\n%s", err, errReported, out.String())
+	if err := <-watched; !errors.Is(err, clientcli.ErrReported) {
+		t.Fatalf("jobs watch of a canceled job = %v, want %v; output:\n%s", err, clientcli.ErrReported, out.String())
 	}
 	got := out.String()
 	for _, w := range res(`(?m)^canceled `, `job \w+ canceled:`, `"code": -32004`) {
@@ -218,38 +219,8 @@ func TestJobsUsageErrors(t *testing.T) {
 			// Nothing listens on port 1: a usage error must come before
 			// any connection is tried.
 			out, err := execute(t, context.Background(), append(tt.args, "--url", "http://127.0.0.1:1/rpc")...)
-			if err == nil || errors.Is(err, errReported) || strings.Contains(err.Error(), "127.0.0.1:1") {
+			if err == nil || errors.Is(err, clientcli.ErrReported) || strings.Contains(err.Error(), "127.0.0.1:1") {
 				t.Errorf("%q = %v, want a usage error; output:\n%s", tt.args, err, out)
-			}
-		})
-	}
-}
-
-func TestProgressLine(t *testing.T) {
-	tests := []struct {
-		name string
-		rec  schema.JobRecord
-		want string
-	}{
-		{name: "queued", rec: schema.JobRecord{State: schema.JobQueued},
-			want: "queued    [------------------------------]   0%"},
-		{name: "running with a message", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 50, Message: "page 3 of 6"}},
-			want: "running   [###############---------------]  50%  page 3 of 6"},
-		{name: "a long message is cut", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 10, Message: strings.Repeat("é", 40)}},
-			want: "running   [###---------------------------]  10%  " + strings.Repeat("é", 27) + "…"},
-		{name: "line breaks become spaces", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 1, Message: "a\nb\rc"}},
-			want: "running   [------------------------------]   1%  a b c"},
-		{name: "succeeded is full", rec: schema.JobRecord{State: schema.JobSucceeded, Progress: &schema.JobProgress{Percent: 40}},
-			want: "succeeded [##############################] 100%"},
-		{name: "failed keeps its progress", rec: schema.JobRecord{State: schema.JobFailed, Progress: &schema.JobProgress{Percent: 40}},
-			want: "failed    [############------------------]  40%"},
-		{name: "out of range is clamped", rec: schema.JobRecord{State: schema.JobRunning, Progress: &schema.JobProgress{Percent: 250}},
-			want: "running   [##############################] 100%"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := progressLine(&tt.rec); got != tt.want {
-				t.Errorf("progressLine(%+v) =\n%q\nwant\n%q", tt.rec, got, tt.want)
 			}
 		})
 	}

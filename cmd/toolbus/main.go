@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/toolbus/toolbus/internal/clientcli"
 )
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
-		if !errors.Is(err, errReported) {
+		if !errors.Is(err, clientcli.ErrReported) {
 			fmt.Fprintln(os.Stderr, "toolbus:", err)
 		}
 		os.Exit(1)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/toolbus/toolbus/internal/clientcli"
 	"github.com/toolbus/toolbus/internal/tracelog"
 )
 
@@ -94,7 +95,8 @@ Every flag can also be set by an environment variable, named in its help.`,
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "json", "log format: json or text")
-	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newCallCmd(), newJobsCmd(), newA2ACmd(), newBenchCmd(), newHealthCmd(), newToolsCmd())
+	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newBenchCmd())
+	root.AddCommand(clientcli.Commands()...)
 	root.AddCommand(newStatusCmd(), newConformCmd())
 	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd(), newAPIKeyCmd())
 	annotateEnv(root)

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/clientcli"
 )
 
 // statusJetStreamWait bounds the JetStream account request of the status
@@ -53,7 +54,7 @@ medians weighted by their calls, a merged P99 the largest of their P99s.`,
   toolbus status --json | jq '.instances[] | select(.kind == "worker")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := gatherReport(commandContext(cmd), f)
+			r, err := gatherReport(clientcli.CommandContext(cmd), f)
 			if err != nil {
 				return err
 			}

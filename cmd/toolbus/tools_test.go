@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -42,21 +41,5 @@ func TestToolsCommand(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPrintToolsDropsControlCharacters: what workers announce reaches the
-// operator's terminal without its control characters.
-func TestPrintToolsDropsControlCharacters(t *testing.T) {
-	var doc discovery.OpenRPC
-	doc.Methods = []discovery.OpenRPCMethod{{Name: "evil", Description: "looks fine\x1b[2J\x1b[1;1Hforged\rline"}}
-	doc.Problems = []discovery.Problem{{Kind: "conflict", Method: "evil", Workers: []string{"w\x1b]0;title\x07"}, Reason: "bad\x1b[31m"}}
-	var out strings.Builder
-	printTools(&out, doc)
-	if strings.ContainsAny(out.String(), "\x1b\r\x07") {
-		t.Errorf("printTools wrote %q, want no control characters", out.String())
-	}
-	if !strings.Contains(out.String(), "looks fine[2J[1;1Hforgedline") {
-		t.Errorf("printTools wrote %q, want the description's printable text", out.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package clientcli
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// errReported means the command has already told the user what went wrong
+// ErrReported means the command has already told the user what went wrong
 // and only the exit status is left to set.
-var errReported = errors.New("reported")
+var ErrReported = errors.New("reported")
 
 // defaultURL is the JSON-RPC endpoint of `toolbus dev` and of an ingress
 // with its default --listen.
@@ -54,7 +54,7 @@ when any response is an error.`,
   toolbus call --batch calls.json`,
 		Args: cobra.RangeArgs(0, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := commandContext(cmd)
+			ctx := CommandContext(cmd)
 			switch {
 			case batch != "" && len(args) > 0:
 				return errors.New("give either --batch or METHOD, not both")
@@ -85,9 +85,9 @@ when any response is an error.`,
 	return cmd
 }
 
-// commandContext returns the command's context, which is nil when it was
+// CommandContext returns the command's context, which is nil when it was
 // executed without one.
-func commandContext(cmd *cobra.Command) context.Context {
+func CommandContext(cmd *cobra.Command) context.Context {
 	if ctx := cmd.Context(); ctx != nil {
 		return ctx
 	}
@@ -156,7 +156,7 @@ type printedResponse struct {
 
 // callAndPrint sends one call (or notification) through package client and
 // prints its response. An error the server answered is printed, and
-// returned as errReported.
+// returned as ErrReported.
 func callAndPrint(ctx context.Context, out io.Writer, rawURL string, timeout time.Duration, method string, params json.RawMessage, notify bool) error {
 	var opts []client.Option
 	if timeout > 0 {
@@ -197,7 +197,7 @@ func callAndPrint(ctx context.Context, out io.Writer, rawURL string, timeout tim
 	}
 	fmt.Fprintln(out, string(b))
 	if resp.Error != nil {
-		return errReported
+		return ErrReported
 	}
 	return nil
 }
@@ -243,7 +243,7 @@ func sendAndPrint(ctx context.Context, out io.Writer, url string, timeout time.D
 		return fmt.Errorf("ingress answered HTTP %d", resp.StatusCode)
 	}
 	if hasError(data) {
-		return errReported
+		return ErrReported
 	}
 	return nil
 }

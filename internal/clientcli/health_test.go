@@ -1,4 +1,4 @@
-package main
+package clientcli
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestHealth(t *testing.T) {
@@ -48,3 +50,5 @@ func TestHealth(t *testing.T) {
 		})
 	}
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

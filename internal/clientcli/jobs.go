@@ -1,4 +1,4 @@
-package main
+package clientcli
 
 import (
 	"context"
@@ -90,7 +90,7 @@ the job ends. With --wait, submit then follows the job as watch does.`,
 			if notifyURL != "" {
 				req.NotifyURL = &notifyURL
 			}
-			ctx := commandContext(cmd)
+			ctx := CommandContext(cmd)
 			c, err := dial(ctx, url)
 			if err != nil {
 				return err
@@ -189,7 +189,7 @@ answer that does not fit the schema is refused and the job keeps waiting.`,
 				}
 				p.Answer = json.RawMessage(args[1])
 			}
-			ctx := commandContext(cmd)
+			ctx := CommandContext(cmd)
 			c, err := dial(ctx, url)
 			if err != nil {
 				return err
@@ -210,7 +210,7 @@ answer that does not fit the schema is refused and the job keeps waiting.`,
 // printJobCall calls method with the job id and prints the record it
 // answers; retry says whether the call is safe to repeat.
 func printJobCall(cmd *cobra.Command, url, method, id string, retry bool) error {
-	ctx := commandContext(cmd)
+	ctx := CommandContext(cmd)
 	var c *client.Client
 	var err error
 	if retry {
@@ -251,7 +251,7 @@ cursor of the next page when there may be more: pass it to --cursor.`,
 			if params.Limit < 0 {
 				return fmt.Errorf("--limit %d: must not be negative", params.Limit)
 			}
-			ctx := commandContext(cmd)
+			ctx := CommandContext(cmd)
 			c, err := jobsClient(ctx, url)
 			if err != nil {
 				return err
@@ -320,7 +320,7 @@ result, or the error; the exit status is 1 when the job failed or was canceled.`
 			if interval <= 0 {
 				return fmt.Errorf("--interval %s: must be positive", interval)
 			}
-			ctx := commandContext(cmd)
+			ctx := CommandContext(cmd)
 			c, err := jobsClient(ctx, url)
 			if err != nil {
 				return err
@@ -335,7 +335,7 @@ result, or the error; the exit status is 1 when the job failed or was canceled.`
 }
 
 // watchJob polls job id every interval until it ends, showing its progress
-// on out, then prints its outcome. It returns errReported when the job
+// on out, then prints its outcome. It returns ErrReported when the job
 // failed or was canceled.
 func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, interval time.Duration) error {
 	d := newProgressDisplay(out)
@@ -459,7 +459,7 @@ func truncateRunes(s string, n int) string {
 }
 
 // printOutcome prints how a job ended: its result, or its error and
-// errReported.
+// ErrReported.
 func printOutcome(out io.Writer, rec *schema.JobRecord) error {
 	if rec.State == schema.JobSucceeded {
 		fmt.Fprintln(out, "result:")
@@ -475,7 +475,7 @@ func printOutcome(out io.Writer, rec *schema.JobRecord) error {
 			return err
 		}
 	}
-	return errReported
+	return ErrReported
 }
 
 // isTerminal reports whether w is a terminal, where a line can be redrawn

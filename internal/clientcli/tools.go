@@ -1,4 +1,4 @@
-package main
+package clientcli
 
 import (
 	"context"
@@ -33,7 +33,7 @@ run with --discovery (the default).`,
   toolbus tools show math.add`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			doc, err := discover(commandContext(cmd), url)
+			doc, err := discover(CommandContext(cmd), url)
 			if err != nil {
 				return err
 			}
@@ -47,7 +47,7 @@ run with --discovery (the default).`,
 		Short: "Print the full descriptor of one live method",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			doc, err := discover(commandContext(cmd), url)
+			doc, err := discover(CommandContext(cmd), url)
 			if err != nil {
 				return err
 			}
