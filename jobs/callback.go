@@ -1,25 +1,18 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/internal/webhook"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -28,7 +21,8 @@ import (
 // [schema.HeaderSignature], "v1=" and the lower-case hex HMAC-SHA256, under
 // the callback secret, of the timestamp, a dot and the raw body ([Sign]);
 // and [schema.HeaderJobID], so that a receiver can drop a repeated delivery
-// before parsing the body.
+// before parsing the body. The sending, retrying and signing are the
+// outbound webhook sender's ([webhook.Sender], [webhook.HMAC]).
 
 // ReplayWindow is how far from its receiver's clock a callback's timestamp
 // may be for [Verify] to accept it, as this package advises receivers: an
@@ -40,24 +34,21 @@ const ReplayWindow = 5 * time.Minute
 var (
 	// ErrSignature: the signature or timestamp header is missing or
 	// malformed, or the signature does not match.
-	ErrSignature = errors.New("jobs: callback signature is not valid")
+	ErrSignature = webhook.ErrSignature
 	// ErrStale: the timestamp is outside the replay window.
-	ErrStale = errors.New("jobs: callback timestamp is outside the replay window")
+	ErrStale = webhook.ErrStale
 )
+
+// signer is the scheme of completion callbacks under secret.
+func signer(secret []byte) webhook.HMAC {
+	return webhook.HMAC{Secret: secret, SignatureHeader: schema.HeaderSignature, TimestampHeader: schema.HeaderTimestamp}
+}
 
 // Sign returns the value of [schema.HeaderSignature] for body sent at timestamp
 // (Unix seconds, the value of [schema.HeaderTimestamp]) under secret:
 // "v1=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
 func Sign(secret []byte, timestamp int64, body []byte) string {
-	return "v1=" + hex.EncodeToString(mac(secret, strconv.FormatInt(timestamp, 10), body))
-}
-
-func mac(secret []byte, timestamp string, body []byte) []byte {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(timestamp))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
+	return signer(secret).Signature(timestamp, body)
 }
 
 // Verify checks a callback as a receiver got it: h its headers, body its
@@ -67,27 +58,7 @@ func mac(secret []byte, timestamp string, body []byte) []byte {
 // of now ([ReplayWindow] is the advised window). It returns an error
 // wrapping [ErrSignature] or [ErrStale] otherwise.
 func Verify(secret []byte, h http.Header, body []byte, now time.Time, window time.Duration) error {
-	ts := h.Get(schema.HeaderTimestamp)
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || strconv.FormatInt(sec, 10) != ts {
-		return fmt.Errorf("%w: the %s header %q is not Unix seconds", ErrSignature, schema.HeaderTimestamp, ts)
-	}
-	want := mac(secret, ts, body)
-	matched := false
-	for sig := range strings.SplitSeq(h.Get(schema.HeaderSignature), ",") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(sig), "v1=")
-		got, err := hex.DecodeString(v)
-		if ok && err == nil && hmac.Equal(got, want) {
-			matched = true
-		}
-	}
-	if !matched {
-		return fmt.Errorf("%w: no v1 signature in the %s header matches the timestamp and body under the secret", ErrSignature, schema.HeaderSignature)
-	}
-	if d := now.Sub(time.Unix(sec, 0)).Abs(); d > window {
-		return fmt.Errorf("%w: signed %v from now, more than %v", ErrStale, d.Round(time.Second), window)
-	}
-	return nil
+	return signer(secret).Verify(h, body, now, window)
 }
 
 // Callback delivery bounds.
@@ -95,7 +66,6 @@ const (
 	callbackLease       = 30 * time.Second
 	callbackConcurrency = 16
 	callbackFetchWait   = 2 * time.Second
-	maxCallbackErrBytes = 512
 )
 
 // notifier delivers completion callbacks. Every service with a callback
@@ -107,9 +77,11 @@ const (
 type notifier struct {
 	s    *Service
 	cons jetstream.Consumer
-	// client connects through the service's guard only, follows no
-	// redirects and gives up after the callback timeout.
-	client *http.Client
+	// sender posts through the service's guard, follows no redirects,
+	// gives up an attempt after the callback timeout and retries as the
+	// service is configured.
+	sender *webhook.Sender
+	sign   webhook.Signer
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -131,6 +103,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if s.notifier != nil || s.cfg.callbackSecret == nil {
 		return nil
 	}
+	sender, err := webhook.New(s.guard, webhook.WithUserAgent("toolbus-callback"), webhook.WithTimeout(s.cfg.callbackTimeout),
+		webhook.WithRetry(webhook.Retry{Attempts: s.cfg.callbackAttempts, Min: s.cfg.callbackMin, Max: s.cfg.callbackMax}))
+	if err != nil {
+		return fmt.Errorf("jobs: callbacks: %w", err)
+	}
 	cons, err := s.st.js.CreateOrUpdateConsumer(ctx, s.st.names.stream, jetstream.ConsumerConfig{
 		Durable:       "notify",
 		Description:   "toolbus completion callbacks",
@@ -142,11 +119,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jobs: callback consumer: %w", err)
 	}
-	client := s.guard.Client()
-	client.Timeout = s.cfg.callbackTimeout
-	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	nctx, cancel := context.WithCancel(context.Background())
-	n := &notifier{s: s, cons: cons, client: client, stop: make(chan struct{}), ctx: nctx, cancel: cancel}
+	n := &notifier{s: s, cons: cons, sender: sender, sign: signer(s.cfg.callbackSecret), stop: make(chan struct{}), ctx: nctx, cancel: cancel}
 	n.wg.Add(1)
 	go n.loop()
 	s.notifier = n
@@ -167,7 +141,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	n.once()
 	done := make(chan struct{})
 	go func() { n.wg.Wait(); close(done) }()
-	defer n.client.CloseIdleConnections()
+	defer n.sender.Close()
 	select {
 	case <-done:
 		n.cancel()
@@ -234,45 +208,51 @@ func (n *notifier) deliver(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	attempt := rec.Callback.Attempts
-	for attempt < n.s.cfg.callbackAttempts {
-		if attempt > 0 && !n.wait(msg, backoff(attempt, n.s.cfg.callbackMin, n.s.cfg.callbackMax)) {
-			_ = msg.Nak()
-			return
-		}
-		attempt++
-		sendErr := n.post(ctx, rec.NotifyURL, id, payload)
-		class := egress.Classify(sendErr)
-		now := time.Now().UTC()
-		_, err := n.s.st.update(ctx, id, func(r *stored) error {
-			if r.Callback == nil || r.Callback.State != schema.JobCallbackPending {
-				return errSkip
-			}
-			r.Callback.Attempts = attempt
-			switch {
-			case sendErr == nil:
-				r.Callback.State = schema.JobCallbackDelivered
-				r.Callback.DeliveredAt = &now
-			default:
-				r.Callback.Failures = append(r.Callback.Failures, schema.JobCallbackFailure{At: now, Error: string(class)})
-				if attempt >= n.s.cfg.callbackAttempts {
-					r.Callback.State = schema.JobCallbackFailed
-				}
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errSkip) {
-			log.Warn("record a callback attempt", "id", id, "attempt", attempt, "err", err)
-		}
-		if sendErr == nil {
-			_ = msg.Ack()
-			return
-		}
-		// The error may quote the receiver: it goes to the operator's
-		// log, and the job's record holds only its class.
-		log.Info("callback failed", "id", id, "attempt", attempt, "class", class, "err", sendErr)
+	err = n.sender.Deliver(ctx, webhook.Delivery{
+		URL:    rec.NotifyURL,
+		Body:   payload,
+		Header: http.Header{schema.HeaderJobID: {id}},
+		Sign:   n.sign,
+		Tried:  rec.Callback.Attempts,
+		Wait:   func(_ context.Context, d time.Duration) bool { return n.wait(msg, d) },
+		Report: func(a webhook.Attempt) { n.record(ctx, id, a) },
+	})
+	if errors.Is(err, webhook.ErrStopped) {
+		_ = msg.Nak()
+		return
 	}
 	_ = msg.Ack()
+}
+
+// record writes attempt a of the callback of job id on the job, and logs
+// a failure.
+func (n *notifier) record(ctx context.Context, id string, a webhook.Attempt) {
+	at := a.At.UTC()
+	_, err := n.s.st.update(ctx, id, func(r *stored) error {
+		if r.Callback == nil || r.Callback.State != schema.JobCallbackPending {
+			return errSkip
+		}
+		r.Callback.Attempts = a.N
+		switch {
+		case a.Err == nil:
+			r.Callback.State = schema.JobCallbackDelivered
+			r.Callback.DeliveredAt = &at
+		default:
+			r.Callback.Failures = append(r.Callback.Failures, schema.JobCallbackFailure{At: at, Error: string(a.Class)})
+			if a.Last {
+				r.Callback.State = schema.JobCallbackFailed
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errSkip) {
+		n.s.log.Warn("record a callback attempt", "id", id, "attempt", a.N, "err", err)
+	}
+	if a.Err != nil {
+		// The error may quote the receiver: it goes to the operator's
+		// log, and the job's record holds only its class.
+		n.s.log.Info("callback failed", "id", id, "attempt", a.N, "class", a.Class, "err", a.Err)
+	}
 }
 
 // wait sleeps d while keeping msg's lease, and reports false when the
@@ -292,46 +272,6 @@ func (n *notifier) wait(msg jetstream.Msg, d time.Duration) bool {
 			return false
 		}
 	}
-}
-
-// post sends one callback, signed at the time it is sent; any answer but
-// 2xx is a failure of class "status N".
-func (n *notifier) post(ctx context.Context, target, id string, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, callbackLease/2)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	ts := time.Now().Unix()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "toolbus-callback")
-	req.Header.Set(schema.HeaderJobID, id)
-	req.Header.Set(schema.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(schema.HeaderSignature, Sign(n.s.cfg.callbackSecret, ts, body))
-	resp, err := n.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return &egress.Error{Class: egress.StatusClass(resp.StatusCode), Err: fmt.Errorf("callback answered %s", resp.Status)}
-	}
-	return nil
-}
-
-// backoff is the wait before attempt+1: min doubled per attempt after the
-// first, at most max.
-func backoff(attempt int, min, max time.Duration) time.Duration {
-	d := min
-	for i := 1; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
 }
 
 // fetchLoop fetches from cons while a slot of sem is free and hands each
