@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/internal/webhook"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -225,7 +226,7 @@ type Server struct {
 	push       *PushStore
 	pushCaps   pushCaps
 	guard      *egress.Guard
-	client     *http.Client
+	sender     *webhook.Sender
 
 	rpc http.Handler
 	ids atomic.Uint64
@@ -260,9 +261,10 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 	s.log = s.log.With("transport", "a2a")
 	s.rpc = a2asrv.NewJSONRPCHandler(s)
 	if s.guard != nil {
-		s.client = s.guard.Client()
-		s.client.Timeout = pushTimeout
-		s.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		var err error
+		if s.sender, err = newPushSender(s.guard); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -280,9 +282,7 @@ func (s *Server) Close() {
 		s.mu.Unlock()
 		close(s.quit)
 		s.wg.Wait()
-		if s.client != nil {
-			s.client.CloseIdleConnections()
-		}
+		s.sender.Close()
 	})
 }
 

@@ -1,7 +1,6 @@
 package a2a
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -10,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/egress"
+	"github.com/toolbus/toolbus/internal/webhook"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -768,40 +767,40 @@ func (s *Server) pushTask(ctx context.Context, kv jetstream.KeyValue, caller str
 	}
 }
 
+// newPushSender returns the sender of push notifications: one attempt
+// each, bounded by pushTimeout, through guard.
+func newPushSender(guard *egress.Guard) (*webhook.Sender, error) {
+	return webhook.New(guard, webhook.WithUserAgent("toolbus-a2a-push"), webhook.WithTimeout(pushTimeout))
+}
+
 // post sends one notification as A2A defines it: the task as JSON, the
 // config's token in X-A2A-Notification-Token, and its credentials in
 // Authorization under the first scheme it names that is Bearer or Basic.
+// It makes one attempt: the next change of the task's state is the next
+// notification.
 func (s *Server) post(ctx context.Context, c *a2a.PushConfig, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "toolbus-a2a-push")
+	return s.sender.Deliver(ctx, webhook.Delivery{URL: c.URL, Body: body, Header: pushHeader(c)})
+}
+
+// pushHeader returns the headers that authenticate a notification to the
+// receiver of c: its token and its credentials.
+func pushHeader(c *a2a.PushConfig) http.Header {
+	h := http.Header{}
 	if c.Token != "" {
-		req.Header.Set(tokenHeader, c.Token)
+		h.Set(tokenHeader, c.Token)
 	}
-	if c.Auth != nil && c.Auth.Credentials != "" {
-	schemes:
-		for _, scheme := range c.Auth.Schemes {
-			switch strings.ToLower(scheme) {
-			case "bearer":
-				req.Header.Set("Authorization", "Bearer "+c.Auth.Credentials)
-				break schemes
-			case "basic":
-				req.Header.Set("Authorization", "Basic "+c.Auth.Credentials)
-				break schemes
-			}
+	if c.Auth == nil || c.Auth.Credentials == "" {
+		return h
+	}
+	for _, scheme := range c.Auth.Schemes {
+		switch strings.ToLower(scheme) {
+		case "bearer":
+			h.Set("Authorization", "Bearer "+c.Auth.Credentials)
+			return h
+		case "basic":
+			h.Set("Authorization", "Basic "+c.Auth.Credentials)
+			return h
 		}
 	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return &egress.Error{Class: egress.StatusClass(resp.StatusCode), Err: fmt.Errorf("push receiver answered %s", resp.Status)}
-	}
-	return nil
+	return h
 }
