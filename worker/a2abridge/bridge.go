@@ -19,12 +19,13 @@ import (
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/bridge"
 )
 
 // Defaults of [New].
 const (
-	DefaultMinBackoff  = 100 * time.Millisecond
-	DefaultMaxBackoff  = 10 * time.Second
+	DefaultMinBackoff  = bridge.DefaultMinBackoff
+	DefaultMaxBackoff  = bridge.DefaultMaxBackoff
 	DefaultCardRefresh = 5 * time.Minute
 	// DefaultAPIKeyHeader is the header [WithAPIKey] sets when given no
 	// name.
@@ -47,11 +48,7 @@ var ParamsSchema = json.RawMessage(`{"type":"object","properties":{` +
 	`"anyOf":[{"required":["text"]},{"required":["data"]}],"additionalProperties":false}`)
 
 type config struct {
-	prefix      string
-	logger      *slog.Logger
-	minBackoff  time.Duration
-	maxBackoff  time.Duration
-	refresh     time.Duration
+	kernel      bridge.Config
 	poll        time.Duration
 	client      *http.Client
 	credentials http.Header
@@ -65,13 +62,7 @@ type Option func(*config) error
 // follow the method grammar and not start with "rpc". Default none.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
-		if err := schema.ValidateMethod(prefix); err != nil {
-			return fmt.Errorf("a2abridge: prefix %q: %w", prefix, err)
-		}
-		if schema.IsReserved(prefix+".x") || prefix == "rpc" {
-			return fmt.Errorf("a2abridge: prefix %q is reserved for the ingress", prefix)
-		}
-		c.prefix = prefix
+		c.kernel.Prefix = prefix
 		return nil
 	}
 }
@@ -82,7 +73,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return errors.New("a2abridge: nil logger")
 		}
-		c.logger = l
+		c.kernel.Logger = l
 		return nil
 	}
 }
@@ -95,7 +86,7 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 		if minWait <= 0 || maxWait < minWait {
 			return fmt.Errorf("a2abridge: backoff bounds must be positive and ordered, got %v and %v", minWait, maxWait)
 		}
-		c.minBackoff, c.maxBackoff = minWait, maxWait
+		c.kernel.MinBackoff, c.kernel.MaxBackoff = minWait, maxWait
 		return nil
 	}
 }
@@ -108,7 +99,7 @@ func WithCardRefresh(every time.Duration) Option {
 		if every <= 0 {
 			return fmt.Errorf("a2abridge: card refresh interval must be positive, got %v", every)
 		}
-		c.refresh = every
+		c.kernel.Relist = every
 		return nil
 	}
 }
@@ -170,32 +161,7 @@ func WithAPIKey(name, key string) Option {
 // with [New], then [Bridge.Start] before the runtime's Start;
 // [Bridge.Close] when done. Its methods are safe for concurrent use.
 type Bridge struct {
-	rt   *worker.Runtime
-	url  string
-	cfg  config
-	log  *slog.Logger
-	http *http.Client
-
-	mu      sync.Mutex
-	agent   *agent            // nil while the agent is unreachable
-	skills  map[string]string // method → skill id, of every skill registered
-	offered map[string]bool   // skill ids the agent offers now
-	started bool
-
-	// lost is signaled by a call that found the agent gone.
-	lost chan struct{}
-	// ctx spans the bridge's life, for reading the card in the
-	// background; Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// agent is one reading of the remote agent's card and the client made
-// from it.
-type agent struct {
-	card   *a2a.AgentCard
-	client *a2aclient.Client
+	kernel *bridge.Kernel
 }
 
 // New returns a bridge that will serve the skills of the A2A agent at
@@ -210,8 +176,10 @@ func New(rt *worker.Runtime, agentURL string, opts ...Option) (*Bridge, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
 	}
-	cfg := config{logger: slog.Default(), minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
-		refresh: DefaultCardRefresh, poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
+	cfg := config{
+		kernel: bridge.Config{Remote: "A2A agent", Logger: slog.Default(), MinBackoff: DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff,
+			Relist: DefaultCardRefresh},
+		poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -223,88 +191,104 @@ func New(rt *worker.Runtime, agentURL string, opts ...Option) (*Bridge, error) {
 		base = http.DefaultTransport
 	}
 	hc.Transport = statusTransport{base}
-	// The bridge's context spans its life, not any request.
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Bridge{
-		rt:      rt,
-		url:     agentURL,
-		cfg:     cfg,
-		log:     cfg.logger.With("component", "a2abridge", "agent", agentURL),
-		http:    &hc,
-		skills:  map[string]string{},
-		offered: map[string]bool{},
-		lost:    make(chan struct{}, 1),
-		ctx:     ctx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
-	}, nil
+	cfg.kernel.Logger = cfg.kernel.Logger.With("component", "a2abridge", "agent", agentURL)
+	a := &adapter{url: agentURL, cfg: cfg, log: cfg.kernel.Logger, http: &hc}
+	k, err := bridge.New(rt, a, cfg.kernel)
+	if err != nil {
+		return nil, fmt.Errorf("a2abridge: %w", err)
+	}
+	return &Bridge{kernel: k}, nil
 }
 
 // Start reads the agent's card, registers its skills on the runtime, and
 // keeps them in step with the agent until [Bridge.Close]. It fails when
 // the first reading fails, or ctx ends first.
-func (b *Bridge) Start(ctx context.Context) error {
-	b.mu.Lock()
-	if b.started {
-		b.mu.Unlock()
-		return errors.New("a2abridge: already started")
-	}
-	b.started = true
-	b.mu.Unlock()
-	a, err := b.connect(ctx)
-	if err == nil {
-		err = b.sync(a)
-	}
-	if err != nil {
-		close(b.done)
-		return err
-	}
-	b.mu.Lock()
-	b.agent = a
-	b.mu.Unlock()
-	go b.supervise()
-	return nil
-}
+func (b *Bridge) Start(ctx context.Context) error { return b.kernel.Start(ctx) }
 
 // Methods returns the toolbus methods registered for the agent's skills.
-func (b *Bridge) Methods() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ms := make([]string, 0, len(b.skills))
-	for m := range b.skills {
-		ms = append(ms, m)
-	}
-	return ms
-}
+func (b *Bridge) Methods() []string { return b.kernel.Methods() }
 
 // Close stops following the agent. Calls afterwards are answered -32003.
 // It does not shut the runtime down.
-func (b *Bridge) Close() error {
-	b.cancel()
-	b.mu.Lock()
-	b.agent = nil
-	b.mu.Unlock()
-	<-b.done
+func (b *Bridge) Close() error { return b.kernel.Close() }
+
+// adapter reaches the A2A agent for the bridge's kernel.
+type adapter struct {
+	url  string
+	cfg  config
+	log  *slog.Logger
+	http *http.Client
+}
+
+var _ bridge.Adapter = (*adapter)(nil)
+
+// agent is one reading of the remote agent's card and the client made
+// from it.
+type agent struct {
+	card   *a2a.AgentCard
+	client *a2aclient.Client
+}
+
+// Connect begins a hold on the agent. A2A's requests stand alone, so
+// there is no connection to open: each listing reads the card.
+func (a *adapter) Connect(context.Context) (bridge.Conn, error) {
+	return &conn{a: a, closed: make(chan struct{})}, nil
+}
+
+// conn is the bridge's hold on the agent: it lasts from a reading of the
+// card until the agent cannot be reached.
+type conn struct {
+	a      *adapter
+	closed chan struct{}
+	once   sync.Once
+}
+
+var _ bridge.Conn = (*conn)(nil)
+
+// List reads the agent's card and lists its skills. A card that cannot be
+// read takes the agent out of service until it can.
+func (c *conn) List(ctx context.Context) ([]bridge.Tool, error) {
+	ag, err := c.a.read(ctx)
+	if err != nil {
+		return nil, bridge.Lost(err)
+	}
+	tools := make([]bridge.Tool, 0, len(ag.card.Skills))
+	for _, skill := range ag.card.Skills {
+		tools = append(tools, bridge.Tool{
+			Name:       skill.ID,
+			Descriptor: schema.Descriptor{Description: describe(skill), Version: ag.card.Version, Params: ParamsSchema},
+			Call:       c.a.caller(ag, skill.ID),
+		})
+	}
+	return tools, nil
+}
+
+// Wait returns once the hold is closed: the agent does not end it.
+func (c *conn) Wait() { <-c.closed }
+
+// Close ends the hold.
+func (c *conn) Close() error {
+	c.once.Do(func() { close(c.closed) })
 	return nil
 }
 
-// connect reads the agent's card (the extended card when the bridge has
+// read reads the agent's card (the extended card when the bridge has
 // credentials and the agent offers one) and makes a client from it.
-func (b *Bridge) connect(ctx context.Context) (*agent, error) {
+func (a *adapter) read(ctx context.Context) (*agent, error) {
 	ctx, cancel := context.WithTimeout(ctx, cardTimeout)
 	defer cancel()
-	base, opts := b.url, []agentcard.ResolveOption(nil)
-	if strings.HasSuffix(b.url, ".json") {
-		u, _ := url.Parse(b.url) // parsed in New
+	base, opts := a.url, []agentcard.ResolveOption(nil)
+	if strings.HasSuffix(a.url, ".json") {
+		u, _ := url.Parse(a.url) // parsed in New
 		base = u.Scheme + "://" + u.Host
 		opts = append(opts, agentcard.WithPath(u.EscapedPath()))
 	}
-	for name := range b.cfg.credentials {
-		opts = append(opts, agentcard.WithRequestHeader(name, b.cfg.credentials.Get(name)))
+	for name := range a.cfg.credentials {
+		opts = append(opts, agentcard.WithRequestHeader(name, a.cfg.credentials.Get(name)))
 	}
-	card, err := agentcard.NewResolver(b.http).Resolve(ctx, base, opts...)
+	card, err := agentcard.NewResolver(a.http).Resolve(ctx, base, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("a2abridge: cannot read the agent card under %s; check that the agent runs and that the URL is its base URL or its card's URL: %w", b.url, err)
+		return nil, fmt.Errorf("a2abridge: cannot read the agent card under %s; check that the agent runs and that the URL is its base URL or its card's URL: %w", a.url, err)
 	}
 	if card.PreferredTransport == "" {
 		// A2A's default binding.
@@ -313,16 +297,16 @@ func (b *Bridge) connect(ctx context.Context) (*agent, error) {
 	// The bridge speaks the JSON-RPC binding only.
 	c, err := a2aclient.NewFromCard(ctx, card,
 		a2aclient.WithDefaultsDisabled(),
-		a2aclient.WithJSONRPCTransport(b.http),
+		a2aclient.WithJSONRPCTransport(a.http),
 		a2aclient.WithConfig(a2aclient.Config{Polling: true}),
-		a2aclient.WithInterceptors(Headers(b.cfg.credentials)))
+		a2aclient.WithInterceptors(Headers(a.cfg.credentials)))
 	if err != nil {
-		return nil, fmt.Errorf("a2abridge: the agent at %s offers no JSON-RPC endpoint, the only binding the bridge speaks: %w", b.url, err)
+		return nil, fmt.Errorf("a2abridge: the agent at %s offers no JSON-RPC endpoint, the only binding the bridge speaks: %w", a.url, err)
 	}
-	if card.SupportsAuthenticatedExtendedCard && len(b.cfg.credentials) > 0 {
+	if card.SupportsAuthenticatedExtendedCard && len(a.cfg.credentials) > 0 {
 		ext, err := c.GetAgentCard(ctx)
 		if err != nil {
-			b.log.Warn("cannot read the agent's extended card; serving the skills of its public card", "err", err)
+			a.log.Warn("cannot read the agent's extended card; serving the skills of its public card", "err", err)
 		} else {
 			card = ext
 		}
@@ -346,113 +330,6 @@ func (h Headers) Before(ctx context.Context, req *a2aclient.Request) (context.Co
 func (Headers) After(context.Context, *a2aclient.Response) error { return nil }
 
 var _ a2aclient.CallInterceptor = Headers(nil)
-
-// supervise reads the card again every refresh interval, and after a call
-// found the agent gone, until Close.
-func (b *Bridge) supervise() {
-	defer close(b.done)
-	tick := time.NewTicker(b.cfg.refresh)
-	defer tick.Stop()
-	for {
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-tick.C:
-			a, err := b.connect(b.ctx)
-			if err == nil {
-				err = b.sync(a)
-			}
-			if err == nil {
-				b.setAgent(a)
-				continue
-			}
-			if b.ctx.Err() != nil {
-				return
-			}
-			b.log.Warn("cannot read the agent's card again; its skills are unavailable until it answers", "err", err)
-		case <-b.lost:
-			b.log.Warn("the A2A agent went away; reading its card again")
-		}
-		b.setAgent(nil)
-		if !b.reconnect() {
-			return
-		}
-	}
-}
-
-// setAgent sets the agent calls go to, unless the bridge is closed.
-func (b *Bridge) setAgent(a *agent) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ctx.Err() == nil {
-		b.agent = a
-	}
-}
-
-// reconnect reads the card again, waiting longer after each failure,
-// until it succeeds (true) or the bridge is closed (false).
-func (b *Bridge) reconnect() bool {
-	wait := b.cfg.minBackoff
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-b.ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		a, err := b.connect(b.ctx)
-		if err == nil {
-			err = b.sync(a)
-		}
-		if err == nil {
-			b.setAgent(a)
-			b.log.Info("the A2A agent answers again")
-			return true
-		}
-		if b.ctx.Err() != nil {
-			return false
-		}
-		b.log.Warn("cannot reach the A2A agent", "err", err, "retry_in", wait)
-		wait = min(2*wait, b.cfg.maxBackoff)
-	}
-}
-
-// sync registers the skills of a's card not registered yet. A runtime
-// cannot forget a method, so a skill the agent no longer offers stays
-// registered and is answered -32601.
-func (b *Bridge) sync(a *agent) error {
-	offered := map[string]bool{}
-	for _, skill := range a.card.Skills {
-		offered[skill.ID] = true
-		method, ok := schema.FitMethodName(b.cfg.prefix, skill.ID)
-		if !ok {
-			b.log.Warn("skill id cannot be a method name; skipped", "skill", skill.ID)
-			continue
-		}
-		b.mu.Lock()
-		prev, registered := b.skills[method]
-		b.mu.Unlock()
-		if registered {
-			if prev != skill.ID {
-				b.log.Warn("two skills map to one method; the second is skipped", "method", method, "skill", skill.ID, "other", prev)
-			}
-			continue
-		}
-		d := schema.Descriptor{Description: describe(skill), Version: a.card.Version, Params: ParamsSchema}
-		if err := b.rt.Handle(method, b.handler(skill.ID), worker.Describe(d)); err != nil {
-			b.log.Warn("cannot register skill", "skill", skill.ID, "method", method, "err", err)
-			continue
-		}
-		b.mu.Lock()
-		b.skills[method] = skill.ID
-		b.mu.Unlock()
-	}
-	b.mu.Lock()
-	b.offered = offered
-	b.mu.Unlock()
-	return nil
-}
 
 // describe is the description of a skill's method: its description, or
 // its name when it has none, and its examples.
@@ -502,26 +379,16 @@ func message(skill string, p json.RawMessage) (*a2a.Message, error) {
 	return msg, nil
 }
 
-// handler sends calls of a method to the agent's skill.
-func (b *Bridge) handler(skill string) worker.Handler {
+// caller sends calls of a method to the skill of the agent ag read.
+func (a *adapter) caller(ag *agent, skill string) worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
-		b.mu.Lock()
-		a, offered := b.agent, b.offered[skill]
-		b.mu.Unlock()
-		if a == nil {
-			return nil, b.unavailable(req.Method, "is not reachable now; the bridge is reading its card again")
-		}
-		if !offered {
-			return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: the A2A agent no longer offers the skill "+skill,
-				map[string]any{"reason": schema.ReasonToolWithdrawn, "method": req.Method})
-		}
 		msg, err := message(skill, req.Params)
 		if err != nil {
 			return nil, err
 		}
-		out, err := Follow(ctx, a.client, msg, FollowOptions{
-			Streaming:    a.card.Capabilities.Streaming,
-			PollInterval: b.cfg.poll,
+		out, err := Follow(ctx, ag.client, msg, FollowOptions{
+			Streaming:    ag.card.Capabilities.Streaming,
+			PollInterval: a.cfg.poll,
 			OnUpdate: func(u Update) {
 				worker.Progress(ctx, 0, progressMessage(u))
 			},
@@ -530,7 +397,7 @@ func (b *Bridge) handler(skill string) worker.Handler {
 			return nil, ctx.Err()
 		}
 		if err != nil {
-			return nil, b.failure(a, req.Method, err)
+			return nil, a.failure(req.Method, err)
 		}
 		if out.Task != nil && out.Task.Status.State != a2a.TaskStateCompleted {
 			return nil, taskError(out.Task)
@@ -550,15 +417,15 @@ func progressMessage(u Update) string {
 
 // unavailable is the -32003 answer of a call while the agent cannot be
 // reached.
-func (b *Bridge) unavailable(method, why string) error {
+func (a *adapter) unavailable(method, why string) error {
 	return schema.NewError(schema.CodeUnavailable, "unavailable: the A2A agent behind "+method+" "+why,
-		map[string]any{"retryable": true, "retry_after_ms": b.cfg.minBackoff.Milliseconds(), "method": method})
+		map[string]any{"retryable": true, "retry_after_ms": a.cfg.kernel.MinBackoff.Milliseconds(), "method": method})
 }
 
 // failure is the answer of a call whose exchange with the agent failed.
 // When the agent could not be reached, the bridge reads its card again
 // before sending it more calls.
-func (b *Bridge) failure(a *agent, method string, err error) error {
+func (a *adapter) failure(method string, err error) error {
 	var se *StatusError
 	if errors.As(err, &se) && se.Code < 500 {
 		return schema.NewError(schema.CodeUnavailable, fmt.Sprintf(
@@ -567,17 +434,8 @@ func (b *Bridge) failure(a *agent, method string, err error) error {
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) || errors.As(err, &se) {
-		b.mu.Lock()
-		if b.agent == a {
-			b.agent = nil
-		}
-		b.mu.Unlock()
-		select {
-		case b.lost <- struct{}{}:
-		default:
-		}
-		b.log.Warn("cannot reach the A2A agent", "method", method, "err", err)
-		return b.unavailable(method, "went away ("+err.Error()+"); the bridge is reading its card again")
+		a.log.Warn("cannot reach the A2A agent", "method", method, "err", err)
+		return bridge.Lost(a.unavailable(method, "went away ("+err.Error()+"); the bridge is reading its card again"))
 	}
 	return schema.NewError(schema.CodeToolError, "tool error: the A2A agent behind "+method+" answered with an error: "+err.Error(),
 		map[string]any{"method": method})

@@ -30,4 +30,8 @@
 // and answers -32003 at once until it succeeds. The card is also read
 // again every card refresh interval, so that skills the agent adds are
 // served and skills it drops are answered -32601 (tool_withdrawn).
+//
+// The supervising, the backoff and the keeping of the methods in step
+// are the kernel's, [github.com/toolbus/toolbus/worker/bridge]; this
+// package is its adapter to A2A, which reads the card and calls.
 package a2abridge

@@ -11,19 +11,20 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
+	"github.com/toolbus/toolbus/worker/bridge"
 )
 
 // Defaults of [New].
 const (
-	DefaultMinBackoff = 100 * time.Millisecond
-	DefaultMaxBackoff = 10 * time.Second
+	DefaultMinBackoff = bridge.DefaultMinBackoff
+	DefaultMaxBackoff = bridge.DefaultMaxBackoff
 )
 
 // Connector makes a new transport to the MCP server, once per connection:
@@ -48,11 +49,8 @@ func URL(url string, client *http.Client) Connector {
 }
 
 type config struct {
-	prefix     string
-	origin     string
-	logger     *slog.Logger
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	kernel bridge.Config
+	origin string
 }
 
 // Option configures [New].
@@ -63,13 +61,7 @@ type Option func(*config) error
 // grammar and not start with "rpc". Default none.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
-		if err := schema.ValidateMethod(prefix); err != nil {
-			return fmt.Errorf("mcpbridge: prefix %q: %w", prefix, err)
-		}
-		if schema.IsReserved(prefix+".x") || prefix == "rpc" {
-			return fmt.Errorf("mcpbridge: prefix %q is reserved for the ingress", prefix)
-		}
-		c.prefix = prefix
+		c.kernel.Prefix = prefix
 		return nil
 	}
 }
@@ -94,7 +86,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return errors.New("mcpbridge: nil logger")
 		}
-		c.logger = l
+		c.kernel.Logger = l
 		return nil
 	}
 }
@@ -107,7 +99,7 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 		if minWait <= 0 || maxWait < minWait {
 			return fmt.Errorf("mcpbridge: backoff bounds must be positive and ordered, got %v and %v", minWait, maxWait)
 		}
-		c.minBackoff, c.maxBackoff = minWait, maxWait
+		c.kernel.MinBackoff, c.kernel.MaxBackoff = minWait, maxWait
 		return nil
 	}
 }
@@ -116,26 +108,7 @@ func WithBackoff(minWait, maxWait time.Duration) Option {
 // [New], then [Bridge.Start] before the runtime's Start; [Bridge.Close]
 // when done. Its methods are safe for concurrent use.
 type Bridge struct {
-	rt      *worker.Runtime
-	connect Connector
-	cfg     config
-	log     *slog.Logger
-	client  *mcp.Client
-
-	mu      sync.Mutex
-	session *mcp.ClientSession // nil while disconnected
-	tools   map[string]string  // method → MCP tool name, of every tool registered
-	offered map[string]bool    // MCP tool names the server offers now
-	started bool
-	server  string // what the last connection reached, for the log
-	warned  bool   // the refusal of the cluster's own tools was logged
-
-	refresh chan struct{}
-	// ctx spans the bridge's life, for connecting in the background;
-	// Close cancels it.
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	kernel *bridge.Kernel
 }
 
 // New returns a bridge that will serve the tools of the server connect
@@ -144,239 +117,118 @@ func New(rt *worker.Runtime, connect Connector, opts ...Option) (*Bridge, error)
 	if rt == nil || connect == nil {
 		return nil, errors.New("mcpbridge: nil runtime or connector")
 	}
-	cfg := config{logger: slog.Default(), minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff}
+	cfg := config{kernel: bridge.Config{Remote: "MCP server", Logger: slog.Default()}}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	// The bridge's context spans its life, not any request.
-	ctx, cancel := context.WithCancel(context.Background())
-	b := &Bridge{
-		rt:      rt,
-		connect: connect,
-		cfg:     cfg,
-		log:     cfg.logger.With("component", "mcpbridge"),
-		tools:   map[string]string{},
-		offered: map[string]bool{},
-		refresh: make(chan struct{}, 1),
-		ctx:     ctx,
-		cancel:  cancel,
-		done:    make(chan struct{}),
+	cfg.kernel.Logger = cfg.kernel.Logger.With("component", "mcpbridge")
+	a := &adapter{connect: connect, origin: cfg.origin, log: cfg.kernel.Logger}
+	k, err := bridge.New(rt, a, cfg.kernel)
+	if err != nil {
+		return nil, fmt.Errorf("mcpbridge: %w", err)
 	}
-	b.client = mcp.NewClient(&mcp.Implementation{Name: "toolbus-mcpbridge", Version: "1"}, &mcp.ClientOptions{
-		Logger: b.log,
+	a.client = mcp.NewClient(&mcp.Implementation{Name: "toolbus-mcpbridge", Version: "1"}, &mcp.ClientOptions{
+		Logger: a.log,
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select {
-			case b.refresh <- struct{}{}:
-			default:
-			}
+			k.Relist()
 		},
 	})
-	return b, nil
+	return &Bridge{kernel: k}, nil
 }
 
 // Start connects to the server, registers its tools on the runtime, and
 // keeps the connection up until [Bridge.Close]. It fails when the first
 // connection or listing fails, or ctx ends first.
-func (b *Bridge) Start(ctx context.Context) error {
-	b.mu.Lock()
-	if b.started {
-		b.mu.Unlock()
-		return errors.New("mcpbridge: already started")
-	}
-	b.started = true
-	b.mu.Unlock()
-	cs, err := b.client.Connect(ctx, b.dial(), nil)
-	if err != nil {
-		close(b.done)
-		return fmt.Errorf("mcpbridge: connect: %w", err)
-	}
-	if err := b.sync(ctx, cs); err != nil {
-		cs.Close()
-		close(b.done)
-		return err
-	}
-	b.mu.Lock()
-	b.session = cs
-	b.mu.Unlock()
-	go b.supervise(cs)
-	return nil
-}
+func (b *Bridge) Start(ctx context.Context) error { return b.kernel.Start(ctx) }
 
 // Methods returns the toolbus methods registered for the server's tools.
-func (b *Bridge) Methods() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	ms := make([]string, 0, len(b.tools))
-	for m := range b.tools {
-		ms = append(ms, m)
-	}
-	return ms
-}
+func (b *Bridge) Methods() []string { return b.kernel.Methods() }
 
 // Close ends the connection (stopping a command it started) and the
 // reconnecting. Calls afterwards are answered -32003. It does not shut the
 // runtime down.
-func (b *Bridge) Close() error {
-	b.cancel()
-	b.mu.Lock()
-	cs := b.session
-	b.session = nil
-	b.mu.Unlock()
-	var err error
-	if cs != nil {
-		err = cs.Close()
-	}
-	<-b.done
-	return err
+func (b *Bridge) Close() error { return b.kernel.Close() }
+
+// adapter reaches the MCP server for the bridge's kernel.
+type adapter struct {
+	connect Connector
+	origin  string
+	log     *slog.Logger
+	client  *mcp.Client
+	// warned is set once the refusal of the cluster's own tools is
+	// logged.
+	warned atomic.Bool
 }
 
-// supervise waits for the session to end, then reconnects with backoff,
-// until Close. It also re-lists the tools when the server says they
-// changed.
-func (b *Bridge) supervise(cs *mcp.ClientSession) {
-	defer close(b.done)
-	for {
-		ended := make(chan struct{})
-		go func() { cs.Wait(); close(ended) }()
-		for waiting := true; waiting; {
-			select {
-			case <-b.ctx.Done():
-				cs.Close()
-				<-ended
-				return
-			case <-ended:
-				waiting = false
-			case <-b.refresh:
-				if err := b.sync(b.ctx, cs); err != nil {
-					b.log.Warn("cannot list the server's tools again", "err", err)
-				}
-			}
-		}
-		b.mu.Lock()
-		b.session = nil
-		b.mu.Unlock()
-		// The connection is gone, but the session still holds what it
-		// set up for it (its listen for notifications) until closed.
-		cs.Close()
-		b.log.Warn("the MCP server went away; reconnecting")
-		if cs = b.reconnect(); cs == nil {
-			return
-		}
+var _ bridge.Adapter = (*adapter)(nil)
+
+// Connect starts a session with the server, over a new transport.
+func (a *adapter) Connect(ctx context.Context) (bridge.Conn, error) {
+	t := a.connect()
+	cs, err := a.client.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("mcpbridge: connect: %w", err)
 	}
+	return &session{a: a, cs: cs, server: reached(t)}, nil
 }
 
-// reconnect connects again, waiting longer after each failure, and
-// returns the new session, or nil once the bridge is closed.
-func (b *Bridge) reconnect() *mcp.ClientSession {
-	wait := b.cfg.minBackoff
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-b.ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		cs, err := b.client.Connect(b.ctx, b.dial(), nil)
-		if err == nil {
-			err = b.sync(b.ctx, cs)
-			if err != nil {
-				cs.Close()
-			}
-		}
-		if err == nil {
-			b.mu.Lock()
-			if b.ctx.Err() != nil {
-				b.mu.Unlock()
-				cs.Close()
-				return nil
-			}
-			b.session = cs
-			b.mu.Unlock()
-			b.log.Info("reconnected to the MCP server")
-			return cs
-		}
-		b.log.Warn("cannot reconnect to the MCP server", "err", err, "retry_in", wait)
-		wait = min(2*wait, b.cfg.maxBackoff)
-	}
-}
-
-// dial makes the transport of a new connection and notes what it
-// reaches.
-func (b *Bridge) dial() mcp.Transport {
-	t := b.connect()
-	server := fmt.Sprintf("%T", t)
+// reached is what transport t reaches, for the log.
+func reached(t mcp.Transport) string {
 	switch t := t.(type) {
 	case *mcp.StreamableClientTransport:
-		server = t.Endpoint
+		return t.Endpoint
 	case *mcp.CommandTransport:
-		server = t.Command.String()
+		return t.Command.String()
 	}
-	b.mu.Lock()
-	b.server = server
-	b.mu.Unlock()
-	return t
+	return fmt.Sprintf("%T", t)
 }
 
-// sync lists the server's tools and registers those not registered yet. A
-// runtime cannot forget a method, so a tool the server no longer offers
-// stays registered and is answered -32601.
-func (b *Bridge) sync(ctx context.Context, cs *mcp.ClientSession) error {
+// session is one session with the MCP server.
+type session struct {
+	a      *adapter
+	cs     *mcp.ClientSession
+	server string
+}
+
+var _ bridge.Conn = (*session)(nil)
+
+// Wait returns when the session has ended.
+func (s *session) Wait() { s.cs.Wait() }
+
+// Close ends the session, and the process of a command transport.
+func (s *session) Close() error { return s.cs.Close() }
+
+// List lists the server's tools, but for the cluster's own (see
+// [WithOrigin]).
+func (s *session) List(ctx context.Context) ([]bridge.Tool, error) {
 	version := ""
-	if ir := cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
+	if ir := s.cs.InitializeResult(); ir != nil && ir.ServerInfo != nil {
 		version = ir.ServerInfo.Version
 	}
-	offered := map[string]bool{}
+	var tools []bridge.Tool
 	refused := 0
-	for tool, err := range cs.Tools(ctx, nil) {
+	for tool, err := range s.cs.Tools(ctx, nil) {
 		if err != nil {
-			return fmt.Errorf("mcpbridge: list tools: %w", err)
+			return nil, fmt.Errorf("mcpbridge: list tools: %w", err)
 		}
-		if b.cfg.origin != "" && tool.Meta[metaOrigin] == b.cfg.origin {
+		if s.a.origin != "" && tool.Meta[metaOrigin] == s.a.origin {
 			refused++
-			continue
-		}
-		offered[tool.Name] = true
-		method, ok := MethodName(b.cfg.prefix, tool.Name)
-		if !ok {
-			b.log.Warn("tool name cannot be a method name; skipped", "tool", tool.Name)
-			continue
-		}
-		b.mu.Lock()
-		prev, registered := b.tools[method]
-		b.mu.Unlock()
-		if registered {
-			if prev != tool.Name {
-				b.log.Warn("two tools map to one method; the second is skipped", "method", method, "tool", tool.Name, "other", prev)
-			}
 			continue
 		}
 		d, unwrap, err := descriptor(tool, version)
 		if err != nil {
-			b.log.Warn("tool has an unusable schema; served without it", "tool", tool.Name, "err", err)
+			s.a.log.Warn("tool has an unusable schema; served without it", "tool", tool.Name, "err", err)
 		}
-		if err := b.rt.Handle(method, b.handler(tool.Name, unwrap), worker.Describe(d)); err != nil {
-			b.log.Warn("cannot register tool", "tool", tool.Name, "method", method, "err", err)
-			continue
-		}
-		b.mu.Lock()
-		b.tools[method] = tool.Name
-		b.mu.Unlock()
+		tools = append(tools, bridge.Tool{Name: tool.Name, Descriptor: d, Call: s.caller(tool.Name, unwrap)})
 	}
-	b.mu.Lock()
-	b.offered = offered
-	warn := refused > 0 && !b.warned
-	b.warned = b.warned || warn
-	server := b.server
-	b.mu.Unlock()
-	b.log.Debug("listed the MCP server's tools", "offered", len(offered), "refused", refused)
-	if warn {
-		b.log.Warn("the MCP server serves this cluster's own tools (their _meta toolbus/origin is this cluster's); they are not imported",
-			"server", server, "origin", b.cfg.origin, "refused", refused)
+	s.a.log.Debug("listed the MCP server's tools", "offered", len(tools), "refused", refused)
+	if refused > 0 && s.a.warned.CompareAndSwap(false, true) {
+		s.a.log.Warn("the MCP server serves this cluster's own tools (their _meta toolbus/origin is this cluster's); they are not imported",
+			"server", s.server, "origin", s.a.origin, "refused", refused)
 	}
-	return nil
+	return tools, nil
 }
 
 // descriptor returns the toolbus descriptor of an MCP tool, and whether
@@ -469,21 +321,10 @@ func MethodName(prefix, tool string) (string, bool) {
 	return schema.FitMethodName(prefix, tool)
 }
 
-// handler forwards calls of a method to the MCP tool named tool, whose
-// structured results wrap their value when unwrap is set.
-func (b *Bridge) handler(tool string, unwrap bool) worker.Handler {
+// caller forwards calls to the MCP tool named tool, whose structured
+// results wrap their value when unwrap is set.
+func (s *session) caller(tool string, unwrap bool) worker.Handler {
 	return worker.HandlerFunc(func(ctx context.Context, req *worker.Request) (any, error) {
-		b.mu.Lock()
-		cs, offered := b.session, b.offered[tool]
-		b.mu.Unlock()
-		if cs == nil {
-			return nil, schema.NewError(schema.CodeUnavailable, "unavailable: the MCP server behind "+req.Method+" is reconnecting",
-				map[string]any{"retryable": true, "retry_after_ms": b.cfg.minBackoff.Milliseconds(), "method": req.Method})
-		}
-		if !offered {
-			return nil, schema.NewError(schema.CodeMethodNotFound, "method not found: the MCP server no longer offers "+tool,
-				map[string]any{"reason": schema.ReasonToolWithdrawn, "method": req.Method})
-		}
 		args := json.RawMessage(`{}`)
 		if p := strings.TrimSpace(string(req.Params)); p != "" && p != "null" {
 			if p[0] != '{' {
@@ -491,7 +332,7 @@ func (b *Bridge) handler(tool string, unwrap bool) worker.Handler {
 			}
 			args = req.Params
 		}
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -22,6 +22,13 @@
 // When the server goes away (the process dies, the endpoint stops
 // answering) the bridge reconnects with bounded exponential backoff,
 // starting the command again for stdio; calls meanwhile are answered
-// -32003 (unavailable, retryable). Several bridge replicas of one server,
-// each with its own runtime, share the load like any workers.
+// -32003 (unavailable, retryable). When the server says its tools
+// changed, they are listed again: new ones are served, and those it no
+// longer offers are answered -32601 (tool_withdrawn). Several bridge
+// replicas of one server, each with its own runtime, share the load like
+// any workers.
+//
+// The supervising, the backoff and the keeping of the methods in step
+// are the kernel's, [github.com/toolbus/toolbus/worker/bridge]; this
+// package is its adapter to MCP, which connects, lists and calls.
 package mcpbridge
