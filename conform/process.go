@@ -1,69 +1,61 @@
 package conform
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/proc"
 )
 
-// process is the worker's running command.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	err  error         // how it exited; read after done
-	once sync.Once
-}
+// process is the worker's running command, as the rules see it.
+type process struct{ *proc.Process }
 
 // startProcess starts argv in a process group of its own, so that a
 // command that wraps the worker (a shell, `go run`) passes SIGTERM on,
-// writing its output to out.
-func startProcess(argv, env []string, out io.Writer) (*process, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	if out == nil {
-		out = io.Discard
-	}
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A child of the worker that keeps its output open must not keep the
-	// kit waiting once the worker itself has exited.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+// writing its output to out. When ctx ends, the worker is stopped.
+func startProcess(ctx context.Context, argv, env []string, out io.Writer) (*process, error) {
+	p, err := proc.Start(ctx, proc.Spec{Name: "the worker", Command: argv, Env: env, Stdout: out, Stderr: out,
+		StopWithin: 2 * time.Second})
+	if errors.Is(err, proc.ErrStart) {
+		// Said of the command line, with its fix there.
+		var notFound *exec.Error
+		var notRun *fs.PathError
+		if errors.As(err, &notFound) {
+			err = notFound
+		} else if errors.As(err, &notRun) {
+			err = notRun
+		}
 		return nil, fmt.Errorf("%w: %q: %w (check the command after -- and that it is on PATH)", ErrStart, argv[0], err)
 	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStart, err)
+	}
+	return &process{p}, nil
 }
 
 // exited reports whether the process has exited, and how.
 func (p *process) exited() (bool, string) {
 	select {
-	case <-p.done:
-		return true, p.exitText()
+	case <-p.Done():
+		if err := p.Err(); err != nil {
+			return true, "ended (" + err.Error() + ")"
+		}
+		return true, "ended (exit status 0)"
 	default:
 		return false, ""
 	}
 }
 
-func (p *process) exitText() string {
-	if p.err == nil {
-		return "ended (exit status 0)"
-	}
-	return "ended (" + p.err.Error() + ")"
-}
-
 // signal sends sig to the process group.
 func (p *process) signal(sig syscall.Signal) {
 	// The group may be gone already; then there is nothing to signal.
-	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	_ = p.Signal(sig)
 }
 
 // wait waits at most d for the process to exit.
@@ -71,7 +63,7 @@ func (p *process) wait(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return true
 	case <-t.C:
 		return false
@@ -79,16 +71,5 @@ func (p *process) wait(d time.Duration) bool {
 }
 
 // kill ends the process group, gently first, and waits for the process.
-func (p *process) kill() {
-	p.once.Do(func() {
-		if ok, _ := p.exited(); ok {
-			p.signal(syscall.SIGKILL) // what the worker left running
-			return
-		}
-		p.signal(syscall.SIGTERM)
-		if !p.wait(2 * time.Second) {
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
-	})
-}
+// How the worker ended is the rules' to judge, not the stop's.
+func (p *process) kill() { _ = p.Stop() }

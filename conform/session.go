@@ -102,7 +102,7 @@ func newSession(ctx context.Context, cfg Config) (*session, error) {
 	if u := s.nc.ConnectedUrl(); u != "" {
 		env = append(env, "TOOLBUS_NATS_URL="+u)
 	}
-	s.proc, err = startProcess(cfg.Command, append(env, cfg.Env...), cfg.WorkerOutput)
+	s.proc, err = startProcess(ctx, cfg.Command, append(env, cfg.Env...), cfg.WorkerOutput)
 	if err != nil {
 		s.unsubscribeAds()
 		return nil, err

@@ -6,9 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
+
+// MaxAnswerMessageBytes bounds the message rpc.jobs.answer may carry (its
+// JSON, as the history counts it): half of [MaxHistoryBytes], so that the
+// question, which comes before it, stays in the history with it.
+const MaxAnswerMessageBytes = MaxHistoryBytes / 2
 
 // refusal is what a mutation of rpc.jobs.answer returns to refuse the
 // answer with an error of its own.
@@ -22,11 +28,32 @@ func (r *refusal) Error() string { return r.e.Message }
 // a JSON pointer into the params ("/answer/confirmed") and the job keeps
 // waiting. The answer is written into the record, the question cleared
 // and the job running again: the runner that holds the job, following
-// its record, seals it and publishes it to the worker.
+// its record, seals it and publishes it to the worker. A message the
+// params carry joins the history after the question, as submit's does
+// (see [MaxAnswerMessageBytes]).
 func (s *Service) answer(ctx context.Context, call schema.Call) (*schema.JobRecord, *schema.Error) {
-	var p schema.JobAnswerParams
+	var p struct {
+		schema.JobAnswerParams
+		// Message hides the embedded Message, so that the message is read
+		// as submit's is, and a member of the wrong type is named by its
+		// path (/message/id).
+		Message *submitMessage `json:"message"`
+	}
 	if e := decodeParams(call.Params, &p); e != nil {
 		return nil, e
+	}
+	now := time.Now().UTC()
+	var said *schema.JobMessage
+	if p.Message != nil {
+		m, e := p.Message.message(now)
+		if e != nil {
+			return nil, e
+		}
+		if n := messageBytes(m); n > MaxAnswerMessageBytes {
+			return nil, invalidParams("message", fmt.Sprintf("the message is %d bytes of JSON, more than the %d a job's history keeps of an answer's message; send a shorter message, or none",
+				n, MaxAnswerMessageBytes))
+		}
+		said = &m
 	}
 	switch {
 	case p.ID == "":
@@ -61,6 +88,9 @@ func (s *Service) answer(ctx context.Context, call schema.Call) (*schema.JobReco
 			a.Action, a.Content = schema.AskAccept, buf.Bytes()
 		}
 		r.Answer, r.Question, r.State = &a, nil, schema.JobRunning
+		if said != nil {
+			r.addMessage(*said)
+		}
 		return nil
 	})
 	var ref *refusal

@@ -81,6 +81,13 @@ type JobAnswerParams struct {
 	ID      string          `json:"id"`
 	Answer  json.RawMessage `json:"answer,omitempty"`
 	Decline bool            `json:"decline,omitempty"`
+	// Message, when set, is the caller's message that carried the answer,
+	// which the job's history keeps after the question, as a user
+	// message: {"id", "text"?, "data"?, "content"?}, the shape of
+	// rpc.jobs.submit's message (the A2A front door passes the follow-up
+	// message here, so that a task's history holds the question and then
+	// the answer). Its id names it on every read.
+	Message json.RawMessage `json:"message,omitempty"`
 }
 
 // WaitingOverloaded is the [JobRecord] Waiting value of a job whose

@@ -31,10 +31,15 @@ const (
 // part is the answer, and text parts alone are the answer's one member
 // when the question's schema has exactly one member, a string. An answer
 // that does not fit is -32602 naming the member of the message (in
-// data.field of a message/send) and the task keeps waiting. It returns
-// the record of the job running again.
+// data.field of a message/send) and the task keeps waiting. The message
+// joins the task's history after the question, as the client wrote it.
+// It returns the record of the job running again.
 func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, rec *schema.JobRecord) (*schema.JobRecord, error) {
-	params := map[string]any{"id": rec.ID}
+	kept, err := keptMessage(r, m)
+	if err != nil {
+		return nil, err
+	}
+	params := map[string]any{"id": rec.ID, "message": kept}
 	var partAt string // the JSON pointer of the part that carries the answer
 	if v, ok := m.Metadata[DeclineKey]; ok {
 		if d, isBool := v.(bool); !isBool || !d {
@@ -61,6 +66,9 @@ func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, 
 				field += strings.TrimPrefix(fieldOf(e), "/answer")
 			}
 			return nil, s.refuseField(r, field, "the answer to the question of task %s does not fit its schema (%s); the task still waits for an answer that fits the schema in its status message",
+				rec.ID, e.Message)
+		case e.Code == schema.CodeInvalidParams && strings.HasPrefix(fieldOf(e), "/message"):
+			return nil, s.refuseField(r, fieldOf(e), "the message that answers the question of task %s cannot be kept in its history (%s); the task still waits for its answer",
 				rec.ID, e.Message)
 		}
 		return nil, a2aError(e)

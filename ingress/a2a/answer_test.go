@@ -266,3 +266,53 @@ func TestAnswerPushed(t *testing.T) {
 		t.Errorf("pushed result = %s, want %s", got, fmt.Sprintf(`{"action":%q,"confirmed":true}`, "ship"))
 	}
 }
+
+// TestAnswerHistory checks that a task's history holds the question and
+// then the follow-up message that answered it, as the client sent it
+// (its messageId, role and parts), with the same messageIds on every
+// read: historyLength 2 gives those two, and the whole history starts
+// with the message that made the task.
+func TestAnswerHistory(t *testing.T) {
+	c := asking(t)
+	alice := client(t, c.BaseURL, "alice-key")
+
+	first := skillCall("confirm", map[string]any{"action": "deploy"})
+	tk := sendTask(t, alice, send(first, true))
+	asked(t, tk, "proceed with deploy?", "confirmed")
+	answer := reply(tk, a2a.TextPart{Text: "go ahead"}, a2a.DataPart{Data: map[string]any{"confirmed": true}})
+	done := sendTask(t, alice, send(answer, true))
+	if done.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("task after the answer = %s, want completed", done.Status.State)
+	}
+
+	two := 2
+	var reads []string
+	for range 2 {
+		got, err := alice.GetTask(bounded(t), &a2a.TaskQueryParams{ID: tk.ID, HistoryLength: &two})
+		if err != nil {
+			t.Fatalf("tasks/get with historyLength 2: %v", err)
+		}
+		reads = append(reads, jsonOf(got.History))
+		if len(got.History) != 2 {
+			t.Fatalf("history = %s, want the question and the answer", jsonOf(got.History))
+		}
+		q, a := got.History[0], got.History[1]
+		if q.Role != a2a.MessageRoleAgent || !bytes.Contains([]byte(jsonOf(q)), []byte("proceed with deploy?")) {
+			t.Errorf("history[0] = %s, want the question", jsonOf(q))
+		}
+		want := `[{"kind":"text","text":"go ahead"},{"kind":"data","data":{"confirmed":true}}]`
+		if a.Role != a2a.MessageRoleUser || a.ID != answer.ID || a.TaskID != tk.ID || jsonOf(a.Parts) != want {
+			t.Errorf("history[1] = %s, want the answer as sent: messageId %s, role user, parts %s", jsonOf(a), answer.ID, want)
+		}
+	}
+	if reads[0] != reads[1] {
+		t.Errorf("two reads of the history differ:\n%s\n%s", reads[0], reads[1])
+	}
+	var ids []string
+	for _, m := range getTask(t, alice, tk.ID).History {
+		ids = append(ids, m.ID)
+	}
+	if want := []string{first.ID, string(tk.ID) + "-2", answer.ID}; !slices.Equal(ids, want) {
+		t.Errorf("history messageIds = %q, want the first message, the question and the answer, %q", ids, want)
+	}
+}

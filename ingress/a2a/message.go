@@ -150,14 +150,11 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 			return nil, err
 		}
 	}
-	content := r.message
-	if content == nil {
-		if content, err = json.Marshal(p.Message); err != nil {
-			return nil, refuse(a2a.ErrInternalError, "the message cannot be kept")
-		}
+	kept, err := keptMessage(r, p.Message)
+	if err != nil {
+		return nil, err
 	}
-	params := map[string]any{"method": picked.method, "context_id": contextID,
-		"message": map[string]any{"id": p.Message.ID, "content": content}}
+	params := map[string]any{"method": picked.method, "context_id": contextID, "message": kept}
 	if picked.params != nil {
 		params["params"] = picked.params
 	}
@@ -184,6 +181,20 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 		}
 	}
 	return rec, nil
+}
+
+// keptMessage returns the message of a job's history that keeps m, the
+// message of r: m as the client wrote it, under its messageId, so that
+// the task's history gives it back with every digit of its data.
+func keptMessage(r Request, m *a2a.Message) (map[string]any, error) {
+	content := r.message
+	if content == nil {
+		var err error
+		if content, err = json.Marshal(m); err != nil {
+			return nil, refuse(a2a.ErrInternalError, "the message cannot be kept")
+		}
+	}
+	return map[string]any{"id": m.ID, "content": content}, nil
 }
 
 // followUp answers a message that names a task (taskId). A task that
