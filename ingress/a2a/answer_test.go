@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -17,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -279,6 +281,13 @@ func TestAnswerHistory(t *testing.T) {
 	first := skillCall("confirm", map[string]any{"action": "deploy"})
 	tk := sendTask(t, alice, send(first, true))
 	asked(t, tk, "proceed with deploy?", "confirmed")
+	long := reply(tk, a2a.TextPart{Text: strings.Repeat("y", jobs.MaxAnswerMessageBytes)}, a2a.DataPart{Data: map[string]any{"confirmed": true}})
+	var data struct {
+		Field string `json:"field"`
+	}
+	if e := rawSend(t, c.BaseURL, "alice-key", long); e == nil || e.Code != schema.CodeInvalidParams || json.Unmarshal(e.Data, &data) != nil || data.Field != "/message" {
+		t.Errorf("an answer in a message too long to keep = %+v, want -32602 with data.field /message", e)
+	}
 	answer := reply(tk, a2a.TextPart{Text: "go ahead"}, a2a.DataPart{Data: map[string]any{"confirmed": true}})
 	done := sendTask(t, alice, send(answer, true))
 	if done.Status.State != a2a.TaskStateCompleted {
