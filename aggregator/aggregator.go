@@ -202,6 +202,8 @@ type table struct {
 	// strayCounters counts them with the late ones.
 	strays *strayLog
 	strayCounters
+	// questionCounters counts the questions of tools it dropped.
+	questionCounters
 
 	mu      sync.Mutex
 	calls   map[string]*call

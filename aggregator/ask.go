@@ -3,6 +3,7 @@ package aggregator
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -52,17 +53,20 @@ func (s *asking) answerer(subject string) func(schema.Answer) error {
 // its deadline. The table's lock is held: Ask must not block.
 func (t *table) questioned(cl *call, m *nats.Msg) {
 	if cl.ask == nil || cl.c.Ask == nil {
+		t.questionsCannotAsk.Add(1)
 		t.log.Debug("dropped a question to a call that cannot be asked", "method", cl.method)
 		return
 	}
 	subject := m.Header.Get(schema.HeaderAskReply)
 	if err := schema.CheckAnswerSubject(subject); err != nil {
+		t.questionsAnswerSubject.Add(1)
 		t.log.Warn("dropped a question whose answer subject is refused", "method", cl.method, "err", err)
 		return
 	}
 	answer := cl.ask.answerer(subject)
 	q, err := schema.UnmarshalQuestion(m.Data)
 	if err != nil {
+		t.questionsInvalid.Add(1)
 		t.log.Warn("dropped a question that breaks rule 11", "method", cl.method, "err", err)
 		var named struct {
 			ID string `json:"id"`
@@ -75,4 +79,35 @@ func (t *table) questioned(cl *call, m *nats.Msg) {
 		return
 	}
 	cl.c.Ask(q, answer)
+}
+
+// QuestionsDropped counts the questions of tools (rule 11 of
+// PROTOCOL.md) that reached an aggregator's calls and were dropped, by
+// why. Each one comes from a worker that does not follow the rule, or
+// from someone publishing on reply subjects it was given.
+type QuestionsDropped struct {
+	// CannotAsk came to a call whose caller cannot answer: the call
+	// carried no Toolbus-Ask-Key, so its worker had no business asking.
+	CannotAsk uint64
+	// AnswerSubject named an answer subject an aggregator may not
+	// publish on ([schema.CheckAnswerSubject]): nothing was published.
+	AnswerSubject uint64
+	// Invalid broke rule 11 otherwise (its body, its schema, a bound):
+	// it was answered cancel when it named its id, so that its tool need
+	// not wait to its deadline.
+	Invalid uint64
+}
+
+// QuestionsDropped returns how many questions the aggregator dropped
+// since it was made.
+func (a *Aggregator) QuestionsDropped() QuestionsDropped {
+	t := a.table
+	return QuestionsDropped{CannotAsk: t.questionsCannotAsk.Load(), AnswerSubject: t.questionsAnswerSubject.Load(),
+		Invalid: t.questionsInvalid.Load()}
+}
+
+// questionCounters are the counts of [Aggregator.QuestionsDropped],
+// kept by the table.
+type questionCounters struct {
+	questionsCannotAsk, questionsAnswerSubject, questionsInvalid atomic.Uint64
 }

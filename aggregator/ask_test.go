@@ -3,11 +3,13 @@ package aggregator_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
@@ -140,5 +142,51 @@ func TestQuestionsReachAsk(t *testing.T) {
 	}
 	if m, err := evil.NextMsg(0); err == nil {
 		t.Errorf("published on toolbus.call.evil: %q", m.Data)
+	}
+}
+
+// TestQuestionsDroppedCounted checks that every question the aggregator
+// drops is counted by why, in [aggregator.Aggregator.QuestionsDropped]
+// and in toolbus_aggregator_questions_dropped_total: one to a call that
+// cannot be asked, one naming an answer subject outside an inbox, and
+// one whose schema breaks rule 11; the question it hands to Ask is not.
+func TestQuestionsDroppedCounted(t *testing.T) {
+	ac, wc := setup(t)
+	askingWorker(t, wc, []struct{ subject, body string }{
+		{"toolbus.call.evil", `{"id":"evil","message":"m","schema":` + goodSchema + `}`},
+		{answerSub, `{"id":"bad","message":"m","schema":{"type":"object","properties":{"x":{"type":"array"}}}}`},
+		{answerSub, `{"id":"good","message":"proceed?","schema":` + goodSchema + `}`},
+	})
+	// A worker that asks though its call carries no key.
+	rawServe(t, wc, "rogue", func(m *nats.Msg, _ int) {
+		progress(m, schema.ProgressAck)
+		m.RespondMsg(&nats.Msg{Data: []byte(`{"id":"q","message":"m","schema":` + goodSchema + `}`), Header: nats.Header{
+			schema.HeaderProgress: []string{schema.ProgressQuestion}, schema.HeaderAskReply: []string{answerSub}}})
+		bus.Reply(m, schema.ReplyResult([]byte(`1`)))
+	})
+	a := newAgg(t, ac)
+	asking := call(`1`, "ask", "")
+	asking.Ask = func(q schema.Question, answer func(schema.Answer) error) {
+		go answer(schema.Answer{ID: q.ID, Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":true}`)})
+	}
+	for _, r := range schema.Collect(context.Background(), a, []schema.Call{asking, call(`2`, "rogue", "")}) {
+		if r.Error != nil {
+			t.Fatalf("call %s = %v, want a result", r.ID, r.Error)
+		}
+	}
+	// A call's messages are handled in order: its questions were, before
+	// its reply.
+	if got, want := a.QuestionsDropped(), (aggregator.QuestionsDropped{CannotAsk: 1, AnswerSubject: 1, Invalid: 1}); got != want {
+		t.Errorf("QuestionsDropped() = %+v, want %+v", got, want)
+	}
+	exp := `
+# HELP toolbus_aggregator_questions_dropped_total Questions of tools (rule 11 of PROTOCOL.md) dropped by the aggregator: reason "cannot_ask" came to a call whose caller cannot answer; "answer_subject" named a subject the aggregator may not publish on; "invalid" broke the rule otherwise and was answered cancel.
+# TYPE toolbus_aggregator_questions_dropped_total counter
+toolbus_aggregator_questions_dropped_total{reason="answer_subject",reply_prefix="_INBOX"} 1
+toolbus_aggregator_questions_dropped_total{reason="cannot_ask",reply_prefix="_INBOX"} 1
+toolbus_aggregator_questions_dropped_total{reason="invalid",reply_prefix="_INBOX"} 1
+`
+	if err := testutil.CollectAndCompare(a.Collector(), strings.NewReader(exp), "toolbus_aggregator_questions_dropped_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -151,7 +151,7 @@ func TestForgedJobRepliesDropped(t *testing.T) {
 toolbus_aggregator_stray_replies_total{kind="late",reply_prefix="toolbus.jobs.reply"} 1
 toolbus_aggregator_stray_replies_total{kind="unmatched",reply_prefix="toolbus.jobs.reply"} %d
 `, len(forged))
-	if err := testutil.CollectAndCompare(a.Collector(), strings.NewReader(exp)); err != nil {
+	if err := testutil.CollectAndCompare(a.Collector(), strings.NewReader(exp), "toolbus_aggregator_stray_replies_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -48,38 +48,54 @@ func (a *Aggregator) Strays() Strays {
 //
 //   - toolbus_aggregator_stray_replies_total{reply_prefix,kind}: the
 //     messages of [Aggregator.Strays], kind "late" or "unmatched";
-//     reply_prefix is the fixed beginning of the aggregator's reply
-//     subjects ("_INBOX" for an ingress's calls, "<prefix>.jobs.reply"
-//     for a job runner's), so that the aggregators of one process can
-//     be registered on one registry.
+//   - toolbus_aggregator_questions_dropped_total{reply_prefix,reason}:
+//     the questions of [Aggregator.QuestionsDropped], reason
+//     "cannot_ask", "answer_subject" or "invalid";
+//
+// reply_prefix is the fixed beginning of the aggregator's reply subjects
+// ("_INBOX" for an ingress's calls, "<prefix>.jobs.reply" for a job
+// runner's), so that the aggregators of one process can be registered on
+// one registry.
 //
 // A growing "unmatched" count means someone publishes on the reply
 // subjects without having been given them: a credential that may publish
-// there is being misused. Every call returns a collector of the same
-// counts.
+// there is being misused. A growing count of dropped questions means a
+// worker asks against rule 11. Every call returns a collector of the
+// same counts.
 func (a *Aggregator) Collector() prometheus.Collector {
-	name := a.table.name
-	return &strayCollector{a: a, desc: prometheus.NewDesc("toolbus_aggregator_stray_replies_total",
-		`Messages dropped because they reached the aggregator's reply subjects when no call waited there: kind "late" went to a call that had just ended (an answer after a deadline or cancel, a retry's second answer); kind "unmatched" to a subject of no call the aggregator remembers, a forgery or a very late answer.`,
-		[]string{"kind"}, prometheus.Labels{"reply_prefix": name})}
+	labels := prometheus.Labels{"reply_prefix": a.table.name}
+	return &collector{a: a,
+		strays: prometheus.NewDesc("toolbus_aggregator_stray_replies_total",
+			`Messages dropped because they reached the aggregator's reply subjects when no call waited there: kind "late" went to a call that had just ended (an answer after a deadline or cancel, a retry's second answer); kind "unmatched" to a subject of no call the aggregator remembers, a forgery or a very late answer.`,
+			[]string{"kind"}, labels),
+		questions: prometheus.NewDesc("toolbus_aggregator_questions_dropped_total",
+			`Questions of tools (rule 11 of PROTOCOL.md) dropped by the aggregator: reason "cannot_ask" came to a call whose caller cannot answer; "answer_subject" named a subject the aggregator may not publish on; "invalid" broke the rule otherwise and was answered cancel.`,
+			[]string{"reason"}, labels)}
 }
 
-// strayCollector is the collector of [Aggregator.Collector].
-type strayCollector struct {
-	a    *Aggregator
-	desc *prometheus.Desc
+// collector is the collector of [Aggregator.Collector].
+type collector struct {
+	a                 *Aggregator
+	strays, questions *prometheus.Desc
 }
 
-var _ prometheus.Collector = (*strayCollector)(nil)
+var _ prometheus.Collector = (*collector)(nil)
 
 // Describe implements [prometheus.Collector].
-func (c *strayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.strays
+	ch <- c.questions
+}
 
 // Collect implements [prometheus.Collector].
-func (c *strayCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.a.Strays()
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.Late), "late")
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(s.Unmatched), "unmatched")
+	ch <- prometheus.MustNewConstMetric(c.strays, prometheus.CounterValue, float64(s.Late), "late")
+	ch <- prometheus.MustNewConstMetric(c.strays, prometheus.CounterValue, float64(s.Unmatched), "unmatched")
+	q := c.a.QuestionsDropped()
+	ch <- prometheus.MustNewConstMetric(c.questions, prometheus.CounterValue, float64(q.CannotAsk), "cannot_ask")
+	ch <- prometheus.MustNewConstMetric(c.questions, prometheus.CounterValue, float64(q.AnswerSubject), "answer_subject")
+	ch <- prometheus.MustNewConstMetric(c.questions, prometheus.CounterValue, float64(q.Invalid), "invalid")
 }
 
 // endedTokens remembers the reply tokens of the calls that ended last,
