@@ -11,9 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -89,14 +92,24 @@ type Source struct {
 	// "_unknown", a method no worker ever announced). The recent errors
 	// name their method so, so that a method has one name on the page.
 	Row func(method string) string
+	// Fair, when not nil, returns the ingress's fairness window and
+	// callers' queues now, as the ingress's FairStats does (the zero
+	// value when fairness is off); the Callers panel shows them.
+	Fair func() fair.Stats
+	// FairMetrics, when not nil, holds the ingress's toolbus_fair_*
+	// series with each caller named, from which the Callers panel reads
+	// each caller's calls let in, their wait in the queue and the
+	// refusals. Without it the panel shows the queues alone.
+	FairMetrics prometheus.Gatherer
 }
 
 // Dashboard answers what the page at /ui/ shows. Make one with [New]; its
 // methods are safe for concurrent use.
 type Dashboard struct {
-	src      Source
-	tmpl     *template.Template
-	gathered gathered
+	src         Source
+	tmpl        *template.Template
+	gathered    gathered
+	fairSamples fairSamples
 }
 
 // New returns the dashboard of src; src.Stats and src.InFlight are
@@ -313,8 +326,9 @@ func describeWorkers(workers []WorkerState, list []bus.Status, now time.Time) {
 
 // Overview is [Dashboard.State] without the jobs, which cost reads of the
 // job store: only what the ingress holds in memory that v may see, the
-// rows and workers' methods of the methods it may call, and its own
-// errors; everything for a view of all callers.
+// rows and workers' methods of the methods it may call, its own errors
+// and its own row of the Callers panel; everything for a view of all
+// callers.
 func (d *Dashboard) Overview(v View) State {
 	now := time.Now()
 	var st State
@@ -382,6 +396,7 @@ func (d *Dashboard) Overview(v View) State {
 		}))
 	}
 	st.ErrorGroups = groupErrors(st.RecentErrors)
+	st.Fair = d.fairState(v, now)
 	if st.Methods == nil {
 		st.Methods = []bus.MethodStatus{}
 	}

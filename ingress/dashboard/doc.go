@@ -3,11 +3,12 @@
 // the state its caller may see ([State]), so that its first paint has
 // data, and the same state at GET /ui/api/state, which the page then
 // polls. It is read from one ingress replica's in-memory statistics, the
-// registry of tools, the jobs service and the cluster's status answers
-// ([Source]).
+// registry of tools, the jobs service, the cluster's status answers and
+// the fairness layer's queues and series ([Source]).
 //
 // What a caller is shown is its own ([View]): the rows of the methods it
-// may call, its own recent errors and jobs; an operator sees everything.
+// may call, its own recent errors and jobs, its own row of the Callers
+// panel ([FairState]); an operator sees everything.
 // The ingress, which holds the credentials, tells the dashboard who asks
 // ([Access]). With authentication on, the page asks for an API key and
 // signs in with it; the server checks the key and keeps it in a session

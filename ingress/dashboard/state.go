@@ -21,7 +21,8 @@ import (
 // With authentication a caller is shown what is its own: the rows of the
 // methods it may call (their statistics count every caller's calls), the
 // live workers with those methods alone, the ingress's in-flight calls
-// among those rows, its own recent errors and its own jobs. An operator
+// among those rows, its own recent errors and jobs, and its own row of
+// the Callers panel (without the window, or its share of it). An operator
 // is shown everything, as is the one anonymous caller of an ingress
 // without authentication (see [View]).
 type State struct {
@@ -64,6 +65,9 @@ type State struct {
 	// NATS describes the bus as this replica sees it: an operator's view
 	// only, null otherwise.
 	NATS *NATSState `json:"nats"`
+	// Fair is the Callers panel, this replica's share of itself among
+	// its callers: null when it serves calls in arrival order.
+	Fair *FairState `json:"fair"`
 }
 
 // WorkerState is one live worker: its methods as its announcements

@@ -26,6 +26,13 @@
     _other: 'calls of methods past the number the ingress keeps apart, counted together',
   };
 
+  // What the callers' rows named after a label rather than a caller
+  // count, as the ingress's metrics name them.
+  const CALLER_LABELS = {
+    _anonymous: 'the caller of an ingress without authentication',
+    _other: 'the callers past the first hundred, counted together',
+  };
+
   const JOB_STATES = ['queued', 'running', 'succeeded', 'failed', 'canceled'];
 
   // Names of the JSON-RPC and toolbus error codes, shown as a tooltip.
@@ -416,6 +423,58 @@
     fill(section, rows);
   }
 
+  // spanText says what a fairness count covers.
+  function spanText(f) {
+    return f.since_start ? `since start (${duration(f.span_seconds)})` : `last ${Math.round(f.span_seconds)} s`;
+  }
+
+  // renderCallers shows the fairness window and each caller's part of
+  // it: its queue now, and over the span its calls let in, their wait
+  // in the queue and the calls refused, expired or canceled there.
+  function renderCallers(s) {
+    const section = $('#callers');
+    const f = s.fair;
+    section.classList.toggle('off', !f);
+    $('#fair-off').hidden = Boolean(f);
+    const w = f && f.window;
+    $('#fair-window').hidden = !w;
+    if (w) {
+      $('#fair-used').textContent = count(w.used);
+      $('#fair-seats').textContent = count(w.seats);
+      $('#fair-waiting').textContent = count(w.waiting);
+      $('#fair-queued').textContent = count(w.queued);
+      $('#fair-hold').textContent = w.hold_ms >= 1000 ? `${fixed(w.hold_ms / 1000, 1)} s` : `${millis(w.hold_ms)} ms`;
+    }
+    const uncounted = $('#fair-uncounted');
+    uncounted.hidden = !f || (f.counted && !f.error);
+    uncounted.textContent = f && f.error
+      ? `the counts could not be read: ${f.error}`
+      : 'the counts are read from the ingress\'s metrics, which are off (--metrics)';
+    $('#callers-span').textContent = f && f.counted ? `· ${spanText(f)}` : '';
+    // Every caller's share is an operator's to see.
+    $('#callers table').classList.toggle('no-share', !w);
+    const rows = ((f && f.callers) || []).map((c) => {
+      const n = c.counts;
+      const of = n ? `${count(n.admitted)} calls let in, ${spanText(f)}` : 'not counted';
+      const weight = c.weight ? `weight ${c.weight}` : '';
+      return {
+        cls: n && n.refused > 0 ? 'warn' : '',
+        cells: [
+          cell('caller', c.caller, { cls: 'mono name', title: CALLER_LABELS[c.caller] || [c.caller, weight].filter(Boolean).join(', ') }),
+          cell('rate', n ? rate(n.rate) : dash, { cls: 'num', title: of }),
+          cell('share', n && n.share !== null && n.share !== undefined ? percent(n.share) : dash, { cls: 'num share', title: of }),
+          cell('queued', count(c.queued), { cls: 'num', title: `${count(c.in_window)} in the window now` }),
+          cell('wait', n && n.admitted > 0 ? millis(n.wait_mean_ms) : dash, { cls: 'num' }),
+          cell('wait_p99', n && n.admitted > 0 ? millis(n.wait_p99_ms) : dash, { cls: 'num' }),
+          cell('refused', n ? count(n.refused) : dash, { cls: n && n.refused > 0 ? 'num err' : 'num' }),
+          cell('expired', n ? count(n.expired) : dash, { cls: n && n.expired > 0 ? 'num err' : 'num' }),
+          cell('canceled', n ? count(n.canceled) : dash, { cls: 'num' }),
+        ],
+      };
+    });
+    fill(section, rows);
+  }
+
   function renderErrors(s) {
     const groups = s.error_groups || [];
     const traces = shortIds(groups.map((e) => e.trace_id));
@@ -516,6 +575,7 @@
     renderMethods(s);
     renderCluster(s, ids);
     renderWorkers(s, ids);
+    renderCallers(s);
     renderErrors(s);
     renderNATS(s);
     renderJobs(s);
