@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +30,11 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -67,6 +70,13 @@ type dashboardPage struct {
 	JobsOff   bool                `json:"jobs_off"`
 	// JobsNow is what the jobs-queued chart says of now.
 	JobsNow string `json:"jobs_now"`
+	// Callers are the rows of the Callers panel; FairWindow its line of
+	// the window, by the id of each figure ("used", "seats", ...), nil
+	// while hidden; FairOff whether it says fairness is off.
+	Callers    []map[string]string `json:"callers"`
+	FairWindow map[string]string   `json:"fair_window"`
+	FairOff    bool                `json:"fair_off"`
+	ShareShown bool                `json:"share_shown"`
 	// Cut lists what is cut off: text wider than its cell, a panel
 	// wider or taller than its box, each as "where: text".
 	Cut []string `json:"cut"`
@@ -103,6 +113,10 @@ const readDashboard = `(() => {
 		errors: rows('#errors'),
 		jobs: rows('#jobs'),
 		jobs_now: shown('jobs-chart-box') ? text('jobs-now') : '',
+		callers: rows('#callers'),
+		fair_window: shown('fair-window') ? Object.fromEntries(['used', 'seats', 'waiting', 'queued', 'hold'].map((k) => [k, text('fair-' + k)])) : null,
+		fair_off: shown('fair-off'),
+		share_shown: (() => { const th = document.querySelector('#callers th.share'); return th !== null && th.getClientRects().length > 0; })(),
 		cut: (() => {
 			const out = [];
 			const visible = (el) => el.getClientRects().length > 0;
@@ -393,8 +407,124 @@ func jobsAgree(p dashboardPage) string {
 	return ""
 }
 
+// dashboardState reads the data route at base as the page does, with
+// the request headers given in pairs.
+func dashboardState(t *testing.T, base string, header ...string) (dashboard.State, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/ui/api/state", nil)
+	if err != nil {
+		return dashboard.State{}, err
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return dashboard.State{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return dashboard.State{}, fmt.Errorf("GET /ui/api/state: HTTP %d", resp.StatusCode)
+	}
+	var st dashboard.State
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// shows reports what is wrong with a figure the page shows as text,
+// given as want by the data route: the page rounds milliseconds to two
+// digits below 1, one below 100 and none above, and shares, in percent,
+// to one.
+func shows(what, text string, want float64) string {
+	got, err := strconv.ParseFloat(strings.ReplaceAll(text, ",", ""), 64)
+	tolerance := 0.51
+	switch {
+	case want < 1:
+		tolerance = 0.0051
+	case want < 100:
+		tolerance = 0.051
+	}
+	if err != nil || got < want-tolerance || got > want+tolerance {
+		return fmt.Sprintf("%s shows %q, want %.4g as the data route says", what, text, want)
+	}
+	return ""
+}
+
+// callersAgree reports what the page's Callers panel shows otherwise
+// than st, the data route's state read about when the page was: the
+// same callers in the same order, each with its queue, calls let in, its
+// share for an operator, its wait and its refusals, and an operator's
+// window. The calls per second, whose span moves on, are not compared.
+func callersAgree(p dashboardPage, st dashboard.State) string {
+	f := st.Fair
+	if f == nil {
+		return "the data route has no Callers panel"
+	}
+	if len(p.Callers) != len(f.Callers) {
+		return fmt.Sprintf("the page shows callers %v, the data route %+v", p.Callers, f.Callers)
+	}
+	if (f.Window != nil) != (p.FairWindow != nil) || (f.Window != nil) != p.ShareShown {
+		return fmt.Sprintf("the page shows the window %v and the share column %v; the data route's window is %+v", p.FairWindow, p.ShareShown, f.Window)
+	}
+	if w := f.Window; w != nil {
+		for k, want := range map[string]int{"seats": w.Seats, "used": w.Used, "waiting": w.Waiting, "queued": w.Queued} {
+			if number(p.FairWindow[k]) != want {
+				return fmt.Sprintf("the window's %s shows %q, want %d as the data route says", k, p.FairWindow[k], want)
+			}
+		}
+	}
+	for i, c := range f.Callers {
+		r := p.Callers[i]
+		if r["caller"] != c.Caller || number(r["queued"]) != c.Queued {
+			return fmt.Sprintf("row %d shows %v, want caller %s with %d queued", i, r, c.Caller, c.Queued)
+		}
+		n := c.Counts
+		if n == nil {
+			return fmt.Sprintf("the data route has no counts of %s, want them (the metrics are on)", c.Caller)
+		}
+		if want := fmt.Sprintf("%d calls let in", n.Admitted); !strings.HasPrefix(strings.ReplaceAll(r["ratetitle"], ",", ""), want) {
+			return fmt.Sprintf("%s's calls/s says %q, want %q as the data route says", c.Caller, r["ratetitle"], want)
+		}
+		if number(r["refused"]) != int(n.Refused) || number(r["expired"]) != int(n.Expired) || number(r["canceled"]) != int(n.Canceled) {
+			return fmt.Sprintf("%s shows %s full, %s expired, %s canceled; want %d, %d, %d", c.Caller, r["refused"], r["expired"], r["canceled"], n.Refused, n.Expired, n.Canceled)
+		}
+		if n.Share != nil {
+			if msg := shows(c.Caller+"'s share", r["share"], *n.Share*100); msg != "" {
+				return msg
+			}
+		}
+		if n.Admitted > 0 {
+			if msg := shows(c.Caller+"'s wait", r["wait"], n.WaitMeanMs); msg != "" {
+				return msg
+			}
+			if msg := shows(c.Caller+"'s p99 wait", r["wait_p99"], n.WaitP99Ms); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
+}
+
+// callersMatch waits until the page's Callers panel shows what the data
+// route says, read with header, and check finds nothing wrong in it;
+// it returns the page and the state.
+func callersMatch(d *dashboardTab, base, what string, check func(p dashboardPage, st dashboard.State) string, header ...string) (dashboardPage, dashboard.State) {
+	d.t.Helper()
+	var st dashboard.State
+	p := d.waitFor(what, func(p dashboardPage) string {
+		var err error
+		if st, err = dashboardState(d.t, base, header...); err != nil {
+			return err.Error()
+		}
+		if msg := callersAgree(p, st); msg != "" {
+			return msg
+		}
+		return check(p, st)
+	})
+	return p, st
+}
+
 func TestDashboard(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithMetrics(prometheus.NewRegistry()))
 	waitForTool(t, c, "echo")
 
 	rs := c.Batch(t, `[
@@ -453,6 +583,19 @@ func TestDashboard(t *testing.T) {
 	if msg := jobsAgree(p); msg != "" {
 		t.Errorf("at load: %s", msg)
 	}
+	// The Callers panel: the one anonymous caller of an ingress without
+	// authentication, its calls let in, and the window.
+	if anon := row(p.Callers, "caller", "_anonymous"); anon == nil || anon["rate"] == "—" || anon["wait"] == "—" || number(anon["queued"]) != 0 {
+		t.Errorf("at load the callers = %v, want the row of _anonymous with its calls let in and none queued", p.Callers)
+	}
+	if p.FairWindow == nil || number(p.FairWindow["seats"]) != 128 {
+		t.Errorf("at load the fairness window shows %v, want 128 seats", p.FairWindow)
+	}
+	if st, err := dashboardState(t, c.BaseURL); err != nil {
+		t.Errorf("read the data route: %v", err)
+	} else if msg := callersAgree(p, st); msg != "" {
+		t.Errorf("at load: %s", msg)
+	}
 	paint, err := chromedp.Run(d.ctx, chromedp.Evaluate[[3]float64](firstPaint))
 	if err != nil {
 		t.Fatalf("read the paint timings: %v", err)
@@ -503,6 +646,12 @@ func TestDashboard(t *testing.T) {
 		}
 		if w := p.Workers[0]; w["host"] == "" || w["host"] == "—" || w["pid"] == "—" || w["uptime"] == "—" {
 			return fmt.Sprintf("worker %v, want its host, pid and uptime", w)
+		}
+		return ""
+	})
+	callersMatch(d, c.BaseURL, "the Callers panel as the data route says", func(p dashboardPage, st dashboard.State) string {
+		if n := st.Fair.Callers[0].Counts; st.Fair.Callers[0].Caller != "_anonymous" || n.Admitted < 2 {
+			return fmt.Sprintf("callers %+v, want _anonymous with its calls let in", st.Fair.Callers)
 		}
 		return ""
 	})
@@ -634,15 +783,37 @@ func dashboardCookies(d *dashboardTab, base string) []*network.Cookie {
 // with another site's requests, so that a reload shows the key's data at
 // once; a caller's key shows its own data, an operator's everything.
 func TestDashboardAsksForAPIKey(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
-		Keys: []auth.APIKey{
-			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo"}},
-			{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo", "fail"}, Operator: true},
-		},
-	})))
+	// One seat, and room for two calls in a caller's queue: a batch of
+	// six calls that hold their seat has one let in at once, two queued
+	// behind it and three refused.
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithMetrics(prometheus.NewRegistry()),
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+			Keys: []auth.APIKey{
+				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "sleep"}},
+				{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo", "fail"}, Operator: true},
+			},
+		}), ingress.WithFairness(ingress.Fairness{Seats: 1, HoldMin: time.Minute, HoldMax: time.Minute, CallerMaxQueued: 2})))
 	waitForTool(t, c, "echo")
+	waitForTool(t, c, "sleep")
 	if r := c.Call(t, "echo", `["hi"]`, "Authorization", "Bearer alice-key"); r.Error != nil {
 		t.Fatalf("echo = %v", r.Error)
+	}
+	var batch []string
+	for i := range 6 {
+		batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"sleep","params":{"ms":100}}`, i))
+	}
+	refused := 0
+	for _, r := range c.Batch(t, "["+strings.Join(batch, ",")+"]", "Authorization", "Bearer alice-key") {
+		switch {
+		case r.Error == nil:
+		case r.Error.Code == schema.CodeOverloaded:
+			refused++
+		default:
+			t.Fatalf("sleep %s = %v, want a result or -32002", r.ID, r.Error)
+		}
+	}
+	if refused != 3 {
+		t.Fatalf("%d calls of the batch were refused -32002, want 3: one seat and two calls' room in the queue", refused)
 	}
 	if r := c.Call(t, "fail", `{"code":2001,"message":"ops only"}`, "Authorization", "Bearer ops-key"); r.Error == nil || r.Error.Code != 2001 {
 		t.Fatalf("fail = %v, want code 2001", r.Error)
@@ -702,6 +873,18 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 	if row(alice.Methods, "method", "fail") != nil || row(alice.Errors, "method", "fail") != nil {
 		t.Errorf("alice sees methods %v and errors %v, want neither fail nor the operator's error", alice.Methods, alice.Errors)
 	}
+	// Alice's own row of the Callers panel: her calls let in, their wait
+	// and her refusals; not the window, nor her share, which count every
+	// caller's calls.
+	callersMatch(d, c.BaseURL, "alice's row of the Callers panel", func(p dashboardPage, st dashboard.State) string {
+		if len(st.Fair.Callers) != 1 || st.Fair.Callers[0].Caller != "alice" {
+			return fmt.Sprintf("alice is shown callers %+v, want her own row alone", st.Fair.Callers)
+		}
+		if n := st.Fair.Callers[0].Counts; n.Admitted != 4 || n.Refused != 3 || n.WaitMeanMs <= 0 || n.Share != nil {
+			return fmt.Sprintf("alice's counts %+v, want 4 calls let in after a wait, 3 refused, no share", n)
+		}
+		return ""
+	}, "Authorization", "Bearer alice-key")
 
 	cookies := dashboardCookies(d, c.BaseURL)
 	if len(cookies) != 1 {
@@ -758,6 +941,20 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 		}
 		return ""
 	})
+	// The operator sees every caller's row with its share, and the window.
+	p, _ = callersMatch(d, c.BaseURL, "every caller's row of the Callers panel", func(p dashboardPage, st dashboard.State) string {
+		var names []string
+		for _, c := range st.Fair.Callers {
+			names = append(names, c.Caller)
+		}
+		if !slices.Equal(names, []string{"alice", "ops"}) {
+			return fmt.Sprintf("the operator is shown callers %q, want alice, then ops", names)
+		}
+		return ""
+	}, "Authorization", "Bearer ops-key")
+	if len(p.Cut) > 0 {
+		t.Errorf("at 1400×900 the operator's page cuts off:\n%s", strings.Join(p.Cut, "\n"))
+	}
 	d.screenshot("dashboard-operator.png")
 	d.checkProblems()
 }
