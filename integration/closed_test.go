@@ -88,11 +88,16 @@ func rootErr(err error) string {
 // TestBusClosed tries, against the shipped secured configuration, what a
 // process that reaches NATS must not be able to do, with no credential and
 // with a worker's: take calls outside the workers' queue group, read or
-// write on the reply subjects, answer a call it did not receive, read the
-// idempotency bucket, and write a job record. It
-// prints the tally of attempts and refusals; every attempt must be refused
-// by the server, and the cluster's own calls, jobs and idempotent answers
-// are untouched.
+// write on the reply subjects, answer a call it did not receive, forge the
+// answer to a question another worker's tool asked, read the idempotency
+// bucket, and write a job record. It prints the tally of attempts and
+// refusals; every attempt must be refused by the server, and the
+// cluster's own calls, jobs and idempotent answers are untouched. One
+// thing the server lets every worker do: hear the answers to questions
+// under the workers' inbox prefix. There the seal is the defence (rule 11
+// of PROTOCOL.md), so the test listens as another worker, and the answer
+// it hears must be sealed, open with no key but the call's, and still be
+// taken by the worker that asked.
 func TestBusClosed(t *testing.T) {
 	c := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -131,6 +136,28 @@ func TestBusClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	callSubject, err := subjects.Call("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A question of the demo's confirm, whose answer a worker of the same
+	// credential listens for, as it may, from before it is sent.
+	q := askConfirm(t, ingressNC, subjects)
+	eavesdropper, err := bus.Connect(natsURL, bus.WithName("eavesdropper"),
+		bus.WithUserPassword("worker", c.Credentials.Password("worker")), bus.WithInboxPrefix(bus.WorkerInboxPrefix))
+	if err != nil {
+		t.Fatalf("connect as a worker: %v", err)
+	}
+	defer eavesdropper.Close()
+	heard, err := eavesdropper.SubscribeSync(bus.WorkerInboxPrefix + ".ask.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eavesdropper.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	forgedAnswer, err := schema.SealAnswer(schema.NewAskKey(), q.subject,
+		schema.Answer{ID: q.id, Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":false}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +229,7 @@ func TestBusClosed(t *testing.T) {
 		{"subscribe to _INBOX.> (every caller's answers)", subscribe("_INBOX.>", "")},
 		{"publish on _INBOX.>", publish("_INBOX."+nuid.Next(), []byte(`{}`))},
 		{"answer a call it did not receive", answerForeign},
+		{"forge the answer to another worker's question", publish(q.subject, forgedAnswer)},
 		{"read the idempotency bucket", readIdempotency},
 		{"read an idempotency record", readIdempotencyRecord},
 	}
@@ -231,7 +259,40 @@ func TestBusClosed(t *testing.T) {
 			fmt.Fprintf(&report, "  %-18s %-56s %s (%s)\n", at.a.name, a.what, verdict, out.how)
 		}
 	}
-	t.Logf("closed bus: %d attempts, %d refused by the server, %d succeeded\n%s", tried, refused, tried-refused, report.String())
+	// The question's real answer: the eavesdropping worker hears it, as
+	// the server lets it, and must find it sealed; the worker that asked
+	// must take it, the forgery having been refused.
+	sealed := 0
+	plain := q.publishAnswer(t, ingressNC)
+	for {
+		m, err := heard.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("the eavesdropping worker heard no answer on %s: %v", q.subject, err)
+		}
+		if m.Subject != q.subject {
+			continue
+		}
+		tried++
+		verdict, how := "sealed", fmt.Sprintf("heard %d bytes that open only with the call's key", len(m.Data))
+		_, otherKey := schema.OpenAnswer(schema.NewAskKey(), q.subject, m.Data)
+		_, callKey := schema.OpenAnswer(q.key, q.subject, m.Data)
+		switch {
+		case bytes.Contains(m.Data, plain) || bytes.Contains(m.Data, []byte(`"confirmed"`)):
+			verdict, how = "READ", fmt.Sprintf("heard %q", m.Data)
+		case !errors.Is(otherKey, schema.ErrBadAnswer) || callKey != nil:
+			verdict, how = "READ", fmt.Sprintf("another key opens it (%v) or the call's does not (%v)", otherKey, callKey)
+		default:
+			sealed++
+		}
+		if verdict != "sealed" {
+			t.Errorf("worker-credential: read the answer to another worker's question: %s", how)
+		}
+		fmt.Fprintf(&report, "  %-18s %-56s %s (%s)\n", "worker-credential", "read the answer to another worker's question", verdict, how)
+		break
+	}
+	q.confirmed(t)
+	t.Logf("closed bus: %d attempts, %d refused by the server, %d kept unreadable by its seal, %d succeeded\n%s",
+		tried, refused, sealed, tried-refused-sealed, report.String())
 
 	// The calls that were sent meanwhile got their real answers, and the
 	// attackers' subscriptions, had any been accepted, heard nothing.
@@ -259,6 +320,109 @@ func TestBusClosed(t *testing.T) {
 	}
 	if rec, err := GetJob(ctx, ingress, jobID); err != nil || rec.State != job.State || string(rec.Result) != string(job.Result) {
 		t.Errorf("job %s after the attempts = %+v, %v; want it as it ended, %+v", jobID, rec, err, job)
+	}
+}
+
+// question is a question the demo's confirm asked in a call the test
+// sent as a job's runner sends one, with the key that seals its answer.
+type question struct {
+	key     schema.AskKey
+	id      string
+	subject string // the answer subject the worker named
+	replies *nats.Subscription
+}
+
+// askConfirm calls confirm through nc, which holds the ingress's
+// credential, as a job's runner does (with heartbeats and a fresh
+// Toolbus-Ask-Key), and returns the question it asks.
+func askConfirm(t *testing.T, nc *nats.Conn, subjects bus.Subjects) question {
+	t.Helper()
+	reply := subjects.JobReplies() + "." + bus.ReplyToken() + "." + bus.ReplyToken()
+	replies, err := nc.SubscribeSync(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replies.Unsubscribe() })
+	subject, err := subjects.Call("confirm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &schema.CallEnvelope{Version: schema.EnvelopeVersion, ID: []byte(`"closed-ask"`), Method: "confirm", Params: []byte(`{"action":"closed-bus"}`)}
+	msg, err := bus.CallMsg(subject, env, time.Now().Add(3*time.Minute), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := question{key: schema.NewAskKey(), replies: replies}
+	msg.Reply = reply
+	msg.Header.Set(schema.HeaderHeartbeat, "1000")
+	msg.Header.Set(schema.HeaderCallID, bus.ReplyToken())
+	msg.Header.Set(schema.HeaderAskKey, q.key.String())
+	if err := nc.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := replies.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("confirm's question: %v", err)
+		}
+		switch m.Header.Get(schema.HeaderProgress) {
+		case schema.ProgressQuestion:
+			asked, err := schema.UnmarshalQuestion(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.id, q.subject = asked.ID, m.Header.Get(schema.HeaderAskReply)
+			if err := schema.CheckAnswerSubject(q.subject); err != nil || !strings.HasPrefix(q.subject, bus.WorkerInboxPrefix+".ask.") {
+				t.Fatalf("answer subject %q (%v), want one under %s", q.subject, err, bus.WorkerInboxPrefix)
+			}
+			return q
+		case "":
+			t.Fatalf("confirm answered %q before it asked", m.Data)
+		}
+	}
+}
+
+// publishAnswer publishes the answer {"confirmed": true} to q through
+// nc, sealed with the call's key, and returns the answer's plaintext.
+func (q question) publishAnswer(t *testing.T, nc *nats.Conn) []byte {
+	t.Helper()
+	a := schema.Answer{ID: q.id, Action: schema.AskAccept, Content: json.RawMessage(`{"confirmed":true}`)}
+	plain, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := schema.SealAnswer(q.key, q.subject, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(q.subject, sealed); err != nil {
+		t.Fatal(err)
+	}
+	return plain
+}
+
+// confirmed checks that confirm went on with the answer of
+// [question.publishAnswer], within 30s: its reply, after any progress
+// messages, is confirmed.
+func (q question) confirmed(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := q.replies.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("confirm's reply after its answer: %v", err)
+		}
+		if m.Header.Get(schema.HeaderProgress) != "" {
+			continue
+		}
+		r, err := bus.ReadReply(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Error != nil || string(r.Result) != `{"action":"closed-bus","confirmed":true}` {
+			t.Errorf("confirm = %s %v, want it confirmed by the sealed answer, not by a forgery", r.Result, r.Err())
+		}
+		return
 	}
 }
 
