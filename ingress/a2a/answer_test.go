@@ -70,7 +70,7 @@ func reply(tk *a2a.Task, parts ...a2a.Part) *a2a.Message {
 
 // asked checks that tk is input-required with the question message and a
 // data part carrying the question's id and a schema with member, and
-// that its history holds the question.
+// that its history holds the question under the same messageId.
 func asked(t *testing.T, tk *a2a.Task, message, member string) {
 	t.Helper()
 	if tk.Status.State != a2a.TaskStateInputRequired || tk.Status.Message == nil {
@@ -92,9 +92,9 @@ func asked(t *testing.T, tk *a2a.Task, message, member string) {
 		t.Fatalf("status message = %s, want an agent message %q with the question's id and a schema with %q", jsonOf(m), message, member)
 	}
 	if !slices.ContainsFunc(tk.History, func(h *a2a.Message) bool {
-		return h.Role == a2a.MessageRoleAgent && bytes.Contains([]byte(jsonOf(h)), []byte(message))
+		return h.Role == a2a.MessageRoleAgent && h.ID == m.ID && bytes.Contains([]byte(jsonOf(h)), []byte(message))
 	}) {
-		t.Errorf("history = %s, want the question in it", jsonOf(tk.History))
+		t.Errorf("history = %s, want the question in it under the status message's id %s", jsonOf(tk.History), m.ID)
 	}
 }
 

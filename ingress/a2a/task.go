@@ -176,7 +176,7 @@ func status(rec *schema.JobRecord) a2a.TaskStatus {
 		st.Message = said(rec, rec.Error.Message, data)
 	case rec.State == schema.JobInputRequired && rec.Question != nil:
 		data, _ := json.Marshal(map[string]any{QuestionIDKey: rec.Question.ID, QuestionSchemaKey: rec.Question.Schema})
-		st.Message = said(rec, rec.Question.Message, data)
+		st.Message = asked(rec, data)
 	case rec.Progress != nil && !rec.State.Final():
 		data, _ := json.Marshal(map[string]any{"percent": rec.Progress.Percent})
 		st.Message = said(rec, rec.Progress.Message, data)
@@ -198,6 +198,23 @@ func said(rec *schema.JobRecord, text string, data json.RawMessage) *a2a.Message
 	}
 	sum := sha256.Sum256([]byte(string(rec.State) + "\x00" + text + "\x00" + string(data)))
 	return message(rec, schema.JobMessage{ID: rec.ID + "-status-" + hex.EncodeToString(sum[:8]), Role: schema.JobRoleAgent, Text: text, Data: data})
+}
+
+// asked returns the status message of a job waiting on its question: the
+// question as the history holds it (the same messageId), with data, the
+// question's id and schema, which the history leaves out.
+func asked(rec *schema.JobRecord, data json.RawMessage) *a2a.Message {
+	for i := len(rec.History) - 1; i >= 0; i-- {
+		m := rec.History[i]
+		var q struct {
+			Question string `json:"question"`
+		}
+		if m.Role == schema.JobRoleAgent && json.Unmarshal(m.Data, &q) == nil && q.Question == rec.Question.ID {
+			m.Text, m.Data = rec.Question.Message, data
+			return message(rec, m)
+		}
+	}
+	return said(rec, rec.Question.Message, data)
 }
 
 // sameJSON reports whether a and b are the same JSON value, whatever
