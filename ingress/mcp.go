@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/toolbus/toolbus/ingress/mcp"
@@ -20,6 +21,22 @@ func WithOrigin(origin string) Option {
 	}
 }
 
+// WithMCPStateKey sets the key, of at least
+// [mcp.MinRequestStateKeyBytes] bytes, that signs the request state of an
+// MCP tools/call answered with a question at the revisions without
+// sessions (2026-07-28 and later); the client's retry, with its answer,
+// resumes the job on any ingress whose key is the same. Default: a random
+// key of this process, so that only this ingress resumes it.
+func WithMCPStateKey(key []byte) Option {
+	return func(c *config) error {
+		if len(key) < mcp.MinRequestStateKeyBytes {
+			return fmt.Errorf("ingress: the MCP state key must be at least %d bytes, got %d", mcp.MinRequestStateKeyBytes, len(key))
+		}
+		c.mcpStateKey = append([]byte(nil), key...)
+		return nil
+	}
+}
+
 // newMCP returns the MCP front door over the registry's tools, whose
 // tools/call comes back through [mcpSeam].
 func (s *Server) newMCP() (*mcp.Server, error) {
@@ -32,6 +49,9 @@ func (s *Server) newMCP() (*mcp.Server, error) {
 	}
 	if s.cfg.mcpOrigin != "" {
 		opts = append(opts, mcp.WithOrigin(s.cfg.mcpOrigin))
+	}
+	if s.cfg.mcpStateKey != nil {
+		opts = append(opts, mcp.WithRequestStateKey(s.cfg.mcpStateKey))
 	}
 	return mcp.New(mcpSeam{s}, s.cfg.registry, opts...)
 }

@@ -84,6 +84,7 @@ type config struct {
 	a2a            []a2a.Option
 	noValidate     bool   // WithValidation(false)
 	mcpOrigin      string // WithOrigin
+	mcpStateKey    []byte // WithMCPStateKey
 
 	maxHeaderBytes  int
 	maxConnsPerAddr int

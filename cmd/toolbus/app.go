@@ -80,6 +80,7 @@ type ingressConfig struct {
 	jobRecordsBytes int64
 	callbackSecret  string
 	callbackAllow   []string
+	mcpStateKey     string
 	discovery       bool
 	validate        bool
 	a2a             bool
@@ -138,6 +139,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.Int64Var(&c.jobRecordsBytes, "job-records-max-bytes", jobs.DefaultRecordsMaxBytes, "byte cap of the JetStream bucket of job records")
 	f.StringVar(&c.callbackSecret, "callback-secret", "", "secret (16 bytes or more) that signs job completion callbacks; without it notify_url is refused")
 	f.StringSliceVar(&c.callbackAllow, "callback-allow", nil, "internal receivers job callbacks may reach although loopback, private or link-local: CIDRs, addresses and host names, each with an optional :port (e.g. 10.0.0.0/8,hooks.internal:8443)")
+	f.StringVar(&c.mcpStateKey, "mcp-state-key", "", "secret (16 bytes or more) that signs the request state of an MCP tools/call that asks its client (MCP 2026-07-28 and later); give every ingress behind one address the same, so that the client's retry resumes the job on any of them (default: a random key per process)")
 	f.BoolVar(&c.discovery, "discovery", true, "keep a registry of the tools workers announce: rpc.discover, GET /openrpc.json, the MCP front door at /mcp, -32003 for known methods without workers")
 	f.BoolVar(&c.validate, "validate", true, "check params against the announced schemas before any worker runs, and at job submit (needs --discovery)")
 	f.DurationVar(&c.toolsRetention, "tools-retention", discovery.DefaultRetention, "how long a tool stays known after its last worker was seen, so that its jobs are still taken (kept in JetStream with --jobs)")
@@ -407,6 +409,9 @@ func (c ingressConfig) gatewayOptions(log *slog.Logger, metrics *prometheus.Regi
 	}
 	if len(c.wsOrigins) > 0 {
 		ingOpts = append(ingOpts, ingress.WithWebSocketOrigins(c.wsOrigins...))
+	}
+	if c.mcpStateKey != "" {
+		ingOpts = append(ingOpts, ingress.WithMCPStateKey([]byte(c.mcpStateKey)))
 	}
 	sec, err := c.sec.ingressOptions(log)
 	if err != nil {

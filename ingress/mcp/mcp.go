@@ -147,6 +147,23 @@ func WithJobs(prefix string, j Jobs) Option {
 	}
 }
 
+// WithRequestStateKey sets the key that signs the request state of a
+// tools/call answered with a question at the newest MCP revision, which
+// the client sends back with its answer (see [Server]); it must be at
+// least [MinRequestStateKeyBytes] bytes. Default: a random key of this
+// process, so that only this process resumes the job. Replicas behind one
+// address share one key, so that a client's retry resumes the job on
+// whichever replica it reaches.
+func WithRequestStateKey(key []byte) Option {
+	return func(s *Server) error {
+		if len(key) < MinRequestStateKeyBytes {
+			return fmt.Errorf("mcp: the request state key must be at least %d bytes, got %d", MinRequestStateKeyBytes, len(key))
+		}
+		s.states = stateSigner{key: append([]byte(nil), key...)}
+		return nil
+	}
+}
+
 // MetaOrigin is the _meta member of every listed tool that names the
 // cluster it comes from (see [WithOrigin]).
 const MetaOrigin = "toolbus/origin"
@@ -169,11 +186,24 @@ func WithOrigin(origin string) Option {
 // ([Request.Call]), so the same method checks, authorization, deadlines
 // and limits apply as on every other transport. Make one with [New]; it
 // follows the registry until [Server.Close].
+//
+// It speaks every revision the MCP SDK does. Up to 2025-11-25 a client
+// holds a session (Streamable HTTP with Mcp-Session-Id), and the server
+// may send it requests, such as elicitation/create, while it serves a
+// call. From 2026-07-28 there are no sessions: each request names its
+// revision (the MCP-Protocol-Version header) and its client's
+// capabilities, and a call that needs the client's input returns its
+// input requests with a request state, which the client echoes when it
+// retries the call with its responses. A request is served by the
+// handler of its revision.
 type Server struct {
-	ing     Ingress
-	reg     *discovery.Registry
-	srv     *mcp.Server
-	handler http.Handler
+	ing Ingress
+	reg *discovery.Registry
+	srv *mcp.Server
+	// sessions serves the revisions with sessions, sessionless the
+	// later ones.
+	sessions, sessionless http.Handler
+	states                stateSigner
 
 	log           *slog.Logger
 	maxBody       int64
@@ -212,6 +242,7 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 		maxBody:  mcp.DefaultMaxRequestBodyBytes,
 		maxDepth: DefaultMaxDepth,
 		listed:   map[string]string{},
+		states:   stateSigner{key: newStateKey()},
 		kick:     make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -236,10 +267,12 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 	if m.authenticated {
 		m.srv.AddReceivingMiddleware(m.scope)
 	}
-	m.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return m.srv },
-		&mcp.StreamableHTTPOptions{Logger: m.log, MaxRequestBodyBytes: m.maxBody})
+	server := func(*http.Request) *mcp.Server { return m.srv }
+	m.sessions = mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Logger: m.log, MaxRequestBodyBytes: m.maxBody})
+	m.sessionless = mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Logger: m.log, MaxRequestBodyBytes: m.maxBody, Stateless: true})
 	if m.authenticated {
-		m.handler = auth.RequireBearerToken(m.sessionUser, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(m.handler)
+		bearer := auth.RequireBearerToken(m.sessionUser, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+		m.sessions, m.sessionless = bearer(m.sessions), bearer(m.sessionless)
 	}
 
 	m.sync()
@@ -254,7 +287,9 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 }
 
 // ServeHTTP has the ingress read the request ([Ingress.Request]) and
-// hands the request to the MCP handler with a reference to what it read.
+// hands the request, with a reference to what it read, to the MCP handler
+// of its revision: the stateless one from 2026-07-28, the one that keeps
+// sessions before.
 //
 // With authentication on, the reference also stands in for the request's
 // credentials, which the ingress has checked already: the SDK binds a
@@ -293,8 +328,26 @@ func (m *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.authenticated {
 		r.Header.Set("Authorization", "Bearer "+ref)
 	}
-	m.handler.ServeHTTP(w, r)
+	if sessionless(r.Header.Get(protocolVersionHeader)) {
+		m.sessionless.ServeHTTP(w, r)
+		return
+	}
+	m.sessions.ServeHTTP(w, r)
 }
+
+// protocolVersionHeader names the MCP revision of a request over
+// Streamable HTTP; from 2026-07-28 every request carries it, server/discover
+// included.
+const protocolVersionHeader = "Mcp-Protocol-Version"
+
+// firstSessionlessRevision is the first MCP revision without sessions,
+// whose calls ask their client through input requests in their result and
+// may not send it elicitation/create.
+const firstSessionlessRevision = "2026-07-28"
+
+// sessionless reports whether the MCP revision version has no sessions.
+// Revision names are dates, so they compare as strings.
+func sessionless(version string) bool { return version >= firstSessionlessRevision }
 
 // read reads the body of a POST under the body limit and checks its
 // depth, as POST /rpc does, before the SDK decodes it; a body over
@@ -547,6 +600,9 @@ func (m *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	var args json.RawMessage
 	if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 		args = raw
+	}
+	if req.Params.RequestState != "" {
+		return m.resume(ctx, req, hdr)
 	}
 	if res, ok := m.callAsJob(ctx, req, hdr, args); ok {
 		return res, nil

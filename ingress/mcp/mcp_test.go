@@ -86,16 +86,20 @@ func securedMCP(t *testing.T) string {
 	return ts.URL
 }
 
-// mcpAs connects an MCP client to url's /mcp with an API key.
-func mcpAs(t *testing.T, url, key string) *mcp.ClientSession {
+// mcpAt connects an MCP client to url's /mcp with an API key at protocol
+// revision version (the SDK's newest when empty).
+func mcpAt(t *testing.T, url, key, version string) *mcp.ClientSession {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + toolbusmcp.Path,
-		HTTPClient: &http.Client{Transport: keyTransport{key}}}, nil)
+		HTTPClient: &http.Client{Transport: keyTransport{key}}}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect to /mcp as %s: %v", key, err)
+	}
+	if version != "" && cs.InitializeResult().ProtocolVersion != version {
+		t.Fatalf("negotiated protocol version = %s, want %s", cs.InitializeResult().ProtocolVersion, version)
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
@@ -117,41 +121,47 @@ func listTools(t *testing.T, cs *mcp.ClientSession) []string {
 	return names
 }
 
-// TestMCPToolsListedForTheCaller checks that tools/list shows a caller the
-// tools it may call, and that calling one it may not is answered as for a
-// tool that does not exist.
+// TestMCPToolsListedForTheCaller checks, at a revision with sessions and
+// at the first without, that tools/list shows a caller the tools it may
+// call, and that calling one it may not is answered as for a tool that
+// does not exist.
 func TestMCPToolsListedForTheCaller(t *testing.T) {
 	url := securedMCP(t)
-	for _, tc := range []struct {
-		key  string
-		want []string
-	}{
-		{key: "alice-key", want: []string{"echo"}}, // fam.* is a pattern, which MCP does not list
-		{key: "bob-key", want: []string{"echo"}},
-		{key: "ops-key", want: nil},
-	} {
-		t.Run(tc.key, func(t *testing.T) {
-			if got := listTools(t, mcpAs(t, url, tc.key)); !slices.Equal(got, tc.want) {
-				t.Errorf("tools/list = %q, want %q", got, tc.want)
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		for _, tc := range []struct {
+			key  string
+			want []string
+		}{
+			{key: "alice-key", want: []string{"echo"}}, // fam.* is a pattern, which MCP does not list
+			{key: "bob-key", want: []string{"echo"}},
+			{key: "ops-key", want: nil},
+		} {
+			t.Run(version+"/"+tc.key, func(t *testing.T) {
+				if got := listTools(t, mcpAt(t, url, tc.key, version)); !slices.Equal(got, tc.want) {
+					t.Errorf("tools/list = %q, want %q", got, tc.want)
+				}
+			})
+		}
+		t.Run(version+"/hidden", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			bob := mcpAt(t, url, "bob-key", version)
+			_, hidden := bob.CallTool(ctx, &mcp.CallToolParams{Name: "fail", Arguments: map[string]any{}})
+			_, unknown := bob.CallTool(ctx, &mcp.CallToolParams{Name: "nothing", Arguments: map[string]any{}})
+			if hidden == nil || unknown == nil || strings.ReplaceAll(hidden.Error(), "fail", "nothing") != unknown.Error() {
+				t.Errorf("bob's tools/call of fail = %v, of an unknown tool = %v; want the same answer", hidden, unknown)
 			}
 		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	bob := mcpAs(t, url, "bob-key")
-	_, hidden := bob.CallTool(ctx, &mcp.CallToolParams{Name: "fail", Arguments: map[string]any{}})
-	_, unknown := bob.CallTool(ctx, &mcp.CallToolParams{Name: "nothing", Arguments: map[string]any{}})
-	if hidden == nil || unknown == nil || strings.ReplaceAll(hidden.Error(), "fail", "nothing") != unknown.Error() {
-		t.Errorf("bob's tools/call of fail = %v, of an unknown tool = %v; want the same answer", hidden, unknown)
-	}
 }
 
-// TestMCPSessionBoundToItsCaller checks that an MCP session answers only
-// the caller that made it: another caller's requests and DELETE under its
-// id are refused, and the session goes on.
+// TestMCPSessionBoundToItsCaller checks that an MCP session (the
+// revisions before 2026-07-28 have them) answers only the caller that
+// made it: another caller's requests and DELETE under its id are refused,
+// and the session goes on.
 func TestMCPSessionBoundToItsCaller(t *testing.T) {
 	url := securedMCP(t)
-	alice := mcpAs(t, url, "alice-key")
+	alice := mcpAt(t, url, "alice-key", "2025-11-25")
 	id := alice.ID()
 	if id == "" {
 		t.Fatal("alice's session has no id")
