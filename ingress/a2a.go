@@ -69,10 +69,7 @@ func (a a2aSeam) Request(r *http.Request) (a2a.Request, *schema.Error) {
 			return a.s.subscribe(ctx, hdr, id)
 		},
 		Timeout: func(method string) time.Duration {
-			if t, ok := a.s.base.(timeouter); ok {
-				return t.Timeout(method, hdr.timeout)
-			}
-			return hdr.timeout
+			return a.s.policy(method, hdr.timeout)
 		},
 	}, err
 }

@@ -82,8 +82,9 @@ func (p *plan) done() { p.charge.Close() }
 // plan sorts the elements of a message: invalid elements and methods that
 // can never be routed are answered at once, methods in local are run at
 // once (after admission, but for a connection's own methods), and every
-// other element, notifications included, becomes a call carrying the
-// deadline the client asked for. This is the one place where every
+// other element, notifications included, becomes a call carrying its
+// deadline: the one the declared policy gives it ([WithDeadline]), or the
+// one the client asked for. This is the one place where every
 // transport's requests are checked.
 func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMethod) plan {
 	p := plan{out: make([]response, 0, len(elems)), charge: s.bytes.Open(callerName(hdr.caller))}
@@ -125,6 +126,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 			}
 			continue
 		}
+		call.Timeout = s.settleDeadline(req.Method, hdr.timeout)
 		slot := -1
 		if !req.IsNotification() {
 			slot = len(p.out)

@@ -7,8 +7,9 @@
 // through the same core: [schema.Parse] under the [Limits], the same method
 // checks (a name outside the bus grammar, or one of the reserved rpc.*
 // names, is answered -32601 and never dispatched), the deadline the client
-// asked for in the [schema.HeaderTimeout] header, and the one chain. No
-// transport has a dispatch path of its own. The routes of [Server.Handler]:
+// asked for in the [schema.HeaderTimeout] header, settled once by the
+// declared policy ([WithDeadline]), and the one chain. No transport has a
+// dispatch path of its own. The routes of [Server.Handler]:
 //
 //   - POST /rpc with a JSON body: JSON-RPC 2.0 singles, batches and
 //     notifications, handed to the chain in one piece. The

@@ -28,15 +28,6 @@ type Promoter interface {
 	RunAsJob(ctx context.Context, call schema.Call, timeout time.Duration) (json.RawMessage, *schema.Error)
 }
 
-// timeouter is what the aggregator tells of a call's deadline.
-type timeouter interface {
-	Timeout(method string, requested time.Duration) time.Duration
-}
-
-// defaultExtensionTimeout bounds an extension call when the client asked
-// for no deadline and the dispatcher cannot say one.
-const defaultExtensionTimeout = 30 * time.Second
-
 // WithExtension routes every method starting with prefix (which must start
 // with "rpc." and end with ".") to ext instead of the dispatcher. When ext
 // is also a [Promoter], calls of job-capable tools sent with Prefer:
@@ -70,13 +61,16 @@ func WithExtension(prefix string, ext Extension) Option {
 type router struct {
 	extensions map[string]Extension
 	promoter   Promoter
+	// deadline is the deadline of an extension or promoted call that
+	// carries timeout ([Server.deadline]).
+	deadline func(method string, timeout time.Duration) time.Duration
 }
 
-func newRouter(extensions map[string]Extension) *router {
+func newRouter(extensions map[string]Extension, deadline func(string, time.Duration) time.Duration) *router {
 	if len(extensions) == 0 {
 		return nil
 	}
-	r := &router{extensions: extensions}
+	r := &router{extensions: extensions, deadline: deadline}
 	for _, ext := range extensions {
 		if p, ok := ext.(Promoter); ok {
 			r.promoter = p
@@ -111,19 +105,6 @@ func (r *router) extension(method string) Extension {
 	return nil
 }
 
-// timeout is the deadline of an extension or promoted call: the
-// dispatcher's rule when it has one, else the client's wish bounded by a
-// default.
-func timeoutOf(next schema.Dispatcher, c *schema.Call) time.Duration {
-	if t, ok := next.(timeouter); ok {
-		return t.Timeout(c.Method, c.Timeout)
-	}
-	if c.Timeout > 0 && c.Timeout < defaultExtensionTimeout {
-		return c.Timeout
-	}
-	return defaultExtensionTimeout
-}
-
 // dispatch sends the calls for next to it as one set; every other call
 // runs on a goroutine of its own. emit is called from one goroutine at a
 // time.
@@ -151,7 +132,7 @@ func (r *router) dispatch(ctx context.Context, next schema.Dispatcher, calls []s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := r.serveLocal(ctx, &calls[i], timeoutOf(next, &calls[i]))
+			resp := r.serveLocal(ctx, &calls[i], r.deadline(calls[i].Method, calls[i].Timeout))
 			if calls[i].IsNotification() {
 				return
 			}

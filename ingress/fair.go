@@ -11,24 +11,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// Fair returns d behind the server's fairness layer, or d itself when
-// fairness is off. The server must hand its calls to what Fair returns
-// (be made with it as its dispatcher, or with one that forwards to it),
-// which is therefore made after the server:
-//
-//	front := &forward{}
-//	srv, err := ingress.New(front, ingress.WithFairness(ingress.Fairness{}))
-//	front.d = srv.Fair(agg)
-//
-// The layer asks d for each call's deadline when d tells one
-// (Timeout(method, requested)), and tells it in turn.
-func (s *Server) Fair(d schema.Dispatcher) schema.Dispatcher {
-	if s.cfg.fair == nil || d == nil {
-		return d
-	}
-	return &fairDispatcher{f: s.cfg.fair, next: d}
-}
-
 // FairStats returns a snapshot of the fairness window and of each
 // caller's queue; the zero value when fairness is off.
 func (s *Server) FairStats() fair.Stats {
@@ -48,6 +30,18 @@ type fairness struct {
 	tmu   sync.Mutex
 	timer *time.Timer
 	wake  time.Time // when timer fires; zero when it is not set
+}
+
+// layer returns the fairness layer of the chain, which queues each call
+// under the deadline the ingress puts on it ([Server.deadline]); nil
+// when f is nil (fairness is off).
+func (f *fairness) layer(deadline func(method string, timeout time.Duration) time.Duration) schema.Layer {
+	if f == nil {
+		return nil
+	}
+	return func(next schema.Dispatcher) schema.Dispatcher {
+		return &fairDispatcher{f: f, next: next, deadline: deadline}
+	}
 }
 
 func newFairness(f Fairness) (*fairness, error) {
@@ -143,7 +137,7 @@ func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, n int) (callHea
 		return hdr, noTurn, nil
 	}
 	start := time.Now()
-	timeout := timeoutOf(s.base, &schema.Call{Timeout: hdr.timeout})
+	timeout := s.deadline("", hdr.timeout)
 	flow := flowOf(hdr.caller)
 	set := &fairSet{moves: make(chan fairMove, 1)}
 	cm := f.callerMetrics(flow.Name)
@@ -207,28 +201,58 @@ func (f *fairness) callerMetrics(caller string) *fairCallerMetrics {
 
 // fairDispatcher is the fairness layer in front of next.
 type fairDispatcher struct {
-	f    *fairness
-	next schema.Dispatcher
+	f        *fairness
+	next     schema.Dispatcher
+	deadline func(method string, timeout time.Duration) time.Duration
 }
 
-var _ timeouter = (*fairDispatcher)(nil)
-
-// Timeout tells the deadline next gives a call of method (see
-// [timeoutOf]).
-func (d *fairDispatcher) Timeout(method string, requested time.Duration) time.Duration {
-	return timeoutOf(d.next, &schema.Call{Request: schema.Request{Method: method}, Timeout: requested})
-}
-
-// Dispatch queues every call in its caller's queue under its deadline,
-// and hands the calls to next as the scheduler admits them; a call that
-// does not fit in its caller's queue is refused -32002 at once, and one
-// whose deadline comes while it waits is answered -32001 without
-// reaching next. When ctx ends, the calls still queued are answered
-// -32004.
+// Dispatch queues every call in its caller's queue under its deadline
+// (the one it carries, settled by the ingress), and hands the calls to next as the scheduler admits them; a
+// call that does not fit in its caller's queue is refused -32002 at
+// once, and one whose deadline comes while it waits is answered -32001
+// without reaching next. When ctx ends, the calls still queued are
+// answered -32004. The ingress's own rpc.* methods pass at once: they
+// are its own light work, and the jobs service shares the jobs among
+// callers itself.
 func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	if len(calls) == 0 {
 		return
 	}
+	reserved := 0
+	for i := range calls {
+		if schema.IsReserved(calls[i].Method) {
+			reserved++
+		}
+	}
+	switch reserved {
+	case 0:
+		d.queue(ctx, calls, emit)
+	case len(calls):
+		d.next.Dispatch(ctx, calls, emit)
+	default:
+		var own, rest schema.Subset
+		for i := range calls {
+			if schema.IsReserved(calls[i].Method) {
+				own.Add(i, calls[i])
+			} else {
+				rest.Add(i, calls[i])
+			}
+		}
+		var mu sync.Mutex
+		locked := func(i int, r schema.Response) {
+			mu.Lock()
+			defer mu.Unlock()
+			emit(i, r)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { own.Dispatch(ctx, d.next, locked) })
+		rest.Dispatch(ctx, schema.DispatcherFunc(d.queue), locked)
+		wg.Wait()
+	}
+}
+
+// queue is Dispatch for calls that all wait their turn.
+func (d *fairDispatcher) queue(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
 	f := d.f
 	now := time.Now()
 	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
@@ -239,10 +263,7 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	ptrs := make([]*fair.Entry[fairRef], len(calls))
 	ctxDeadline, bounded := ctx.Deadline()
 	for i := range calls {
-		var deadline time.Time // none, when next tells none
-		if t := timeoutOf(d.next, &calls[i]); t > 0 {
-			deadline = now.Add(t)
-		}
+		deadline := now.Add(d.deadline(calls[i].Method, calls[i].Timeout))
 		if bounded && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
 			deadline = ctxDeadline
 		}

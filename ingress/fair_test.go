@@ -58,8 +58,9 @@ func (g *gate) Dispatch(ctx context.Context, calls []schema.Call, emit func(i in
 	wg.Wait()
 }
 
-// Timeout is the deadline the gate gives a call: the one requested when
-// shorter than g.timeout (an hour when zero), as the aggregator does.
+// Timeout is the deadline policy of the gate's server ([WithDeadline]):
+// the deadline requested when shorter than g.timeout (an hour when zero),
+// as the aggregator's is.
 func (g *gate) Timeout(_ string, requested time.Duration) time.Duration {
 	d := g.timeout
 	if d == 0 {
@@ -84,18 +85,6 @@ func (g *gate) next(t *testing.T) arrival {
 	}
 }
 
-// front stands for a gateway's dispatcher: it hands the calls to the
-// fairness layer, which is made once the server is.
-type front struct{ d schema.Dispatcher }
-
-func (f *front) Dispatch(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
-	f.d.Dispatch(ctx, calls, emit)
-}
-
-func (f *front) Timeout(method string, requested time.Duration) time.Duration {
-	return f.d.(timeouter).Timeout(method, requested)
-}
-
 // fairKeys are the callers of the fairness tests: "flood" and "victim"
 // of weight 1, "heavy" of weight 3 and the exempt "health".
 var fairKeys = auth.Config{Keys: []auth.APIKey{
@@ -106,16 +95,15 @@ var fairKeys = auth.Config{Keys: []auth.APIKey{
 }}
 
 // newFairServer returns a server with fairness f over g, authenticating
-// [fairKeys], and the fairness layer itself.
+// [fairKeys] under g's deadline policy, and its chain, in which the
+// fairness layer is.
 func newFairServer(t *testing.T, g *gate, f Fairness, opts ...Option) (*Server, schema.Dispatcher) {
 	t.Helper()
-	fr := &front{}
-	s, err := New(fr, append([]Option{WithLogger(discard), WithAuth(fairKeys), WithFairness(f)}, opts...)...)
+	s, err := New(g, append([]Option{WithLogger(discard), WithAuth(fairKeys), WithFairness(f), WithDeadline(g.Timeout)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New() error = %v", err)
 	}
-	fr.d = s.Fair(g)
-	return s, fr.d
+	return s, s.d
 }
 
 // calls returns n calls of method for caller, ids 1 to n, with timeout.
@@ -336,7 +324,7 @@ func TestFairQueueFull(t *testing.T) {
 
 // fairSeries returns the value of the series name{caller} in reg, 0
 // when there is none.
-func fairSeries(t *testing.T, reg *prometheus.Registry, name, caller string) float64 {
+func fairSeries(t *testing.T, reg prometheus.Gatherer, name, caller string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -409,19 +397,12 @@ func TestFairCanceled(t *testing.T) {
 	}
 }
 
-// TestFairDeadlineTold: the layer tells the deadline of the dispatcher
-// behind it, and gives each call what is left of it.
-func TestFairDeadlineTold(t *testing.T) {
+// TestFairDeadlinePolicy: the layer queues a call under the deadline of
+// the declared policy, and gives each call what is left of it.
+func TestFairDeadlinePolicy(t *testing.T) {
 	g := newGate()
 	g.timeout = 7 * time.Second
 	_, d := newFairServer(t, g, Fairness{})
-	to, ok := d.(timeouter)
-	if !ok {
-		t.Fatal("the fairness layer tells no deadline")
-	}
-	if got := to.Timeout("work", 0); got != 7*time.Second {
-		t.Errorf("Timeout(work, 0) = %v, want 7s", got)
-	}
 	dispatch(t, t.Context(), d, "flood", fairCalls("flood", 1, 0))
 	a := g.next(t)
 	if a.call.Timeout <= 0 || a.call.Timeout > 7*time.Second {

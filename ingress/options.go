@@ -69,6 +69,9 @@ type config struct {
 	accessLog  bool
 	ready      func(context.Context) error
 	maxTimeout time.Duration
+	// deadline is the declared deadline policy ([WithDeadline]); nil
+	// when none is.
+	deadline Deadline
 
 	wsMaxInFlight  int
 	wsMaxUnsent    int64
@@ -361,10 +364,9 @@ func (f Fairness) config() fair.Config {
 }
 
 // WithFairness shares the ingress among callers as f says (see
-// [Fairness]); the default is off. It takes effect for the calls of the
-// dispatcher [Server.Fair] returns, which the server must be given (a
-// gateway made by package node does so), and for the bodies of POST
-// /rpc.
+// [Fairness]); the default is off. The fairness layer is the chain's
+// second, after observation and before any other work a call costs
+// (see [Server.chain]); the ingress's own rpc.* methods pass it.
 func WithFairness(f Fairness) Option {
 	return func(c *config) error {
 		if f.Off {

@@ -54,9 +54,6 @@ type Server struct {
 	mcp *mcp.Server
 	// a2a is the A2A front door; nil without [WithA2A].
 	a2a *a2a.Server
-	// base is the dispatcher at the end of the chain, which names the
-	// deadline of a call when it is a timeouter.
-	base schema.Dispatcher
 	// dash answers the dashboard, served at /ui/ unless it is off.
 	dash *dashboard.Dashboard
 
@@ -129,7 +126,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		// authentication configured by any option.
 		cfg.extensions[discovery.Method] = s.discoverer()
 	}
-	s.router = newRouter(cfg.extensions)
+	s.router = newRouter(cfg.extensions, s.deadline)
 	s.conns = quota.NewConns(cfg.maxConnsPerAddr, s.countRefusal)
 	s.bytes = quota.NewBytes(cfg.maxBytes, cfg.callerMaxBytes)
 	s.mux = http.NewServeMux()
@@ -137,7 +134,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	s.d, s.base = s.chain(d), d
+	s.d = s.chain(d)
 	if err := s.setupMetrics(); err != nil {
 		return nil, fmt.Errorf("ingress: metrics: %w", err)
 	}
@@ -176,12 +173,16 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 
 // chain returns the path every dispatched call takes to d, listed once,
 // in call order. Before it, [Server.plan] has parsed each message, answered
-// what can never be routed, and admitted each call (authorization, the
-// caller's byte budget and rate limit); the aggregator, last, applies the
-// in-flight caps and runs the call on the bus.
+// what can never be routed, admitted each call (authorization, the
+// caller's byte budget and rate limit) and settled its deadline
+// ([WithDeadline]); the aggregator, last, applies the in-flight caps and
+// runs the call on the bus. The fairness layer comes before any work a
+// call costs the ingress, checking its params first of all, so that a
+// caller's calls cost it in its own share.
 func (s *Server) chain(d schema.Dispatcher) schema.Dispatcher {
 	return schema.Chain(d,
-		s.observe, // spans, metrics, dashboard statistics, message log
+		s.observe,                    // spans, metrics, dashboard statistics, message log
+		s.cfg.fair.layer(s.deadline), // per-caller queues and the window of seats (WithFairness); rpc.* methods pass
 		discovery.Layer(s.cfg.registry, !s.cfg.noValidate), // params and deadline of advertised tools; -32003 for one no worker serves
 		s.router.layer(), // rpc.* extensions (rpc.jobs.*, rpc.discover) and calls promoted to jobs
 	)

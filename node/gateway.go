@@ -117,8 +117,9 @@ func WithAggregatorOptions(opts ...aggregator.Option) GatewayOption {
 }
 
 // WithIngressOptions passes opts to [ingress.New], after the gateway's own
-// (fairness on at its defaults, logger, readiness, jobs, registry,
-// metrics): an [ingress.WithFairness] among them replaces the gateway's.
+// (fairness on at its defaults, the aggregator's deadline policy, logger,
+// readiness, jobs, registry, metrics): an [ingress.WithFairness] among
+// them replaces the gateway's.
 func WithIngressOptions(opts ...ingress.Option) GatewayOption {
 	return gatewayOption(func(c *gatewayConfig) error {
 		c.ingOpts = append(c.ingOpts, opts...)
@@ -287,6 +288,10 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	ingOpts := []ingress.Option{
 		// Fairness is on unless an option of the caller's says otherwise.
 		ingress.WithFairness(ingress.Fairness{}),
+		// The aggregator's rule is the calls' deadline policy, which the
+		// ingress settles for each call before its fairness layer queues
+		// it.
+		ingress.WithDeadline(agg.Timeout),
 		ingress.WithLogger(cfg.log),
 		ingress.WithOrigin(bus.Origin(nc, cfg.prefix)),
 		ingress.WithReadiness(func(context.Context) error { return g.Ready() }),
@@ -316,33 +321,10 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		g.push = &a2a.PushStore{}
 		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.prefix), a2a.WithPush(g.push, guard)}, cfg.a2aOpts...)...))
 	}
-	// The aggregator stands behind the ingress's fairness layer, which is
-	// the ingress's own (it charges request bodies to the same queues),
-	// so it is put in front once the ingress exists.
-	front := &fairFront{agg: agg}
-	if g.Ingress, err = ingress.New(front, append(ingOpts, cfg.ingOpts...)...); err != nil {
+	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
 		return nil, err
 	}
-	front.d = g.Ingress.Fair(agg)
 	return g, nil
-}
-
-// fairFront is the dispatcher of a gateway's ingress: the aggregator
-// behind the ingress's fairness layer ([ingress.Server.Fair]), set once
-// the ingress is made and before it serves. It tells the aggregator's
-// deadlines, as the ingress asks of its dispatcher.
-type fairFront struct {
-	agg *aggregator.Aggregator
-	d   schema.Dispatcher
-}
-
-func (f *fairFront) Dispatch(ctx context.Context, calls []schema.Call, emit func(int, schema.Response)) {
-	f.d.Dispatch(ctx, calls, emit)
-}
-
-// Timeout is the aggregator's deadline of a call of method.
-func (f *fairFront) Timeout(method string, requested time.Duration) time.Duration {
-	return f.agg.Timeout(method, requested)
 }
 
 // Ready reports whether the gateway serves calls: nil when its startup

@@ -76,7 +76,10 @@ type Spec struct {
 	// Stdout and Stderr, when not nil, receive what the process writes,
 	// one write at a time even when they are the same writer. When one
 	// fails, it receives nothing more; the process's output is still
-	// read, so that the process never blocks on it.
+	// read, so that the process never blocks on it. When nil, the stream
+	// goes to an unlinked temporary file, read while the ready line is
+	// looked for and when [Process.Tail] asks: a process that logs much
+	// costs this one nothing.
 	Stdout, Stderr io.Writer
 }
 
@@ -132,13 +135,22 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 		readyCh:    make(chan struct{}),
 		done:       make(chan struct{}),
 	}
-	p.stdout = &stream{p: p, to: spec.Stdout, label: "stdout"}
-	p.stderr = &stream{p: p, to: spec.Stderr, label: "stderr"}
+	var err error
+	if p.stdout, err = newStream(p, "stdout", spec.Stdout); err == nil {
+		if p.stderr, err = newStream(p, "stderr", spec.Stderr); err != nil {
+			p.stdout.finish()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("proc: %s was not started: no file for its output: %w", name, err)
+	}
 	p.cmd.Env = append(os.Environ(), spec.Env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout.output(), p.stderr.output()
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = pipeWait
 	if err := p.cmd.Start(); err != nil {
+		p.stdout.finish()
+		p.stderr.finish()
 		return nil, fmt.Errorf("proc: %s (%s) %w: %w (check that the program exists and may be run)", name, p.commandLine(), ErrStart, err)
 	}
 	p.stopCtx = context.AfterFunc(ctx, func() { p.Stop() })
@@ -148,24 +160,36 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	}
 	timeout := time.NewTimer(readyWithin)
 	defer timeout.Stop()
-	select {
-	case <-p.readyCh:
-		return p, nil
-	case <-p.done:
-		if p.readyFound.Load() {
-			// The ready line came, then the end; the caller learns of
-			// the end from Done.
+	// A stream written to a file is read on a tick; a piped one signals.
+	var scan <-chan time.Time
+	if p.stdout.filed() || p.stderr.filed() {
+		tick := time.NewTicker(fileScan)
+		defer tick.Stop()
+		scan = tick.C
+	}
+	for {
+		select {
+		case <-scan:
+			p.stdout.scanFile()
+			p.stderr.scanFile()
+		case <-p.readyCh:
 			return p, nil
+		case <-p.done:
+			if p.readyFound.Load() {
+				// The ready line came, then the end; the caller learns of
+				// the end from Done.
+				return p, nil
+			}
+			p.Stop()
+			return nil, fmt.Errorf("proc: %s %w (%w); %s", p, ErrEnded, p.err, p.lastOutput())
+		case <-timeout.C:
+			p.Stop()
+			return nil, fmt.Errorf("proc: %s %w: no line matching %q within %v (it may need longer, or print another line); %s",
+				p, ErrNotReady, spec.Ready, readyWithin, p.lastOutput())
+		case <-ctx.Done():
+			p.Stop()
+			return nil, fmt.Errorf("proc: %s was stopped before it was ready: %w", p, ctx.Err())
 		}
-		p.Stop()
-		return nil, fmt.Errorf("proc: %s %w (%w); %s", p, ErrEnded, p.err, p.lastOutput())
-	case <-timeout.C:
-		p.Stop()
-		return nil, fmt.Errorf("proc: %s %w: no line matching %q within %v (it may need longer, or print another line); %s",
-			p, ErrNotReady, spec.Ready, readyWithin, p.lastOutput())
-	case <-ctx.Done():
-		p.Stop()
-		return nil, fmt.Errorf("proc: %s was stopped before it was ready: %w", p, ctx.Err())
 	}
 }
 
@@ -178,6 +202,8 @@ func orDefault(d, def time.Duration) time.Duration {
 
 func (p *Process) wait() {
 	p.err = p.cmd.Wait()
+	p.stdout.finish()
+	p.stderr.finish()
 	p.stopCtx()
 	close(p.done)
 }

@@ -20,26 +20,47 @@ import (
 )
 
 func TestStartWaitsForTheReadyLine(t *testing.T) {
-	spec := helperSpec(helperServe)
-	var out bytes.Buffer
-	spec.Stdout, spec.Stderr = &out, &out
-	p, err := proc.Start(context.Background(), spec)
-	if err != nil {
-		t.Fatalf("Start = %v", err)
-	}
-	if got := p.Ready(); len(got) != 2 || got[1] != "127.0.0.1:4242" {
-		t.Errorf("Ready() = %q, want the line and 127.0.0.1:4242", got)
-	}
-	if err := p.Stop(); err != nil {
-		t.Errorf("Stop = %v, want nil: the helper exits 0 on SIGTERM", err)
-	}
-	for _, want := range []string{"starting\n", "listening on 127.0.0.1:4242\n"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("the writers got %q, want it to hold %q", out.String(), want)
-		}
-	}
-	if got, want := p.Tail(), "stderr: listening on 127.0.0.1:4242\nstdout: starting"; got != want {
-		t.Errorf("Tail() = %q, want %q", got, want)
+	for _, tc := range []struct {
+		name    string
+		writers bool
+	}{
+		{"output to the caller's writers", true},
+		{"output to files of its own", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := helperSpec(helperServe)
+			var out bytes.Buffer
+			if tc.writers {
+				spec.Stdout, spec.Stderr = &out, &out
+			}
+			p, err := proc.Start(context.Background(), spec)
+			if err != nil {
+				t.Fatalf("Start = %v", err)
+			}
+			if got := p.Ready(); len(got) != 2 || got[1] != "127.0.0.1:4242" {
+				t.Errorf("Ready() = %q, want the line and 127.0.0.1:4242", got)
+			}
+			// While it runs, a piped stream may not have been read yet;
+			// the one that held the ready line has.
+			if got, want := p.Tail(), "stderr: listening on 127.0.0.1:4242"; !strings.HasPrefix(got, want) {
+				t.Errorf("Tail() while it runs = %q, want it to begin with %q", got, want)
+			}
+			const tail = "stderr: listening on 127.0.0.1:4242\nstdout: starting"
+			if err := p.Stop(); err != nil {
+				t.Errorf("Stop = %v, want nil: the helper exits 0 on SIGTERM", err)
+			}
+			if got := p.Tail(); got != tail {
+				t.Errorf("Tail() once it ended = %q, want %q", got, tail)
+			}
+			if !tc.writers {
+				return
+			}
+			for _, want := range []string{"starting\n", "listening on 127.0.0.1:4242\n"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("the writers got %q, want it to hold %q", out.String(), want)
+				}
+			}
+		})
 	}
 }
 
