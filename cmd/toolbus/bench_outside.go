@@ -13,17 +13,16 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/bench"
+	"github.com/toolbus/toolbus/internal/proc"
 )
 
 // The targets --targets may name, in the order they run.
@@ -126,106 +125,22 @@ type children struct {
 	command, env []string
 	dir          string
 	mu           sync.Mutex
-	all          []*child
+	all          []*proc.Process
 }
 
-// child is one process of a bench, writing its output to files.
-type child struct {
-	name     string
-	cmd      *exec.Cmd
-	out, err string        // paths of its standard output and error
-	done     chan struct{} // closed when the process has ended
-	waitErr  error         // why it ended, once done is closed
-	once     sync.Once
-	stopErr  error
-}
-
-// start runs the command with args, its output in files named after name,
-// and waits at most a minute for ready to match its standard output or
-// error; it returns the match's first group.
-func (cs *children) start(ctx context.Context, name string, ready *regexp.Regexp, args ...string) (*child, string, error) {
-	c := &child{name: name, out: filepath.Join(cs.dir, name+".out"), err: filepath.Join(cs.dir, name+".err")}
-	stdout, err := os.Create(c.out)
+// start runs the command with args, names it name, and waits at most a
+// minute for ready, which has one group, to match a line of its standard
+// output or error; it returns the match's group.
+func (cs *children) start(ctx context.Context, name string, ready *regexp.Regexp, args ...string) (*proc.Process, string, error) {
+	p, err := proc.Start(ctx, proc.Spec{Name: name, Command: append(cs.command[:len(cs.command):len(cs.command)], args...),
+		Env: cs.env, Ready: ready, ReadyWithin: time.Minute, StopWithin: 10 * time.Second})
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("bench: %w", err)
 	}
-	defer stdout.Close()
-	stderr, err := os.Create(c.err)
-	if err != nil {
-		return nil, "", err
-	}
-	defer stderr.Close()
-	c.cmd = exec.Command(cs.command[0], append(cs.command[1:len(cs.command):len(cs.command)], args...)...)
-	c.cmd.Env = append(os.Environ(), cs.env...)
-	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
-	if err := c.cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("bench: start %s: %w", name, err)
-	}
-	c.done = make(chan struct{})
-	go func() {
-		c.waitErr = c.cmd.Wait()
-		close(c.done)
-	}()
 	cs.mu.Lock()
-	cs.all = append(cs.all, c)
+	cs.all = append(cs.all, p)
 	cs.mu.Unlock()
-	timeout := time.NewTimer(time.Minute)
-	defer timeout.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		for _, p := range []string{c.out, c.err} {
-			b, _ := os.ReadFile(p)
-			if m := ready.FindSubmatch(b); m != nil {
-				return c, string(m[1]), nil
-			}
-		}
-		select {
-		case <-c.done:
-			c.stop()
-			return nil, "", fmt.Errorf("bench: %s ended before it was ready (%v); its output: %s", name, c.waitErr, c.tail())
-		case <-timeout.C:
-			c.stop()
-			return nil, "", fmt.Errorf("bench: %s was not ready within a minute; its output: %s", name, c.tail())
-		case <-ctx.Done():
-			c.stop()
-			return nil, "", ctx.Err()
-		case <-tick.C:
-		}
-	}
-}
-
-// tail returns the end of the child's standard error.
-func (c *child) tail() string {
-	b, _ := os.ReadFile(c.err)
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// stop asks the child to stop, kills it when it has not after ten seconds,
-// and returns why it ended if not at our request.
-func (c *child) stop() error {
-	c.once.Do(func() {
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-			err := c.waitErr
-			var ee *exec.ExitError
-			if errors.As(err, &ee) && !ee.Exited() {
-				err = nil // ended by our signal
-			}
-			if err != nil {
-				c.stopErr = fmt.Errorf("bench: %s ended with %w; its output: %s", c.name, err, c.tail())
-			}
-		case <-time.After(10 * time.Second):
-			c.cmd.Process.Kill()
-			<-c.done
-			c.stopErr = fmt.Errorf("bench: %s did not stop within 10s of SIGTERM and was killed", c.name)
-		}
-	})
-	return c.stopErr
+	return p, p.Ready()[1], nil
 }
 
 // stopAll stops every child, the last started first.
@@ -236,7 +151,9 @@ func (cs *children) stopAll() error {
 	cs.mu.Unlock()
 	var errs []error
 	for i := len(all) - 1; i >= 0; i-- {
-		errs = append(errs, all[i].stop())
+		if err := all[i].Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("bench: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -249,7 +166,7 @@ var (
 )
 
 // startDev starts a `toolbus dev` child with extra args and returns its URL.
-func (cs *children) startDev(ctx context.Context, name string, args ...string) (*child, string, error) {
+func (cs *children) startDev(ctx context.Context, name string, args ...string) (*proc.Process, string, error) {
 	base := []string{"--log-level", "info", "--log-format", "json", "dev", "--listen", "127.0.0.1:0",
 		"--nats-listen", "", "--data", filepath.Join(cs.dir, name+"-data")}
 	return cs.start(ctx, name, devReadyLine, append(base, args...)...)
@@ -390,18 +307,19 @@ func (cs *children) childLoad() func(context.Context, bench.LoadConfig) (bench.R
 			return bench.Result{}, err
 		}
 		defer os.Remove(body)
-		args := append(cs.command[1:len(cs.command):len(cs.command)], "bench", "load", "--url", cfg.URL, "--body", body,
+		command := append(cs.command[:len(cs.command):len(cs.command)], "bench", "load", "--url", cfg.URL, "--body", body,
 			"--concurrency", fmt.Sprint(cfg.Concurrency), "--duration", cfg.Duration.String(), "--warmup", cfg.Warmup.String())
 		// The round's own bound is its warmup, duration and the load's 5s
 		// grace; a minute more covers a slow start.
 		rctx, cancel := context.WithTimeout(ctx, cfg.Warmup+cfg.Duration+time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(rctx, cs.command[0], args...)
-		cmd.Env = append(os.Environ(), cs.env...)
 		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return bench.Result{}, fmt.Errorf("load generator: %w: %s", err, strings.TrimSpace(stderr.String()))
+		p, err := proc.Start(rctx, proc.Spec{Name: "load generator", Command: command, Env: cs.env, Stdout: &stdout, Stderr: &stderr})
+		if err != nil {
+			return bench.Result{}, fmt.Errorf("bench: %w", err)
+		}
+		if err := p.Wait(); err != nil {
+			return bench.Result{}, fmt.Errorf("load generator: %w: %s", errors.Join(err, rctx.Err()), strings.TrimSpace(stderr.String()))
 		}
 		var res bench.Result
 		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
@@ -476,9 +394,9 @@ func runInFlight(ctx context.Context, out io.Writer, f benchFlags) (err error) {
 	if err := waitAnswers(ctx, bench.Target{Name: "toolbus dev " + strings.Join(args, " "), URL: u}); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "in flight: toolbus dev %s, pid %d\n", strings.Join(args, " "), c.cmd.Process.Pid)
+	fmt.Fprintf(out, "in flight: toolbus dev %s, pid %d\n", strings.Join(args, " "), c.Pid())
 	r, err := bench.InFlight(ctx, bench.InFlightConfig{URL: u, Batches: f.inflightBatches, Calls: f.inflightCalls,
-		Sleep: f.inflightSleep, RSS: func() (uint64, error) { return processRSS(c.cmd.Process.Pid) }})
+		Sleep: f.inflightSleep, RSS: func() (uint64, error) { return processRSS(c.Pid()) }})
 	bench.ReportInFlight(out, r)
 	return err
 }

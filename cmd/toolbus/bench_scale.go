@@ -8,18 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/bench"
+	"github.com/toolbus/toolbus/internal/proc"
 )
 
 type benchScaleFlags struct {
@@ -176,10 +175,10 @@ type scaleCluster struct {
 	slots   int
 	dir     string
 	natsURL string
-	nats    *benchChild
-	ingress []*benchChild
+	nats    *proc.Process
+	ingress []*proc.Process
 	urls    []string
-	workers []*benchChild
+	workers []*proc.Process
 }
 
 var _ bench.ScaleCluster = (*scaleCluster)(nil)
@@ -191,14 +190,10 @@ func startScaleCluster(ctx context.Context, bin string, slots int) (*scaleCluste
 		return nil, err
 	}
 	c := &scaleCluster{bin: bin, slots: slots, dir: dir}
-	c.nats, err = startBenchChild(bin, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0", "--no-auth", "--data", filepath.Join(dir, "nats"))
+	c.nats, err = startScaleChild(ctx, bin, natsChildReady, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0", "--no-auth", "--data", filepath.Join(dir, "nats"))
 	if err == nil {
-		var m []string
-		m, err = c.nats.waitOutput(ctx, natsChildReady)
-		if err == nil {
-			c.natsURL = m[1]
-			err = c.addIngress(ctx)
-		}
+		c.natsURL = c.nats.Ready()[1]
+		err = c.addIngress(ctx)
 	}
 	if err != nil {
 		return nil, errors.Join(err, c.stop())
@@ -212,12 +207,12 @@ func (c *scaleCluster) addIngress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	in, err := startBenchChild(c.bin, "--log-level", "warn", "ingress", "--nats", c.natsURL, "--listen", addr, "--auth=off")
+	in, err := startScaleChild(ctx, c.bin, nil, "--log-level", "warn", "ingress", "--nats", c.natsURL, "--listen", addr, "--auth=off")
 	if err != nil {
 		return err
 	}
 	c.ingress = append(c.ingress, in)
-	if err := in.waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
+	if err := waitHTTPReady(ctx, in, "http://"+addr+"/readyz", benchChildWait); err != nil {
 		return err
 	}
 	c.urls = append(c.urls, "http://"+addr+"/rpc")
@@ -231,18 +226,18 @@ func (c *scaleCluster) SetWorkers(ctx context.Context, n int) error {
 	for len(c.workers) > n {
 		w := c.workers[len(c.workers)-1]
 		c.workers = c.workers[:len(c.workers)-1]
-		if err := w.stop(); err != nil {
-			return err
+		if err := w.Stop(); err != nil {
+			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	var added []*benchChild
+	var added []*proc.Process
 	var ready []string
 	for len(c.workers) < n {
 		addr, err := freeLoopbackAddr()
 		if err != nil {
 			return err
 		}
-		w, err := startBenchChild(c.bin, "--log-level", "warn", "worker", "--nats", c.natsURL, "--tools", "demo",
+		w, err := startScaleChild(ctx, c.bin, nil, "--log-level", "warn", "worker", "--nats", c.natsURL, "--tools", "demo",
 			"--concurrency", strconv.Itoa(c.slots), "--metrics-listen", addr)
 		if err != nil {
 			return err
@@ -252,7 +247,7 @@ func (c *scaleCluster) SetWorkers(ctx context.Context, n int) error {
 		ready = append(ready, "http://"+addr+"/readyz")
 	}
 	for i, w := range added {
-		if err := w.waitReady(ctx, ready[i]); err != nil {
+		if err := waitHTTPReady(ctx, w, ready[i], benchChildWait); err != nil {
 			return err
 		}
 	}
@@ -264,12 +259,12 @@ func (c *scaleCluster) stop() error {
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	stopAll := func(cs []*benchChild) {
+	stopAll := func(cs []*proc.Process) {
 		for _, ch := range cs {
 			wg.Go(func() {
-				if err := ch.stop(); err != nil {
+				if err := ch.Stop(); err != nil {
 					mu.Lock()
-					errs = append(errs, err)
+					errs = append(errs, fmt.Errorf("bench: %w", err))
 					mu.Unlock()
 				}
 			})
@@ -279,7 +274,7 @@ func (c *scaleCluster) stop() error {
 	stopAll(c.workers)
 	stopAll(c.ingress)
 	if c.nats != nil {
-		stopAll([]*benchChild{c.nats})
+		stopAll([]*proc.Process{c.nats})
 	}
 	c.workers, c.ingress, c.nats = nil, nil, nil
 	errs = append(errs, os.RemoveAll(c.dir))
@@ -297,102 +292,55 @@ func freeLoopbackAddr() (string, error) {
 	return addr, l.Close()
 }
 
-// benchChild is a child process of a bench run.
-type benchChild struct {
-	cmd    *exec.Cmd
-	stdout *tailBuffer
-	stderr *tailBuffer
-	done   chan struct{}
-	err    error // why it ended; read after done is closed
-	once   sync.Once
-	stopEr error
-}
-
 // benchChildWait bounds how long a child may take to become ready, and to
 // stop once asked.
 const benchChildWait = 30 * time.Second
 
-func startBenchChild(bin string, args ...string) (*benchChild, error) {
-	cmd := exec.Command(bin, args...)
-	ch := &benchChild{cmd: cmd, stdout: &tailBuffer{max: 4 << 10}, stderr: &tailBuffer{max: 4 << 10}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = ch.stdout, ch.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start %s %s: %w", bin, args[2], err)
+// startScaleChild starts bin with args, whose third names the command run,
+// and, when ready is not nil, waits until it prints the line ready matches.
+func startScaleChild(ctx context.Context, bin string, ready *regexp.Regexp, args ...string) (*proc.Process, error) {
+	p, err := proc.Start(ctx, proc.Spec{Name: args[2], Command: append([]string{bin}, args...),
+		Ready: ready, ReadyWithin: benchChildWait, StopWithin: benchChildWait})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	go func() {
-		ch.err = cmd.Wait()
-		close(ch.done)
-	}()
-	return ch, nil
+	return p, nil
 }
 
-func (ch *benchChild) name() string {
-	return fmt.Sprintf("%s (pid %d)", ch.cmd.Args[3], ch.cmd.Process.Pid)
-}
-
-// poll calls ready every 20ms until it reports true, the child ends, ctx
-// ends or [benchChildWait] passes.
-func (ch *benchChild) poll(ctx context.Context, what string, ready func() bool) error {
-	timeout := time.NewTimer(benchChildWait)
+// waitHTTPReady asks url every 20ms until it answers 200; it fails when p
+// ends first, or within passes first.
+func waitHTTPReady(ctx context.Context, p *proc.Process, url string, within time.Duration) error {
+	client := &http.Client{Timeout: time.Second}
+	timeout := time.NewTimer(within)
 	defer timeout.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for !ready() {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
 		select {
-		case <-ch.done:
-			return fmt.Errorf("bench: %s ended before %s: %v; its last output: %s", ch.name(), what, ch.err, ch.stderr)
+		case <-p.Done():
+			return fmt.Errorf("bench: %s ended before it was ready at %s (%v); its last output:\n%s", p, url, p.Err(), tailOrNone(p))
 		case <-timeout.C:
-			return fmt.Errorf("bench: %s not %s within %v; its last output: %s", ch.name(), what, benchChildWait, ch.stderr)
+			return fmt.Errorf("bench: %s was not ready at %s within %v; its last output:\n%s", p, url, within, tailOrNone(p))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
 		}
 	}
-	return nil
 }
 
-// waitOutput waits until the child's standard output matches re, and
-// returns the match.
-func (ch *benchChild) waitOutput(ctx context.Context, re *regexp.Regexp) ([]string, error) {
-	var m []string
-	err := ch.poll(ctx, "ready", func() bool {
-		m = re.FindStringSubmatch(ch.stdout.String())
-		return m != nil
-	})
-	return m, err
-}
-
-// waitReady waits until url answers 200.
-func (ch *benchChild) waitReady(ctx context.Context, url string) error {
-	client := &http.Client{Timeout: time.Second}
-	return ch.poll(ctx, "ready at "+url, func() bool {
-		resp, err := client.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-}
-
-// stop sends SIGTERM, kills the child when it has not ended within
-// [benchChildWait], and returns why it ended if not at this request.
-func (ch *benchChild) stop() error {
-	ch.once.Do(func() {
-		_ = ch.cmd.Process.Signal(syscall.SIGTERM)
-		t := time.NewTimer(benchChildWait)
-		defer t.Stop()
-		select {
-		case <-ch.done:
-			var ee *exec.ExitError
-			if ch.err != nil && !(errors.As(ch.err, &ee) && !ee.Exited()) {
-				ch.stopEr = fmt.Errorf("bench: %s ended with %w; its last output: %s", ch.name(), ch.err, ch.stderr)
-			}
-		case <-t.C:
-			_ = ch.cmd.Process.Kill()
-			<-ch.done
-			ch.stopEr = fmt.Errorf("bench: %s did not stop within %v of SIGTERM and was killed; its last output: %s", ch.name(), benchChildWait, ch.stderr)
-		}
-	})
-	return ch.stopEr
+func tailOrNone(p *proc.Process) string {
+	if t := p.Tail(); t != "" {
+		return t
+	}
+	return "(none)"
 }

@@ -8,21 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/internal/bench"
+	"github.com/toolbus/toolbus/internal/proc"
 )
 
 type benchTenantsFlags struct {
@@ -117,20 +114,20 @@ func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressS
 	}
 	args := append([]string{"--log-level", "error", "dev", "--auth", "on", "--auth-file", authPath,
 		"--listen", "127.0.0.1:0", "--nats-listen", "", "--data", filepath.Join(dir, "data")}, f.serverArgs...)
-	srv, err := startDevChild(ctx, command, args, env)
+	srv, err := startDevServer(ctx, command, args, env)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
 
-	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n\n", srv.cmd.Process.Pid, srv.url, strings.Join(f.serverArgs, " "))
+	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n\n", srv.Pid(), srv.url, strings.Join(f.serverArgs, " "))
 	p := startProgress("tenants")
 	r, err := bench.Tenants(ctx, bench.TenantsConfig{
 		URL: srv.url, VictimKey: victimKey, FloodKey: floodKey,
 		VictimAddr: "127.0.0.1", FloodAddr: "127.0.0.2",
 		Concurrency: f.concurrency, Duration: f.duration, Rounds: f.rounds,
 		FloodConns: f.floodConns, BatchSize: f.batch, SlowConns: f.slowConns, WSAnswerBytes: f.wsAnswer,
-		RSS: func() (uint64, error) { return processRSS(srv.cmd.Process.Pid) }, Progress: p})
+		RSS: func() (uint64, error) { return processRSS(srv.Pid()) }, Progress: p})
 	p.Stop()
 	if len(r.Rounds) > 0 {
 		bench.ReportTenants(out, r)
@@ -138,90 +135,35 @@ func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressS
 	return errors.Join(err, srv.stop())
 }
 
-// devChild is a toolbus dev child process.
-type devChild struct {
-	cmd    *exec.Cmd
-	url    string
-	stdout *tailBuffer
-	stderr *tailBuffer
-	once   sync.Once
-	err    error
-}
-
 var devReadyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)`)
 
-// startDevChild starts command with args and waits until it prints its URL
-// and answers /readyz, at most a minute.
-func startDevChild(ctx context.Context, command, args, env []string) (*devChild, error) {
-	cmd := exec.Command(command[0], append(command[1:len(command):len(command)], args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	s := &devChild{cmd: cmd, stderr: &tailBuffer{max: 4 << 10}}
-	s.stdout = &tailBuffer{max: 4 << 10}
-	cmd.Stderr, cmd.Stdout = s.stderr, s.stdout
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench tenants: start the server %s: %w", command[0], err)
-	}
-	timeout := time.NewTimer(60 * time.Second)
-	defer timeout.Stop()
-	for s.url == "" {
-		if m := devReadyLine.FindStringSubmatch(s.stdout.String()); m != nil {
-			s.url = m[1]
-			break
-		}
-		select {
-		case <-timeout.C:
-			s.stop()
-			return nil, fmt.Errorf("bench tenants: the server printed no ready line within a minute; its last output: %s", s.stderr)
-		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	readyz := strings.TrimSuffix(s.url, "/rpc") + "/readyz"
-	for {
-		resp, err := http.Get(readyz)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		select {
-		case <-timeout.C:
-			s.stop()
-			return nil, fmt.Errorf("bench tenants: the server's %s never answered 200 within a minute; its last output: %s", readyz, s.stderr)
-		case <-ctx.Done():
-			s.stop()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+// devServer is a toolbus dev child process and the URL it serves.
+type devServer struct {
+	*proc.Process
+	url string
 }
 
-// stop asks the server to stop, kills it when it has not after ten
-// seconds, and returns why it ended if not at our request.
-func (s *devChild) stop() error {
-	s.once.Do(func() {
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- s.cmd.Wait() }()
-		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if errors.As(err, &ee) && !ee.Exited() {
-				err = nil // ended by our signal
-			}
-			if err != nil {
-				s.err = fmt.Errorf("bench tenants: the server ended with %w; its last output: %s", err, s.stderr)
-			}
-		case <-time.After(10 * time.Second):
-			s.cmd.Process.Kill()
-			<-done
-			s.err = fmt.Errorf("bench tenants: the server did not stop within 10s of SIGTERM and was killed; its last output: %s", s.stderr)
-		}
-	})
-	return s.err
+// startDevServer starts command with args and waits until it prints its
+// URL and answers /readyz, at most a minute each.
+func startDevServer(ctx context.Context, command, args, env []string) (*devServer, error) {
+	p, err := proc.Start(ctx, proc.Spec{Name: "the server", Command: append(command[:len(command):len(command)], args...),
+		Env: env, Ready: devReadyLine, ReadyWithin: time.Minute, StopWithin: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("bench tenants: %w", err)
+	}
+	s := &devServer{Process: p, url: p.Ready()[1]}
+	if err := waitHTTPReady(ctx, p, strings.TrimSuffix(s.url, "/rpc")+"/readyz", time.Minute); err != nil {
+		return nil, errors.Join(err, s.stop())
+	}
+	return s, nil
+}
+
+// stop stops the server and returns why it ended if not at this request.
+func (s *devServer) stop() error {
+	if err := s.Stop(); err != nil {
+		return fmt.Errorf("bench tenants: %w", err)
+	}
+	return nil
 }
 
 // processRSS reads the resident memory of process pid from
@@ -241,30 +183,4 @@ func processRSS(pid int) (uint64, error) {
 		}
 	}
 	return 0, errors.New("read the server's memory: /proc status has no VmRSS line")
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.b) == 0 {
-		return "(none)"
-	}
-	return strings.TrimSpace(string(t.b))
 }
