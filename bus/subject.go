@@ -124,6 +124,18 @@ func (s Subjects) IsDirect(v string) bool {
 // cancels the handler's context of that call, if it holds it.
 func (s Subjects) Cancel() string { return s.prefix + ".cancel" }
 
+// Replies is the subject prefix under which an ingress's aggregator
+// receives everything the workers send about its synchronous calls, the
+// ack, beats, progress reports, questions and the reply,
+// "<prefix>.reply" (PROTOCOL.md, revision 10). Workers may publish
+// there and never subscribe; an ingress subscribes. Unlike an inbox,
+// which a worker may answer only through NATS allow_responses, a grant
+// the server keeps per connection, a subject here stays open to the
+// worker given the call when it reconnects through another NATS node.
+// What keeps the other workers out is that each reply subject holds two
+// [ReplyToken]s, which only the worker given the call learns.
+func (s Subjects) Replies() string { return s.prefix + ".reply" }
+
 // JobReplies is the subject prefix under which the job runner of an
 // ingress receives the answers and progress messages of the calls that
 // run jobs, "<prefix>.jobs.reply": a worker publishes there without the
