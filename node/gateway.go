@@ -265,6 +265,14 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		g.Registry = reg
 		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(reg.RetrySafe))
 	}
+	// The workers answer under the call replies' subject, not the
+	// connection's inbox: there a worker that reconnects through another
+	// NATS node can still answer (PROTOCOL.md, revision 10).
+	names, err := bus.NewSubjects(cfg.prefix)
+	if err != nil {
+		return nil, err
+	}
+	aggOpts = append(aggOpts, aggregator.WithReplyPrefix(names.Replies()))
 	agg, err := aggregator.New(nc, append(aggOpts, cfg.aggOpts...)...)
 	if err != nil {
 		return nil, err
@@ -365,6 +373,11 @@ func (g *Gateway) Start(l net.Listener) error {
 		stopAll(context.Background(), &g.stops)
 		return err
 	}
+	stopCheck, err := checkReplyGrant(g.st, g.nc, g.cfg.prefix)
+	if err != nil {
+		return err
+	}
+	g.stops = append(g.stops, func(context.Context) error { stopCheck(); return nil })
 	if g.idem != nil {
 		stop := g.st.SetUp(partIdempotency, g.nc, g.cfg.replicas, g.openIdempotency)
 		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })

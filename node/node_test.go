@@ -381,7 +381,7 @@ func TestGatewayCountsStrayReplies(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"_INBOX", "toolbus.jobs.reply"} {
+	for _, want := range []string{"toolbus.reply", "toolbus.jobs.reply"} {
 		if !prefixes[want] {
 			t.Errorf("toolbus_aggregator_stray_replies_total has reply prefixes %v, want %q among them", prefixes, want)
 		}

@@ -204,6 +204,10 @@ func TestNatsRoleUsers(t *testing.T) {
 	}
 	// The ingress keeps toolbus's buckets, with the TTLs job records need.
 	useBucket(t, ingress, "toolbus_idem")
+	// It hears the workers' answers to its calls (protocol revision 10).
+	if err := bus.CheckSubscribe(context.Background(), ingress, "toolbus.reply."+bus.ReplyToken()+".*"); err != nil {
+		t.Errorf("the ingress listens for the answers to its calls: %v", err)
+	}
 	if _, err := ingress.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +229,10 @@ func TestNatsRoleUsers(t *testing.T) {
 		}},
 		{"the worker reads the ingress's replies", func() error {
 			_, err := rogue.Subscribe("_INBOX.>", func(*nats.Msg) {})
+			return err
+		}},
+		{"the worker reads the answers to the ingress's calls", func() error {
+			_, err := rogue.Subscribe("toolbus.reply.>", func(*nats.Msg) {})
 			return err
 		}},
 	} {
