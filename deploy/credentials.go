@@ -19,6 +19,17 @@ var Users = []string{"ingress", "worker"}
 // SecretKey is the key of the password in each user's Kubernetes Secret.
 const SecretKey = "password"
 
+// The MCP state key every ingress replica signs an MCP tools/call's
+// request state with (--mcp-state-key), so that a client's retry resumes
+// its job on whichever replica it reaches: MCPStateKeyVar in the
+// environment file, and the Secret MCPStateSecretName under
+// MCPStateSecretKey.
+const (
+	MCPStateKeyVar     = "TOOLBUS_MCP_STATE_KEY"
+	MCPStateSecretName = "toolbus-mcp-state"
+	MCPStateSecretKey  = "key"
+)
+
 // userName is what a user name may be: it becomes part of an environment
 // variable and of a Kubernetes object's name.
 var userName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
@@ -40,6 +51,8 @@ func SecretName(user string) string { return "toolbus-nats-" + user }
 type Credentials struct {
 	users     []string
 	passwords []string
+	// mcpStateKey is the ingresses' shared MCP state key.
+	mcpStateKey string
 }
 
 // NewCredentials generates a random password for each user, [Users] when
@@ -64,6 +77,7 @@ func NewCredentials(users ...string) (Credentials, error) {
 		c.users = append(c.users, u)
 		c.passwords = append(c.passwords, newPassword())
 	}
+	c.mcpStateKey = newPassword()
 	return c, nil
 }
 
@@ -75,6 +89,10 @@ func newPassword() string {
 
 // Users returns the users, in order.
 func (c Credentials) Users() []string { return slices.Clone(c.users) }
+
+// MCPStateKey returns the key the ingress replicas share to sign MCP
+// request states with ([MCPStateKeyVar]).
+func (c Credentials) MCPStateKey() string { return c.mcpStateKey }
 
 // Password returns user's password, or "" for a user c does not hold.
 func (c Credentials) Password(user string) string {
@@ -98,6 +116,8 @@ func (c Credentials) WriteEnv(w io.Writer) error {
 	for i, u := range c.users {
 		fmt.Fprintf(&b, "%s=%s\n", PasswordVar(u), c.passwords[i])
 	}
+	b.WriteString("# The key every ingress replica signs MCP request states with.\n")
+	fmt.Fprintf(&b, "%s=%s\n", MCPStateKeyVar, c.mcpStateKey)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -127,6 +147,16 @@ stringData:
   %s: %q
 `, SecretName(u), SecretKey, c.passwords[i])
 	}
+	fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: %s
+  labels: {app.kubernetes.io/name: toolbus, app.kubernetes.io/component: mcp-state}
+type: Opaque
+stringData:
+  %s: %q
+`, MCPStateSecretName, MCPStateSecretKey, c.mcpStateKey)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -79,8 +79,11 @@ func TestCredentialsWriteEnv(t *testing.T) {
 		}
 		got[k] = v
 	}
-	if len(got) != 3 {
-		t.Errorf("env file sets %d variables, want 3:\n%s", len(got), b.String())
+	if len(got) != 4 {
+		t.Errorf("env file sets %d variables, want 3 passwords and the MCP state key:\n%s", len(got), b.String())
+	}
+	if k := got[MCPStateKeyVar]; k != creds.MCPStateKey() || len(k) < 16 {
+		t.Errorf("env file sets %s=%q, want the generated key of 16 bytes or more", MCPStateKeyVar, k)
 	}
 	for _, u := range creds.Users() {
 		if got[PasswordVar(u)] != creds.Password(u) {
@@ -95,8 +98,11 @@ func TestCredentialsWriteSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets := generatedSecrets(t, creds)
-	if len(secrets) != len(Users) {
-		t.Fatalf("%d Secrets, want one per user", len(secrets))
+	if len(secrets) != len(Users)+1 {
+		t.Fatalf("%d Secrets, want one per user and the MCP state key's", len(secrets))
+	}
+	if got := secrets["Secret/"+MCPStateSecretName].get("stringData." + MCPStateSecretKey); got != creds.MCPStateKey() {
+		t.Errorf("Secret %s holds %v, want the MCP state key", MCPStateSecretName, got)
 	}
 	for _, u := range Users {
 		s := secrets["Secret/"+SecretName(u)]

@@ -421,6 +421,13 @@ func TestEveryNATSClientHasCredentials(t *testing.T) {
 		if secrets["Secret/"+SecretName(role)] == nil {
 			t.Errorf("%s: toolbus nats-credentials makes no Secret %s", k.where, SecretName(role))
 		}
+		if role == "ingress" {
+			ref := doc(asMap(envVar(k.c, MCPStateKeyVar).get("valueFrom.secretKeyRef")))
+			if ref.get("name") != MCPStateSecretName || ref.get("key") != MCPStateSecretKey || secrets["Secret/"+MCPStateSecretName] == nil {
+				t.Errorf("%s: %s from Secret %v key %v, want %s key %s, which toolbus nats-credentials makes", k.where, MCPStateKeyVar,
+					ref.get("name"), ref.get("key"), MCPStateSecretName, MCPStateSecretKey)
+			}
+		}
 		if v := envVar(k.c, "TOOLBUS_NATS_URL").get("value"); v == nil || strings.Contains(fmt.Sprint(v), "@") {
 			t.Errorf("%s: TOOLBUS_NATS_URL = %v, want a URL without credentials", k.where, v)
 		}
@@ -456,6 +463,9 @@ func TestEveryNATSClientHasCredentials(t *testing.T) {
 				t.Errorf("compose %s: TOOLBUS_NATS_USER = %v, want %s", name, vars["TOOLBUS_NATS_USER"], cmd[0])
 			}
 			checkComposeVar(t, name, vars, "TOOLBUS_NATS_PASSWORD", PasswordVar(cmd[0]), env.String())
+			if cmd[0] == "ingress" {
+				checkComposeVar(t, name, vars, MCPStateKeyVar, MCPStateKeyVar, env.String())
+			}
 		default:
 			t.Errorf("compose %s: %s %v connects to NATS how?", name, image, cmd)
 		}

@@ -26,7 +26,7 @@ func newNatsCredentialsCmd() *cobra.Command {
 	var f natsCredentialsFlags
 	cmd := &cobra.Command{
 		Use:   "nats-credentials",
-		Short: "Generate the NATS passwords of the secured deployment",
+		Short: "Generate the NATS passwords (and the ingresses' MCP state key) of the secured deployment",
 		Long: `nats-credentials generates a random password for each NATS user of
 deploy/nats/cluster-secure.conf (ingress and worker, or --users) and writes
 them for the compose file or for Kubernetes:
@@ -36,6 +36,10 @@ them for the compose file or for Kubernetes:
   --format k8s  a Secret toolbus-nats-<user> per user, the password under the
                 key "password": the manifests in deploy/k8s and the NATS
                 chart's values refer to them
+
+With them it generates the key the ingress replicas share to sign MCP request
+states (--mcp-state-key): TOOLBUS_MCP_STATE_KEY in the environment file, or
+the Secret toolbus-mcp-state under the key "key".
 
 It writes to standard output, or to --out, made readable by this user alone;
 an existing --out is kept unless --force, since the running cluster knows its
