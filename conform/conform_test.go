@@ -144,6 +144,7 @@ func TestBrokenWorkersFail(t *testing.T) {
 		{"announces every tool on one method's subject", allOnOne, "announce"},
 		{"takes an answer that is not sealed", plainAnswers, "ask"},
 		{"asks in a call that cannot be asked", askUnasked, "ask"},
+		{"answers only on inbox reply subjects", inboxOnly, "reply-subject"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep, out := runKit(t, []string{tc.rule}, tc.fault)

@@ -84,6 +84,8 @@
 //	busy          rule 8   a call over the concurrency limit is refused busy at once
 //	orphan        rule 9   a call nobody listens for any more is canceled
 //	progress      rule 8   progress reports (Toolbus-Progress: report) are well formed and come before the reply
+//	reply-subject §3       the reply, ack and beats come on the reply subject as given, one of the form
+//	                       <prefix>.reply.<token>.<token> (revision 10); skipped when the kit may not listen there
 //	announce      §9       each method announced on its own subject (revision 8), validly; the toolset listed; repeated every interval; a ping answered
 //	ask           rule 11  skipped unless a tool declares "asks"; then conform.ask's question comes after the ack,
 //	                       forged answers (unsealed, another key, another subject, another question) are

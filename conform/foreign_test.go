@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,9 @@ const (
 	// askUnasked: conform.ask asks also in a call without
 	// Toolbus-Ask-Key.
 	askUnasked fault = "ask-unasked"
+	// inboxOnly: nothing is sent on a reply subject outside "_INBOX", as
+	// by a worker that checks that its reply subjects are inboxes.
+	inboxOnly fault = "inbox-only"
 	// noAsks: no tool is announced with "asks", as by a worker that does
 	// not follow rule 11 (not a fault: the rule is optional).
 	noAsks fault = "no-asks"
@@ -252,7 +256,7 @@ type replyEnvelope struct {
 }
 
 func (w *foreign) respond(m *nats.Msg, r replyEnvelope) {
-	if m.Reply == "" {
+	if m.Reply == "" || w.refusesReply(m) {
 		return
 	}
 	r.V = 1
@@ -268,7 +272,16 @@ func (w *foreign) respond(m *nats.Msg, r replyEnvelope) {
 	_ = w.nc.Publish(m.Reply, b)
 }
 
+// refusesReply reports whether the fault inboxOnly keeps the worker from
+// answering on m's reply subject.
+func (w *foreign) refusesReply(m *nats.Msg) bool {
+	return w.faults[inboxOnly] && !strings.HasPrefix(m.Reply, "_INBOX")
+}
+
 func (w *foreign) progress(m *nats.Msg, kind string, body []byte) {
+	if w.refusesReply(m) {
+		return
+	}
 	msg := &nats.Msg{Subject: m.Reply, Header: nats.Header{"Toolbus-Progress": {kind}}, Data: body}
 	_ = w.nc.PublishMsg(msg)
 }

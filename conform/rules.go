@@ -66,6 +66,7 @@ var rules = []rule{
 	{"busy", "rule 8", "a call over the method's concurrency is refused busy at once", checkBusy},
 	{"orphan", "rule 9", "a call whose reply subject nobody listens on any more is canceled", checkOrphan},
 	{"progress", "rule 8", "progress reports are well formed, come before the reply and only when asked for", checkProgress},
+	{"reply-subject", "§3", "it answers on the reply subject a call has, whatever its form: the ack, beats and reply of a call replying under <prefix>.reply (revision 10)", checkReplySubject},
 	{"announce", "§9", "each method is announced on its own subject (revision 8), validly, the toolset is listed, and announcements repeat every interval and answer a ping", checkAnnounce},
 	{"ask", "rule 11", "a tool that declares asks puts its question after the ack, takes only the answer sealed with the call's key, and cannot ask without one", checkAsk},
 }
