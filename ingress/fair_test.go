@@ -514,3 +514,105 @@ func TestFairBody(t *testing.T) {
 		t.Errorf("toolbus_fair_expired_total{caller=victim} = %v, want 1", got)
 	}
 }
+
+// TestFairWebSocketBody: a WebSocket message waits for its caller's turn
+// before it is parsed, as a POST body does: while the flood's first batch
+// has the window, its next batches on the same connection wait in its
+// queue unparsed, one entry each, and the victim's single call, sent
+// after them on a connection of its own, is let in before any of them is
+// parsed.
+func TestFairWebSocketBody(t *testing.T) {
+	const n = 300 // calls per batch: about 45 KB, well past wsParseAtOnce
+	g := newGate()
+	s, _ := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour}, WithWebSocketMaxInFlight(4*n))
+	batch := func(from int) string {
+		var b strings.Builder
+		b.WriteByte('[')
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"work","params":{"pad":"%0100d"}}`, from+i, i)
+		}
+		return b.String() + "]"
+	}
+	flood := dialWS(t, s, auth.APIKeyHeader, "flood-key")
+	victim := dialWS(t, s, auth.APIKeyHeader, "victim-key")
+
+	send(t, flood, batch(0))
+	held := g.next(t)
+	queued(t, s, "flood", n-1)
+	send(t, flood, batch(1000))
+	send(t, flood, batch(2000))
+	// The second batch is one entry in the flood's queue, a body not
+	// parsed yet rather than its calls; the third waits behind it on
+	// its connection, unread by the queue.
+	queued(t, s, "flood", n-1+1)
+
+	send(t, victim, `{"jsonrpc":"2.0","id":"v","method":"work","params":[]}`)
+	queued(t, s, "victim", 1)
+	close(held.open)
+	seen := 1
+	for {
+		a := g.next(t)
+		close(a.open)
+		if a.call.Caller == "victim" {
+			break
+		}
+		seen++
+		var id int
+		if _, err := fmt.Sscan(string(a.call.ID), &id); err != nil || id >= n {
+			t.Fatalf("the flood's call %s reached the dispatcher before the victim's; want only its first batch's", a.call.ID)
+		}
+	}
+	if got := receiveOne(t, victim); got.Result != `"done"` {
+		t.Errorf("the victim's answer = %+v, want done", got)
+	}
+	for _, f := range s.FairStats().Flows {
+		if f.Name == "flood" && f.Queued > n-seen+1 {
+			t.Errorf("when the victim's call was let in, the flood had %d entries queued, want at most %d: its later batches were parsed ahead of the victim's call", f.Queued, n-seen+1)
+		}
+	}
+	for ; seen < 3*n; seen++ {
+		close(g.next(t).open)
+	}
+	for range 3 {
+		if batch, as := receive(t, flood); !batch || len(as) != n {
+			t.Fatalf("the flood got %d answers (batch %v), want a batch of %d", len(as), batch, n)
+		}
+	}
+}
+
+// TestFairRESTBody: a REST body waits for its caller's turn before it is
+// parsed, behind the caller's calls already queued: one that is not JSON
+// is answered once its turn comes, not at once.
+func TestFairRESTBody(t *testing.T) {
+	g := newGate()
+	s, d := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour})
+	dispatch(t, t.Context(), d, "flood", fairCalls("flood", 2, 0))
+	held := g.next(t)
+	queued(t, s, "flood", 1)
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/tools/work/invoke", strings.NewReader(`{"p":`))
+	r.Header.Set(auth.APIKeyHeader, "flood-key")
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() { answered <- serve(s.Handler(), r) })
+	// The body waits, unparsed, behind the flood's queued call.
+	queued(t, s, "flood", 2)
+	close(held.open)
+	if a := g.next(t); string(a.call.ID) != "2" {
+		t.Fatalf("call %s reached the dispatcher, want the flood's queued call 2", a.call.ID)
+	} else {
+		close(a.open)
+	}
+	select {
+	case rec := <-answered:
+		var a restAnswer
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil || a.Success || a.Error == nil || a.Error.Code != schema.CodeParseError {
+			t.Errorf("answer to a body that is not JSON = %s, want -32700", rec.Body)
+		}
+	case <-time.After(testwait.Limit):
+		t.Fatalf("no answer to the REST call within %v", testwait.Limit)
+	}
+}

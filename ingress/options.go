@@ -326,9 +326,10 @@ func WithJSONRPC1(on bool) Option {
 // scheduler (start-time fair queuing, see package internal/fair) lets the
 // calls of all queues into a window of seats, so that while two callers
 // are busy each gets about half of the window, whatever their batch
-// sizes and connection counts. A body sent to POST /rpc waits for its
-// caller's turn before it is parsed, so that parsing a large batch holds
-// up no other caller's call.
+// sizes and connection counts. A body sent to POST /rpc or the REST
+// route, and a WebSocket message but one request under [fair.CostUnit],
+// waits for its caller's turn before it is parsed, so that parsing a
+// large batch holds up no other caller's call.
 //
 // The seats bound the calls the ingress works on at once; a call that
 // keeps its seat for the hold without an answer is waiting on a worker

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
@@ -72,6 +73,14 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 		o.reason = "read body: " + err.Error()
 		return o
 	}
+	// The body waits for its caller's turn before it is parsed, as a
+	// POST /rpc body does (see [WithFairness]).
+	hdr, endTurn, werr := s.awaitTurn(r.Context(), hdr, len(body))
+	if werr != nil {
+		return s.restError(w, rid, 0, werr)
+	}
+	turn := sync.OnceFunc(endTurn)
+	defer turn()
 	params := bytes.TrimSpace(body)
 	switch {
 	case len(params) == 0:
@@ -108,6 +117,7 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 		return s.restError(w, rid, 0, perr)
 	}
 	p := s.plan(elems, hdr, nil)
+	turn()
 	defer p.done()
 	s.stream(r.Context(), p.calls, p.charge, func(i int, resp schema.Response) { p.out[p.slots[i]].Response = resp })
 	o := outcome{items: 1, calls: len(p.calls)}

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/toolbus/toolbus/ingress/quota"
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -66,14 +67,20 @@ type wsConn struct {
 
 	mu       sync.Mutex
 	flights  map[string][]*flight // calls in flight by id, for rpc.cancel
-	inFlight int                  // calls in flight, notifications included
+	inFlight int                  // calls in flight, notifications included, and messages in backlog
 	unsent   int64                // bytes of answers waiting to be written
 	closed   bool                 // no call is admitted any more
 	draining bool                 // shutting down: new calls are refused
+	// backlog holds the messages read but not planned yet, in the order
+	// they came, while planning is set: a goroutine plans them one after
+	// the other, each after its caller's turn (see [wsConn.take]).
+	backlog  [][]byte
+	planning bool
 	goAway   sync.Once
 	slowOnce sync.Once
 
-	messages, calls int // for the log line; read and written by the reading goroutine only
+	messages int          // for the log line; read and written by the reading goroutine only
+	calls    atomic.Int64 // for the log line
 }
 
 // flight is one call of a connection in flight.
@@ -144,7 +151,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	c.CloseNow()
 
 	s.log.LogAttrs(r.Context(), slog.LevelInfo, "websocket",
-		slog.Int("messages", cn.messages), slog.Int("calls", cn.calls),
+		slog.Int("messages", cn.messages), slog.Int64("calls", cn.calls.Load()),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("remote", r.RemoteAddr),
 		slog.String("reason", reason.Error()))
 }
@@ -179,25 +186,129 @@ func (cn *wsConn) read(ctx context.Context) error {
 				"invalid request: JSON-RPC messages go in text frames", nil)}}}, false)
 			continue
 		}
-		cn.message(ctx, body)
+		cn.take(ctx, body)
 	}
 }
 
-// message handles one message: the answers the ingress has at once are
-// sent, or kept for the batch's array, and every call starts on its own
-// goroutine under a context of its own, handed to the dispatcher alone, so
-// that rpc.cancel can end it alone. The connection's in-flight cap bounds
+// wsParseAtOnce is the size under which a message of one request (not a
+// batch) is parsed without waiting for its caller's turn: parsing it
+// costs the ingress no more than the call itself, which then waits its
+// turn like any other.
+const wsParseAtOnce = fair.CostUnit
+
+// take plans a message read from the connection, in the order the
+// messages came. A message waits for its caller's turn before it is
+// parsed, as a POST body does (see [WithFairness]), so that parsing a
+// caller's large batch is work done in that caller's share; one request
+// under [wsParseAtOnce] does not, so that rpc.cancel never waits behind
+// the caller's own queue. The reading goroutine never waits: it has to
+// go on reading for the pongs to arrive. A message that can be planned
+// at once, with none waiting before it, is planned on it; the others
+// wait in the connection's backlog, which a goroutine of its own plans,
+// and which counts against the connection's in-flight cap: a message
+// past the cap is refused whole.
+func (cn *wsConn) take(ctx context.Context, body []byte) {
+	turn := cn.s.cfg.fair != nil && (len(body) >= wsParseAtOnce || !isSingle(body))
+	cn.mu.Lock()
+	if !turn && !cn.planning {
+		cn.mu.Unlock()
+		cn.message(ctx, cn.hdr, body, noTurn)
+		return
+	}
+	if cn.closed || cn.draining || cn.inFlight >= cn.s.cfg.wsMaxInFlight {
+		refusal := cn.refusal()
+		cn.mu.Unlock()
+		if limit := limitOf(refusal); limit != "" {
+			cn.s.countRefusal(limit)
+		}
+		cn.write(ctx, []response{{Response: schema.Response{Error: refusal}}}, false)
+		return
+	}
+	cn.inFlight++
+	cn.backlog = append(cn.backlog, body)
+	start := !cn.planning
+	cn.planning = true
+	cn.mu.Unlock()
+	if start {
+		cn.wg.Go(func() { cn.planBacklog(ctx) })
+	}
+}
+
+// planBacklog plans the messages of the backlog one after the other,
+// each after its caller's turn when it needs one, until the backlog is
+// empty.
+func (cn *wsConn) planBacklog(ctx context.Context) {
+	for {
+		cn.mu.Lock()
+		if len(cn.backlog) == 0 {
+			cn.planning = false
+			cn.mu.Unlock()
+			return
+		}
+		body := cn.backlog[0]
+		cn.backlog[0] = nil
+		cn.backlog = cn.backlog[1:]
+		cn.mu.Unlock()
+		hdr, endTurn := cn.hdr, noTurn
+		var e *schema.Error
+		if cn.s.cfg.fair != nil && (len(body) >= wsParseAtOnce || !isSingle(body)) {
+			hdr, endTurn, e = cn.s.awaitTurn(ctx, cn.hdr, len(body))
+		}
+		// The message's place under the in-flight cap goes to its calls.
+		cn.mu.Lock()
+		cn.inFlight--
+		cn.mu.Unlock()
+		if e != nil {
+			cn.write(ctx, []response{{Response: schema.Response{Error: e}}}, false)
+		} else {
+			cn.message(ctx, hdr, body, endTurn)
+		}
+		cn.closeIfIdle()
+	}
+}
+
+// isSingle reports whether a message holds one request rather than a
+// batch: whether its first byte past JSON's white space is not '['.
+func isSingle(body []byte) bool {
+	for _, b := range body {
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b != '['
+	}
+	return true
+}
+
+// refusal is the answer to a message or call the connection takes no
+// more of: it is shutting down, or at its in-flight cap. cn.mu is held.
+func (cn *wsConn) refusal() *schema.Error {
+	if cn.closed || cn.draining {
+		return shuttingDown()
+	}
+	return schema.NewError(schema.CodeOverloaded,
+		fmt.Sprintf("overloaded: %d calls in flight on this connection (ws_max_in_flight)", cn.s.cfg.wsMaxInFlight),
+		map[string]any{"retryable": true, "retry_after_ms": wsOverloadRetryAfter.Milliseconds(), "limit": "ws_max_in_flight"})
+}
+
+// message handles one message, sent with hdr, whose turn endTurn ends
+// once it is planned: the answers the ingress has at once are sent, or
+// kept for the batch's array, and every call starts on its own goroutine
+// under a context of its own, handed to the dispatcher alone, so that
+// rpc.cancel can end it alone. The connection's in-flight cap bounds
 // them, in place of the aggregator's cap on the calls of one batch.
-func (cn *wsConn) message(ctx context.Context, body []byte) {
+func (cn *wsConn) message(ctx context.Context, hdr callHeaders, body []byte, endTurn func()) {
 	elems, batch, perr := cn.s.parse(body)
 	if perr != nil {
+		endTurn()
 		cn.write(ctx, []response{{Response: schema.Response{Error: perr}}}, false)
 		return
 	}
 	local := map[string]localMethod{CancelMethod: {serve: cn.cancelCall, own: true}}
 	cn.subscribeMethods(ctx, local)
-	p := cn.s.plan(elems, cn.hdr, local)
-	cn.calls += len(p.calls)
+	p := cn.s.plan(elems, hdr, local)
+	endTurn()
+	cn.calls.Add(int64(len(p.calls)))
 	if len(p.calls) == 0 {
 		if len(p.out) > 0 {
 			cn.write(ctx, p.out, batch)
@@ -269,13 +380,8 @@ func (cn *wsConn) message(ctx context.Context, body []byte) {
 func (cn *wsConn) admit(ctx context.Context, c *schema.Call) (context.Context, *flight, *schema.Error) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	switch {
-	case cn.closed || cn.draining:
-		return nil, nil, shuttingDown()
-	case cn.inFlight >= cn.s.cfg.wsMaxInFlight:
-		return nil, nil, schema.NewError(schema.CodeOverloaded,
-			fmt.Sprintf("overloaded: %d calls in flight on this connection (ws_max_in_flight)", cn.s.cfg.wsMaxInFlight),
-			map[string]any{"retryable": true, "retry_after_ms": wsOverloadRetryAfter.Milliseconds(), "limit": "ws_max_in_flight"})
+	if cn.closed || cn.draining || cn.inFlight >= cn.s.cfg.wsMaxInFlight {
+		return nil, nil, cn.refusal()
 	}
 	cn.inFlight++
 	// A call's context keeps the connection's values but ends only
@@ -314,6 +420,13 @@ func (cn *wsConn) land(f *flight) {
 func (cn *wsConn) release() {
 	cn.mu.Lock()
 	cn.inFlight--
+	cn.mu.Unlock()
+	cn.closeIfIdle()
+}
+
+// closeIfIdle closes a draining connection that has nothing in flight.
+func (cn *wsConn) closeIfIdle() {
+	cn.mu.Lock()
 	idle := cn.draining && cn.inFlight == 0
 	cn.mu.Unlock()
 	if idle {
