@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/schema"
@@ -18,6 +20,18 @@ func (s *Server) FairStats() fair.Stats {
 		return fair.Stats{}
 	}
 	return s.cfg.fair.sched.Stats()
+}
+
+// FairMetrics returns the toolbus_fair_* series by caller, each caller
+// named (at most [DefaultMetricsMaxCallers] of them), whatever GET
+// /metrics shows of them ([WithMetricsCallers]): for the views of the
+// ingress that authenticate their reader, such as the dashboard. It is
+// nil without fairness or without [WithMetrics].
+func (s *Server) FairMetrics() prometheus.Gatherer {
+	if s.cfg.fair == nil || s.cfg.fair.metrics == nil {
+		return nil
+	}
+	return s.cfg.fair.metrics.byName
 }
 
 // fairness is the scheduler of a server and what drives it: one timer

@@ -285,7 +285,7 @@ func TestFairExempt(t *testing.T) {
 func TestFairQueueFull(t *testing.T) {
 	g := newGate()
 	reg := prometheus.NewRegistry()
-	_, d := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour, CallerMaxQueued: 3}, WithMetrics(reg))
+	_, d := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour, CallerMaxQueued: 3}, WithMetrics(reg), WithMetricsCallers(true))
 	ans := dispatch(t, t.Context(), d, "flood", fairCalls("flood", 10, 0))
 	held := g.next(t)
 	refused := map[int]bool{}
@@ -439,7 +439,7 @@ func TestFairBody(t *testing.T) {
 	g.timeout = time.Hour
 	reg := prometheus.NewRegistry()
 	// The flood's batch of 500 takes the seat and fills its queue.
-	s, _ := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour, CallerMaxQueued: 499}, WithMetrics(reg))
+	s, _ := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour, CallerMaxQueued: 499}, WithMetrics(reg), WithMetricsCallers(true))
 	h := s.Handler()
 	batch := func(from, n int) string {
 		var b strings.Builder
@@ -614,5 +614,43 @@ func TestFairRESTBody(t *testing.T) {
 		}
 	case <-time.After(testwait.Limit):
 		t.Fatalf("no answer to the REST call within %v", testwait.Limit)
+	}
+}
+
+// TestFairMetricsCallers: /metrics names no caller in the fairness
+// series unless WithMetricsCallers allows it, counting every caller
+// together under "_all"; FairMetrics names each, for the dashboard.
+func TestFairMetricsCallers(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%v", named), func(t *testing.T) {
+			g := newGate()
+			reg := prometheus.NewRegistry()
+			s, d := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour, CallerMaxQueued: 1},
+				WithMetrics(reg), WithMetricsCallers(named))
+			dispatch(t, t.Context(), d, "flood", fairCalls("flood", 5, 0))
+			close(g.next(t).open)
+			close(g.next(t).open)
+			dispatch(t, t.Context(), d, "victim", fairCalls("victim", 1, 0))
+			close(g.next(t).open)
+			// flood: 2 admitted, 3 refused; victim: 1 admitted.
+			testwait.Eventually(t, func() bool { return s.FairStats().Used == 0 }, "every seat is free")
+			want := map[string]float64{"flood": 2, "victim": 1, labelAllCallers: 0}
+			if !named {
+				want = map[string]float64{"flood": 0, "victim": 0, labelAllCallers: 3}
+			}
+			for caller, n := range want {
+				if got := fairSeries(t, reg, "toolbus_fair_admitted_total", caller); got != n {
+					t.Errorf("/metrics toolbus_fair_admitted_total{caller=%q} = %v, want %v", caller, got, n)
+				}
+			}
+			if got, want := fairSeries(t, reg, "toolbus_fair_refused_total", map[bool]string{false: labelAllCallers, true: "flood"}[named]), 3.0; got != want {
+				t.Errorf("/metrics toolbus_fair_refused_total = %v, want %v", got, want)
+			}
+			for caller, n := range map[string]float64{"flood": 2, "victim": 1} {
+				if got := fairSeries(t, s.FairMetrics(), "toolbus_fair_admitted_total", caller); got != n {
+					t.Errorf("FairMetrics toolbus_fair_admitted_total{caller=%q} = %v, want %v", caller, got, n)
+				}
+			}
+		})
 	}
 }

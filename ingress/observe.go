@@ -447,36 +447,64 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 }
 
 // DefaultMetricsMaxCallers is how many callers get a label of their own
-// in the fairness metrics ([WithFairness]); further callers are counted
-// under "_other", so that the series stay bounded however many callers
-// there are. The caller of an ingress without authentication is
-// "_anonymous".
+// in the fairness series when callers are named ([WithMetricsCallers]);
+// further callers are counted under "_other", so that the series stay
+// bounded however many callers there are. The caller of an ingress
+// without authentication is "_anonymous".
 const DefaultMetricsMaxCallers = 100
 
-// labelAnonymous is the caller label of calls without a caller.
-const labelAnonymous = "_anonymous"
+// Caller labels of the fairness series.
+const (
+	labelAnonymous  = "_anonymous" // calls without a caller
+	labelAllCallers = "_all"       // every caller together, when callers are not named
+)
+
+// WithMetricsCallers names each caller in the toolbus_fair_* series of
+// GET /metrics, for at most [DefaultMetricsMaxCallers] of them (default
+// off). Off, the series count every caller together under caller="_all":
+// /metrics is open without credentials, and a caller's name (an API
+// key's, a JWT's subject) tells whoever reaches it who uses the ingress
+// and how much. The figures of each caller stay with the ingress either
+// way, for the dashboard, which shows them to an operator.
+func WithMetricsCallers(on bool) Option {
+	return func(c *config) error {
+		c.metricsCallers = on
+		return nil
+	}
+}
 
 // fairMetrics are the fairness layer's series: each caller's queue, its
 // wait, its share of the window and its refusals, and the window itself.
+// The series by caller are kept in a registry of their own, for the
+// dashboard ([Server.fairGatherer]); /metrics serves them, or the same
+// series of every caller together.
 type fairMetrics struct {
 	callers  callstats.Names
 	byCaller sync.Map // caller label -> *fairCallerMetrics
 
+	named  fairVecs
+	byName *prometheus.Registry
+	// all counts every caller together for /metrics; nil when /metrics
+	// names the callers.
+	all    *fairCallerMetrics
+	public []prometheus.Collector
+}
+
+// fairVecs are the fairness series by caller label.
+type fairVecs struct {
 	queued   *prometheus.GaugeVec
 	wait     *prometheus.HistogramVec
 	admitted *prometheus.CounterVec
 	refused  *prometheus.CounterVec
 	expired  *prometheus.CounterVec
 	canceled *prometheus.CounterVec
-	window   prometheus.Collector
 }
 
-func newFairMetrics(sched *fair.Scheduler[fairRef]) *fairMetrics {
+func newFairVecs() fairVecs {
 	byCaller := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"caller"})
 	}
-	return &fairMetrics{
-		callers: callstats.Names{Max: DefaultMetricsMaxCallers, Other: labelOther},
+	return fairVecs{
 		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "toolbus_fair_queued",
 			Help: "Calls, and request bodies not parsed yet, waiting in each caller's queue for a seat.",
@@ -494,12 +522,52 @@ func newFairMetrics(sched *fair.Scheduler[fairRef]) *fairMetrics {
 			"Calls and request bodies answered -32001 because their deadline came while they waited in their caller's queue; none reached a worker."),
 		canceled: byCaller("toolbus_fair_canceled_total",
 			"Calls and request bodies whose client went away while they waited in their caller's queue."),
-		window: &fairWindowCollector{sched: sched},
 	}
 }
 
+func (v fairVecs) collectors() []prometheus.Collector {
+	return []prometheus.Collector{v.queued, v.wait, v.admitted, v.refused, v.expired, v.canceled}
+}
+
+// forLabel returns the series of label.
+func (v fairVecs) forLabel(label string) *fairCallerMetrics {
+	return &fairCallerMetrics{
+		queuedG:   v.queued.WithLabelValues(label),
+		waitH:     v.wait.WithLabelValues(label),
+		admittedC: v.admitted.WithLabelValues(label),
+		refusedC:  v.refused.WithLabelValues(label),
+		expiredC:  v.expired.WithLabelValues(label),
+		canceledC: v.canceled.WithLabelValues(label),
+	}
+}
+
+// newFairMetrics returns the series of sched's window and queues, which
+// name the callers on /metrics when named is set.
+func newFairMetrics(sched *fair.Scheduler[fairRef], named bool) (*fairMetrics, error) {
+	m := &fairMetrics{
+		callers: callstats.Names{Max: DefaultMetricsMaxCallers, Other: labelOther},
+		named:   newFairVecs(),
+		byName:  prometheus.NewRegistry(),
+	}
+	for _, c := range m.named.collectors() {
+		if err := m.byName.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	if named {
+		m.public = m.named.collectors()
+	} else {
+		all := newFairVecs()
+		m.all = all.forLabel(labelAllCallers)
+		m.public = all.collectors()
+	}
+	m.public = append(m.public, &fairWindowCollector{sched: sched})
+	return m, nil
+}
+
+// register registers the series /metrics serves on reg.
 func (m *fairMetrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.queued, m.wait, m.admitted, m.refused, m.expired, m.canceled, m.window} {
+	for _, c := range m.public {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -518,19 +586,15 @@ func (m *fairMetrics) forCaller(caller string) *fairCallerMetrics {
 	if v, ok := m.byCaller.Load(label); ok {
 		return v.(*fairCallerMetrics)
 	}
-	v, _ := m.byCaller.LoadOrStore(label, &fairCallerMetrics{
-		queuedG:   m.queued.WithLabelValues(label),
-		waitH:     m.wait.WithLabelValues(label),
-		admittedC: m.admitted.WithLabelValues(label),
-		refusedC:  m.refused.WithLabelValues(label),
-		expiredC:  m.expired.WithLabelValues(label),
-		canceledC: m.canceled.WithLabelValues(label),
-	})
+	cm := m.named.forLabel(label)
+	cm.all = m.all
+	v, _ := m.byCaller.LoadOrStore(label, cm)
 	return v.(*fairCallerMetrics)
 }
 
-// fairCallerMetrics are the fairness series of one caller label. Its
-// methods do nothing on nil: an ingress without metrics.
+// fairCallerMetrics are the fairness series of one caller label, and
+// those of every caller together they count into too. Its methods do
+// nothing on nil: an ingress without metrics.
 type fairCallerMetrics struct {
 	queuedG   prometheus.Gauge
 	waitH     prometheus.Observer
@@ -538,12 +602,14 @@ type fairCallerMetrics struct {
 	refusedC  prometheus.Counter
 	expiredC  prometheus.Counter
 	canceledC prometheus.Counter
+	all       *fairCallerMetrics // nil when /metrics names the callers
 }
 
 // queued counts n entries into the caller's queue.
 func (c *fairCallerMetrics) queued(n int) {
 	if c != nil && n > 0 {
 		c.queuedG.Add(float64(n))
+		c.all.queued(n)
 	}
 }
 
@@ -558,6 +624,7 @@ func (c *fairCallerMetrics) admitted(wait time.Duration, body bool) {
 		c.waitH.Observe(wait.Seconds())
 		c.admittedC.Inc()
 	}
+	c.all.admitted(wait, body)
 }
 
 // expired counts an entry out of the queue at its deadline.
@@ -565,6 +632,7 @@ func (c *fairCallerMetrics) expired() {
 	if c != nil {
 		c.queuedG.Dec()
 		c.expiredC.Inc()
+		c.all.expired()
 	}
 }
 
@@ -573,6 +641,7 @@ func (c *fairCallerMetrics) canceled() {
 	if c != nil {
 		c.queuedG.Dec()
 		c.canceledC.Inc()
+		c.all.canceled()
 	}
 }
 
@@ -580,6 +649,7 @@ func (c *fairCallerMetrics) canceled() {
 func (c *fairCallerMetrics) refused(n int) {
 	if c != nil && n > 0 {
 		c.refusedC.Add(float64(n))
+		c.all.refused(n)
 	}
 }
 
@@ -639,10 +709,10 @@ func (w *workersCollector) Collect(ch chan<- prometheus.Metric) {
 // reg holds at GET /metrics, in the Prometheus text format (or OpenMetrics
 // when the scraper asks). The route is open like the probes, even with
 // [WithAuth], so that a scraper needs no key: it holds counts, durations
-// and method names, never bodies. Callers are named only by the fairness
-// series ([WithFairness]), each caller's share of the ingress, for at most
-// [DefaultMetricsMaxCallers] of them. With [WithRegistry],
-// toolbus_workers{method} counts the live workers per method.
+// and method names, never bodies, and no caller's name unless
+// [WithMetricsCallers] allows it in the fairness series. With
+// [WithRegistry], toolbus_workers{method} counts the live workers per
+// method.
 func WithMetrics(reg *prometheus.Registry) Option {
 	return func(c *config) error {
 		if reg == nil {
@@ -701,7 +771,10 @@ func (s *Server) setupMetrics() error {
 		return err
 	}
 	if f := s.cfg.fair; f != nil {
-		fm := newFairMetrics(f.sched)
+		fm, err := newFairMetrics(f.sched, s.cfg.metricsCallers)
+		if err != nil {
+			return err
+		}
 		if err := fm.register(reg); err != nil {
 			return err
 		}

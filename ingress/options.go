@@ -107,6 +107,7 @@ type config struct {
 	// Observability: see observe.go and dashboard.go.
 	id             string
 	metrics        *prometheus.Registry
+	metricsCallers bool // the fairness series name the callers (WithMetricsCallers)
 	tracerProvider trace.TracerProvider
 	msglog         *msglog.Log
 	// logMessages is set when msglog names methods whose bodies are logged.

@@ -24,6 +24,7 @@ import (
 // dashboard and the message log.
 type observeConfig struct {
 	metrics        bool
+	metricsCallers bool
 	dashboard      bool
 	msgLogMethods  []string
 	msgLogMaxBytes int
@@ -37,6 +38,7 @@ var defaultRedact = []string{"password", "passwd", "secret", "token", "access_to
 func (c *observeConfig) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&c.metrics, "metrics", true, "serve Prometheus metrics at GET /metrics (open without credentials, like the probes)")
+	f.BoolVar(&c.metricsCallers, "metrics-callers", false, "name each caller in the toolbus_fair_* series of /metrics, rather than count them together as _all")
 	f.BoolVar(&c.dashboard, "dashboard", true, "serve the live dashboard at /ui/ (its data needs credentials when auth is on)")
 	f.StringSliceVar(&c.msgLogMethods, "message-log", nil, `log the request and response bodies of these methods or patterns ("math.*", ">" for all); off when empty`)
 	f.IntVar(&c.msgLogMaxBytes, "message-log-max-bytes", msglog.DefaultMaxBytes, "longest body a message log line holds; longer ones are cut and marked truncated")
@@ -60,7 +62,7 @@ func (c observeConfig) validate() error {
 // ingressOptions are the ingress options of c but the metrics, which the
 // gateway serves ([node.WithMetrics]).
 func (c observeConfig) ingressOptions(tp trace.TracerProvider) []ingress.Option {
-	opts := []ingress.Option{ingress.WithTracerProvider(tp), ingress.WithDashboard(c.dashboard)}
+	opts := []ingress.Option{ingress.WithTracerProvider(tp), ingress.WithDashboard(c.dashboard), ingress.WithMetricsCallers(c.metricsCallers)}
 	// With no methods to log, the redaction list still hides failed
 	// values in the dashboard's recent errors.
 	opts = append(opts, ingress.WithMessageLog(c.messageLog()))
