@@ -82,6 +82,7 @@ func (s *Server) setupDashboard() {
 	s.dash = dashboard.New(dashboard.Source{
 		ID: s.id, Stats: s.stats, InFlight: s.inFlight.Load, Registry: s.cfg.registry, Jobs: s.cfg.jobStats,
 		Gather: s.cfg.gather, NATS: s.cfg.natsState, Row: s.dashboardRow,
+		Fair: s.FairStats, FairMetrics: s.FairMetrics(),
 	})
 	if s.cfg.noDashboard {
 		return
