@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/schema"
@@ -76,6 +77,16 @@ func (s *Service) answer(ctx context.Context, call schema.Call) (*schema.JobReco
 					id, r.State, schema.JobInputRequired),
 				map[string]any{"field": "/id", "state": r.State})}
 		}
+		if p.Question != "" && p.Question != r.Question.ID {
+			return &refusal{schema.NewError(schema.CodeInvalidParams,
+				fmt.Sprintf("invalid params: question: job %s waits on question %s, not %s; answer the question its record shows", id, r.Question.ID, p.Question),
+				map[string]any{"field": "/question", "question": r.Question.ID})}
+		}
+		if said != nil {
+			if e := messageIDFree(r, said.ID); e != nil {
+				return &refusal{e}
+			}
+		}
 		a := schema.Answer{ID: r.Question.ID, Action: schema.AskDecline}
 		if !p.Decline {
 			if err := schema.CheckAnswerContent(r.Question.Schema, p.Answer); err != nil {
@@ -111,4 +122,20 @@ func answerRefused(err error) *schema.Error {
 		return invalidParams("answer", err.Error())
 	}
 	return invalidParams("/answer"+fe.Field, "the answer does not fit the question's schema: "+fe.Problem)
+}
+
+// messageIDFree refuses, as -32602 naming /message/id, a message id that
+// job r's history holds already, or one of the form of the ids the job
+// gives its own messages ("<job id>-<n>"): every message of a history
+// keeps an id of its own.
+func messageIDFree(r *stored, id string) *schema.Error {
+	if strings.HasPrefix(id, r.ID+"-") {
+		return invalidParams("/message/id", fmt.Sprintf("%q has the form of the ids of the job's own messages (%s-<n>); give the message an id of its own", id, r.ID))
+	}
+	for _, m := range r.History {
+		if m.ID == id {
+			return invalidParams("/message/id", fmt.Sprintf("the job's history has a message %q already; give each message an id of its own", id))
+		}
+	}
+	return nil
 }

@@ -72,6 +72,8 @@ func TestAnswerMessageRefused(t *testing.T) {
 		{name: "data not an object", message: `{"id":"m2","data":[1]}`, field: "/message/data"},
 		{name: "content not an object", message: `{"id":"m2","content":"x"}`, field: "/message/content"},
 		{name: "too long", message: `{"id":"m2","text":"` + big + `"}`, field: "/message"},
+		{name: "an id of the job's own form", message: `{"id":"` + id + `-1","text":"yes"}`, field: "/message/id"},
+		{name: "an unknown member", message: `{"id":"m2","role":"agent"}`, field: "/message/role"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,6 +83,9 @@ func TestAnswerMessageRefused(t *testing.T) {
 			}
 			if got := errorData(t, rpcErr)["field"]; got != tc.field {
 				t.Errorf("data.field = %v, want %q (%s)", got, tc.field, rpcErr.Message)
+			}
+			if strings.Contains(rpcErr.Message, "jobs.") {
+				t.Errorf("message %q names a Go type; want the JSON value expected", rpcErr.Message)
 			}
 			if rec := waitQuestion(t, s, id); len(rec.History) != len(before.History) {
 				t.Errorf("history after the refusal = %v, want it as it was, %v", rec.History, before.History)
@@ -93,4 +98,27 @@ func TestAnswerMessageRefused(t *testing.T) {
 	if rec := waitState(t, s, id, schema.JobSucceeded); len(rec.History) == 0 || rec.History[len(rec.History)-1].ID != "m2" {
 		t.Errorf("history = %v, want it to end with the decline's message m2", rec.History)
 	}
+}
+
+// TestAnswerNamesItsQuestion checks that an answer naming a question the
+// job does not wait on is -32602 naming /question and leaves the job
+// waiting, while one naming the question it waits on is taken.
+func TestAnswerNamesItsQuestion(t *testing.T) {
+	e := startServer(t, "")
+	_, js := connect(t, e)
+	s := newService(t, js)
+	startRunner(t, js, newAsker())
+	id := submit(t, s, "confirm", `{}`)
+	q := waitQuestion(t, s, id).Question.ID
+	_, rpcErr := rpc(t, s, "", schema.MethodJobsAnswer, fmt.Sprintf(`{"id":%q,"question":"another","answer":{"confirmed":true}}`, id))
+	if rpcErr == nil || rpcErr.Code != schema.CodeInvalidParams || errorData(t, rpcErr)["field"] != "/question" {
+		t.Fatalf("an answer to another question = %v, want -32602 naming /question", rpcErr)
+	}
+	if rec := waitQuestion(t, s, id); rec.Question.ID != q {
+		t.Fatalf("after the refusal the job waits on %+v, want still %s", rec.Question, q)
+	}
+	if _, rpcErr := rpc(t, s, "", schema.MethodJobsAnswer, fmt.Sprintf(`{"id":%q,"question":%q,"answer":{"confirmed":true}}`, id, q)); rpcErr != nil {
+		t.Fatalf("an answer to question %s = %d %s", q, rpcErr.Code, rpcErr.Message)
+	}
+	waitState(t, s, id, schema.JobSucceeded)
 }

@@ -88,6 +88,11 @@ type JobAnswerParams struct {
 	// message here, so that a task's history holds the question and then
 	// the answer). Its id names it on every read.
 	Message json.RawMessage `json:"message,omitempty"`
+	// Question, when set, is the id of the question the answer is for:
+	// the answer is refused (-32602 naming /question) when the job waits
+	// on another, so that a late or repeated answer never answers a later
+	// question of the same job.
+	Question string `json:"question,omitempty"`
 }
 
 // WaitingOverloaded is the [JobRecord] Waiting value of a job whose

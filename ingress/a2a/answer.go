@@ -40,6 +40,11 @@ func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, 
 		return nil, err
 	}
 	params := map[string]any{"id": rec.ID, "message": kept}
+	if rec.Question != nil {
+		// The question the client saw: a late follow-up never answers a
+		// later one.
+		params["question"] = rec.Question.ID
+	}
 	var partAt string // the JSON pointer of the part that carries the answer
 	if v, ok := m.Metadata[DeclineKey]; ok {
 		if d, isBool := v.(bool); !isBool || !d {
@@ -58,6 +63,8 @@ func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, 
 		switch {
 		case e.Code == schema.CodeJobNotFound:
 			return nil, refuse(a2a.ErrTaskNotFound, "task %s not found", rec.ID)
+		case e.Code == schema.CodeInvalidParams && fieldOf(e) == "/question":
+			return nil, refuse(a2a.ErrUnsupportedOperation, "task %s now waits on another question; get the task to see it, and answer that", rec.ID)
 		case e.Code == schema.CodeInvalidParams && fieldOf(e) == "/id":
 			return nil, refuse(a2a.ErrUnsupportedOperation, "task %s no longer waits for an answer; get the task to see its state", rec.ID)
 		case e.Code == schema.CodeInvalidParams && strings.HasPrefix(fieldOf(e), "/answer"):

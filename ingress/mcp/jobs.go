@@ -212,7 +212,7 @@ func (m *Server) elicit(ctx context.Context, ss *mcp.ServerSession, hdr request,
 // refuse (it does not fit the question's schema), is declined as well,
 // so that the tool need not wait to its deadline.
 func (m *Server) answer(ctx context.Context, hdr request, id, qid string, res *mcp.ElicitResult, err error) {
-	answer := map[string]any{"id": id, "decline": true}
+	answer := map[string]any{"id": id, "question": qid, "decline": true}
 	switch {
 	case err != nil:
 		m.log.Info("declined a job's question the client could not answer", "job_id", id, "question_id", qid, "err", err)
@@ -221,13 +221,13 @@ func (m *Server) answer(ctx context.Context, hdr request, id, qid string, res *m
 		if content == nil {
 			content = map[string]any{}
 		}
-		answer = map[string]any{"id": id, "answer": content}
+		answer = map[string]any{"id": id, "question": qid, "answer": content}
 	}
 	params, _ := json.Marshal(answer)
 	r := hdr.call(ctx, m.nextID(), m.jobsPrefix+"answer", params)
 	if r.Error != nil && answer["decline"] == nil {
 		m.log.Info("declined a job's question whose answer was refused", "job_id", id, "question_id", qid, "err", r.Error)
-		params, _ = json.Marshal(map[string]any{"id": id, "decline": true})
+		params, _ = json.Marshal(map[string]any{"id": id, "question": qid, "decline": true})
 		r = hdr.call(ctx, m.nextID(), m.jobsPrefix+"answer", params)
 	}
 	if r.Error != nil {
