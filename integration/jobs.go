@@ -14,11 +14,15 @@ import (
 
 // Job is the part of a job record the scenarios check.
 type Job struct {
-	ID       string          `json:"id"`
-	Method   string          `json:"method"`
-	State    string          `json:"state"`
-	Attempts int             `json:"attempts"`
-	Result   json.RawMessage `json:"result"`
+	ID       string `json:"id"`
+	Method   string `json:"method"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	// StartedAt is when its latest attempt started, nil while queued.
+	StartedAt *time.Time `json:"started_at"`
+	// FinishedAt is when it ended, nil until then.
+	FinishedAt *time.Time      `json:"finished_at"`
+	Result     json.RawMessage `json:"result"`
 	// Progress is the latest progress report of a running job, null
 	// until its worker sends one.
 	Progress json.RawMessage `json:"progress"`

@@ -253,7 +253,8 @@ func TestNATSNodeStopped(t *testing.T) {
 		t.Errorf("%d toolbus connections reconnected, want the %d of the stopped node", got, held)
 	}
 
-	checkLostWithNode(t, c, nodeStop{victim: victim, through: through, stopped: stopped, restarted: restarted}, results, batches)
+	moved := checkLostWithNode(t, c, nodeStop{victim: victim, through: through, stopped: stopped, restarted: restarted}, results, batches)
+	before := len(jobIDs)
 
 	submit(6)
 	after := StartLoad(t, steady(c, "nats-after"))
@@ -263,9 +264,20 @@ func TestNATSNodeStopped(t *testing.T) {
 
 	recs := c.WaitJobs(jobIDs, 90*time.Second)
 	tally := CountJobs(jobIDs, recs, c.JobRunsLogged(succeeded(recs)))
-	t.Logf("tally jobs: %v", tally)
-	if tally.Lost != 0 || tally.Duplicated != 0 || tally.BadAttempts != 0 || tally.Succeeded != len(jobIDs) {
-		t.Errorf("%v, want every job succeeded once", tally)
+	// A job of a method not safe to run twice that was running while the
+	// node's clients moved may have lost its answer in the move (core
+	// NATS delivers at most once), and then ends interrupted: it was in
+	// the node's hands, as the calls above. Any other job succeeds once.
+	inHands := 0
+	for _, id := range jobIDs[:before] {
+		if r := recs[id]; r != nil && r.State == "failed" && r.Error != nil && r.Error.Data.Reason == "interrupted_not_retryable" &&
+			r.StartedAt != nil && r.StartedAt.Before(moved) && r.FinishedAt != nil && r.FinishedAt.After(stopped) {
+			inHands++
+		}
+	}
+	t.Logf("tally jobs: %v; %d of the failed were running while the node's clients moved", tally, inHands)
+	if tally.Lost != 0 || tally.Duplicated != 0 || tally.BadAttempts != 0 || tally.Succeeded+inHands != len(jobIDs) {
+		t.Errorf("%v, want every job succeeded once, but for jobs interrupted while the node's clients moved (%d)", tally, inHands)
 	}
 }
 
@@ -285,12 +297,12 @@ type nodeStop struct {
 // was moving, or it never reached a worker), never on a path of parts all
 // connected elsewhere. It also fails t when a worker that moved had an
 // answer refused. It logs how many failed of those in its hands, and why.
-func checkLostWithNode(t *testing.T, c *Cluster, st nodeStop, results []Result, batches []Batch) {
+func checkLostWithNode(t *testing.T, c *Cluster, st nodeStop, results []Result, batches []Batch) (moved time.Time) {
 	t.Helper()
 	// Each client of the node had moved once it reconnected, and all of
 	// them once the last did; the routes learn their interest a moment
 	// later.
-	moved := st.stopped
+	moved = st.stopped
 	movedAt := make(map[testcontainers.Container]time.Time)
 	for _, ctr := range st.through {
 		at := c.LoggedAt(ctr, "nats reconnected", st.stopped, st.restarted)
@@ -420,6 +432,7 @@ func checkLostWithNode(t *testing.T, c *Cluster, st nodeStop, results []Result, 
 	if refused > 0 {
 		t.Errorf("the workers that moved logged %d publications refused for want of permission, want none: their answers go under toolbus.reply, which deploy/nats/cluster-secure.conf lets them publish on", refused)
 	}
+	return moved
 }
 
 // callEnd is when a worker logged the end of a call: its answer left
