@@ -135,7 +135,7 @@ func workBatch(n, ms int) string {
 // one after the other, each start at the worker after a few of the
 // flood's (about the window's seats), not after the flood's backlog.
 func TestFairFloodAndVictim(t *testing.T) {
-	const seats, floodConns, batch, victimCalls = 4, 4, 500, 20
+	const seats, floodConns, batch, victimCalls, floodMS = 4, 4, 500, 20, 50
 	c, l := fairCluster(t, ingress.Fairness{Seats: seats, HoldMin: time.Minute, HoldMax: time.Minute})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -143,7 +143,11 @@ func TestFairFloodAndVictim(t *testing.T) {
 	var floods sync.WaitGroup
 	for range floodConns {
 		floods.Go(func() {
-			rs, err := postAs(ctx, c.URL, "flood-key", workBatch(batch, 2))
+			// Each call of the flood takes far longer than the victim's
+			// way from its client to its caller's queue, so that what is
+			// counted is the order of admission, not how fast the
+			// victim's request is read on a busy machine.
+			rs, err := postAs(ctx, c.URL, "flood-key", workBatch(batch, floodMS))
 			if ctx.Err() != nil {
 				return // the test is done with it
 			}
