@@ -146,9 +146,11 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 }
 
 // replyName is the fixed beginning of an aggregator's reply subjects:
-// replyPrefix when set, otherwise the connection's inbox prefix ("_INBOX"
-// unless the connection says otherwise), which NATS's allow_responses
-// lets the worker given a call answer on.
+// replyPrefix when set (a gateway sets "<prefix>.reply" for its calls and
+// "<prefix>.jobs.reply" for its job runner's, which the workers' grants
+// let them publish on), otherwise the connection's inbox prefix
+// ("_INBOX" unless the connection says otherwise), which NATS's
+// allow_responses lets the worker given a call answer on.
 func replyName(nc *nats.Conn, replyPrefix string) string {
 	if replyPrefix != "" {
 		return replyPrefix
@@ -156,9 +158,6 @@ func replyName(nc *nats.Conn, replyPrefix string) string {
 	inbox := nc.NewInbox()
 	return inbox[:strings.LastIndexByte(inbox, '.')]
 }
-
-// MaxTimeout returns the server maximum deadline of a call.
-func (a *Aggregator) MaxTimeout() time.Duration { return a.maxTimeout }
 
 // Timeout returns the deadline a call of method gets when the client asked
 // for requested (zero: nothing asked): the smallest of the request, the

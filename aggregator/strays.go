@@ -53,8 +53,8 @@ func (a *Aggregator) Strays() Strays {
 //     "cannot_ask", "answer_subject" or "invalid";
 //
 // reply_prefix is the fixed beginning of the aggregator's reply subjects
-// ("_INBOX" for an ingress's calls, "<prefix>.jobs.reply" for a job
-// runner's), so that the aggregators of one process can be registered on
+// ("<prefix>.reply" for a gateway's calls, "<prefix>.jobs.reply" for its
+// job runner's), so that the aggregators of one process can be registered on
 // one registry.
 //
 // A growing "unmatched" count means someone publishes on the reply

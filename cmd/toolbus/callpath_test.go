@@ -31,8 +31,8 @@ import (
 // merges: the aggregator spreads a call over five files in the process
 // (dispatch.go, breaker.go, caps.go, aggregator.go, timers.go) and eight
 // over the bus (those, answers.go, freeslots.go, strays.go), each a
-// concern of its own, the fairness layer adds three (ingress/fair.go,
-// internal/fair/fair.go and node/gateway.go's fairFront), and bus/token.go
+// concern of its own, the fairness layer adds two (ingress/fair.go and
+// internal/fair/fair.go), and bus/token.go
 // holds only ReplyToken.
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
