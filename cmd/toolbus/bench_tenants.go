@@ -120,7 +120,8 @@ func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressS
 	}
 	defer srv.stop()
 
-	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n\n", srv.Pid(), srv.url, strings.Join(f.serverArgs, " "))
+	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n", srv.Pid(), srv.url, strings.Join(f.serverArgs, " "))
+	fmt.Fprintf(out, "%s\n\n", placement(srv.Pid(), os.Getpid()))
 	p := startProgress("tenants")
 	r, err := bench.Tenants(ctx, bench.TenantsConfig{
 		URL: srv.url, VictimKey: victimKey, FloodKey: floodKey,
@@ -164,6 +165,72 @@ func (s *devServer) stop() error {
 		return fmt.Errorf("bench tenants: %w", err)
 	}
 	return nil
+}
+
+// placement says on which CPUs the server (pid server) and the load
+// generators (this process, pid self) may run, as the kernel reports their
+// affinity, and whether they are apart: a figure taken with both on every
+// CPU measures the two competing for them.
+func placement(server, self int) string {
+	s, err1 := processCPUs(server)
+	g, err2 := processCPUs(self)
+	if err := errors.Join(err1, err2); err != nil {
+		return "CPU placement unknown: " + err.Error()
+	}
+	how := "pinned apart"
+	if !disjoint(s, g) {
+		how = "not pinned apart: they share CPUs (run the server under taskset -c 0 with --binary, and the bench under taskset -c 1)"
+	}
+	return fmt.Sprintf("the server runs on CPUs %s and the load generators on CPUs %s: %s", s, g, how)
+}
+
+// processCPUs reads the CPUs process pid may run on, as a list such as
+// "0-1" or "0,2", from /proc/<pid>/status (Linux only).
+func processCPUs(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", fmt.Errorf("read the CPUs of process %d: %w (only Linux has /proc)", pid, err)
+	}
+	for line := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(line, []byte("Cpus_allowed_list:")); ok {
+			return strings.TrimSpace(string(rest)), nil
+		}
+	}
+	return "", fmt.Errorf("read the CPUs of process %d: /proc status has no Cpus_allowed_list line", pid)
+}
+
+// disjoint reports whether the CPU lists a and b ("0-3,6") name no CPU
+// in common; a list it cannot read counts as sharing.
+func disjoint(a, b string) bool {
+	set := func(l string) map[int]bool {
+		m := map[int]bool{}
+		for part := range strings.SplitSeq(l, ",") {
+			lo, hi, isRange := strings.Cut(part, "-")
+			from, err1 := strconv.Atoi(lo)
+			to := from
+			var err2 error
+			if isRange {
+				to, err2 = strconv.Atoi(hi)
+			}
+			if err1 != nil || err2 != nil || to < from || to-from > 4096 {
+				return nil
+			}
+			for c := from; c <= to; c++ {
+				m[c] = true
+			}
+		}
+		return m
+	}
+	x, y := set(a), set(b)
+	if x == nil || y == nil {
+		return false
+	}
+	for c := range x {
+		if y[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // processRSS reads the resident memory of process pid from

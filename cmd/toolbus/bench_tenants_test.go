@@ -48,6 +48,7 @@ func TestBenchTenants(t *testing.T) {
 	}
 	for _, w := range []string{
 		"toolbus dev --auth on",
+		"the server runs on CPUs ",
 		"round  flood", "all    no", "all    yes",
 		"victim p99 under the flood ≤ 2× without it",
 		"PASS  victim calls failed = 0: got 0",
@@ -58,5 +59,35 @@ func TestBenchTenants(t *testing.T) {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("bench tenants output lacks %q:\n%s", w, out.String())
 		}
+	}
+}
+
+func TestDisjointCPUs(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"0", "1", true},
+		{"0-1", "1", false},
+		{"0,2", "1,3", true},
+		{"0-3", "4-7", true},
+		{"0-3", "2", false},
+		{"0-x", "1", false}, // unreadable: counts as sharing
+		{"", "1", false},
+	}
+	for _, tc := range tests {
+		if got := disjoint(tc.a, tc.b); got != tc.want {
+			t.Errorf("disjoint(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func TestPlacementSaysWhetherPinnedApart(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("CPU placement is read from /proc, which this system lacks")
+	}
+	// This process against itself shares every CPU it may run on.
+	if got := placement(os.Getpid(), os.Getpid()); !strings.Contains(got, "not pinned apart") || !strings.Contains(got, "the server runs on CPUs ") {
+		t.Errorf("placement of one process against itself = %q, want it named not pinned apart", got)
 	}
 }
