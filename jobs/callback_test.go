@@ -6,13 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,54 +19,14 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// testNet stands in for DNS and the network of the callbacks: names
-// resolve through a map (an answer per lookup, the last repeating),
-// loopback addresses are dialed for real, addresses in hang wait for the
-// dial's context to end, and a dial of any other address fails the test,
-// so no packet leaves loopback.
-type testNet struct {
-	t *testing.T
-
-	mu      sync.Mutex
-	names   map[string][]string
-	lookups map[string]int
-	hang    map[string]bool
-}
+// testNet is the callbacks' stand-in for DNS and the network.
+type testNet struct{ *egresstest.Net }
 
 func newTestNet(t *testing.T, names map[string][]string) *testNet {
-	return &testNet{t: t, names: names, lookups: map[string]int{}, hang: map[string]bool{}}
+	return &testNet{egresstest.NewNet(t, names)}
 }
 
-func (n *testNet) option() jobs.Option { return jobs.WithCallbackNet(n, n.dial) }
-
-func (n *testNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	answers := n.names[host]
-	if len(answers) == 0 {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	a := answers[min(n.lookups[host], len(answers)-1)]
-	n.lookups[host]++
-	return []netip.Addr{netip.MustParseAddr(a)}, nil
-}
-
-func (n *testNet) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(address)
-	n.mu.Lock()
-	hang := n.hang[address]
-	n.mu.Unlock()
-	switch {
-	case hang:
-		<-ctx.Done()
-		return nil, ctx.Err()
-	case err == nil && ap.Addr().IsLoopback():
-		var d net.Dialer
-		return d.DialContext(ctx, network, address)
-	}
-	n.t.Errorf("dialed %s, outside loopback", address)
-	return nil, errors.New("test: no network outside loopback")
-}
+func (n *testNet) option() jobs.Option { return jobs.WithCallbackNet(n, n.Dial) }
 
 func TestCallback(t *testing.T) {
 	secret := []byte("0123456789abcdef-secret")
@@ -249,7 +206,7 @@ func TestCallbackFailureClasses(t *testing.T) {
 		"slow.test":   {"203.0.113.50"},
 		"rebind.test": {"203.0.113.60", "10.0.0.1"},
 	})
-	n.hang["203.0.113.50:80"] = true
+	n.Hang("203.0.113.50:80")
 	e := startServer(t, "")
 	nc, js := connect(t, e)
 	s := newService(t, js, jobs.WithCallbackSecret([]byte("0123456789abcdef-secret")), n.option(),

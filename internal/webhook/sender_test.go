@@ -2,12 +2,10 @@ package webhook_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -26,57 +24,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // a hang, not a timing goal.
 const waitBound = 20 * time.Second
 
-// testNet stands in for DNS and the network: names resolve through a map
-// (an answer per lookup, the last repeating), loopback addresses are
-// dialed for real, addresses in hang wait for the dial's context to end,
-// and a dial of any other address fails the test, so no packet leaves
-// loopback.
-type testNet struct {
-	t *testing.T
-
-	mu      sync.Mutex
-	names   map[string][]string
-	lookups map[string]int
-	hang    map[string]bool
-}
-
-func (n *testNet) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	answers := n.names[host]
-	if len(answers) == 0 {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	a := answers[min(n.lookups[host], len(answers)-1)]
-	n.lookups[host]++
-	return []netip.Addr{netip.MustParseAddr(a)}, nil
-}
-
-func (n *testNet) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	ap, err := netip.ParseAddrPort(address)
-	n.mu.Lock()
-	hang := n.hang[address]
-	n.mu.Unlock()
-	switch {
-	case hang:
-		<-ctx.Done()
-		return nil, ctx.Err()
-	case err == nil && ap.Addr().IsLoopback():
-		var d net.Dialer
-		return d.DialContext(ctx, network, address)
-	}
-	n.t.Errorf("dialed %s, outside loopback", address)
-	return nil, errors.New("test: no network outside loopback")
-}
-
 // newSender returns a sender through a guard of n that admits loopback
 // receivers, closed when the test ends.
-func newSender(t *testing.T, n *testNet, opts ...webhook.Option) *webhook.Sender {
+func newSender(t *testing.T, n *egresstest.Net, opts ...webhook.Option) *webhook.Sender {
 	t.Helper()
 	if n == nil {
-		n = &testNet{t: t}
+		n = egresstest.NewNet(t, nil)
 	}
-	g, err := egress.New(egress.WithAllow("127.0.0.1"), egress.WithResolver(n), egress.WithDialer(n.dial))
+	g, err := egress.New(egress.WithAllow("127.0.0.1"), egress.WithResolver(n), egress.WithDialer(n.Dial))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,9 +164,8 @@ func TestFailureClasses(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	n := &testNet{t: t, lookups: map[string]int{},
-		names: map[string][]string{"slow.test": {"203.0.113.50"}, "inside.test": {"10.0.0.1"}},
-		hang:  map[string]bool{"203.0.113.50:80": true}}
+	n := egresstest.NewNet(t, map[string][]string{"slow.test": {"203.0.113.50"}, "inside.test": {"10.0.0.1"}})
+	n.Hang("203.0.113.50:80")
 	s := newSender(t, n, webhook.WithTimeout(300*time.Millisecond))
 	for _, tc := range []struct {
 		name, url string
