@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
 
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
@@ -188,6 +189,7 @@ func TestContexts(t *testing.T) {
 	}
 
 	working := sendTask(t, alice, send(call("slow", nil), false))
+	untilProgressed(t, alice, working.ID)
 	bobs := sendTask(t, bob, send(call("echo", nil), true))
 	followUp := func(id a2a.TaskID, contextID string) *a2a.MessageSendParams {
 		m := call("echo", nil)
@@ -283,4 +285,20 @@ func TestLifecycle(t *testing.T) {
 	if got := kinds(evs); len(got) != 2 || got[0] != "task" || !lastFinal(evs) {
 		t.Errorf("tasks/resubscribe of a completed task = %q, want the task and a final status update", got)
 	}
+}
+
+// untilProgressed returns once task id's stream shows the slow tool
+// halfway, so the task is working: a non-blocking send answers as soon
+// as the job is stored, which may be before a worker took it.
+func untilProgressed(t *testing.T, cl *a2aclient.Client, id a2a.TaskID) {
+	t.Helper()
+	for ev, err := range cl.ResubscribeToTask(bounded(t), &a2a.TaskIDParams{ID: id}) {
+		if err != nil {
+			t.Fatalf("tasks/resubscribe %s: %v", id, err)
+		}
+		if progressed(ev) {
+			return
+		}
+	}
+	t.Fatalf("tasks/resubscribe %s ended before the tool reported progress", id)
 }
