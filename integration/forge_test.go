@@ -88,17 +88,25 @@ func TestJobReplyForgery(t *testing.T) {
 		// the real workers serve too, or a method of its family that
 		// only it serves.
 		method string
+		// calls: attack synchronous calls, whose answers go to
+		// "toolbus.reply.<ingress>.<token>", instead of jobs.
+		calls bool
 	}{
 		{name: "worker credential", user: "worker", inbox: bus.WorkerInboxPrefix, method: "echo"},
 		{name: "family credential", user: familyUser, inbox: "_INBOX_worker_math", method: "math.echo"},
+		{name: "worker credential, synchronous calls", user: "worker", inbox: bus.WorkerInboxPrefix, method: "echo", calls: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRogue(t, natsURL, tc.user, c.Credentials.Password(tc.user), tc.inbox)
-			res := forgeJobReplies(t, c, r, tc.method)
-			t.Logf("forgery with the %s credential: %d job calls observed, %d guesses published in %v (%d refused by the server), %d forged answers accepted of %d victim jobs\n%s",
-				tc.user, res.observed, res.published, res.publishing.Round(time.Millisecond), r.refusals(), res.accepted, victimJobs, res.inference)
+			what, attack := "job", forgeJobReplies
+			if tc.calls {
+				what, attack = "synchronous", forgeCallReplies
+			}
+			res := attack(t, c, r, tc.method)
+			t.Logf("forgery of %s answers with the %s credential: %d calls observed, %d guesses published in %v (%d refused by the server), %d forged answers accepted of %d victim calls\n%s",
+				what, tc.user, res.observed, res.published, res.publishing.Round(time.Millisecond), r.refusals(), res.accepted, victimJobs, res.inference)
 			if res.accepted > 0 {
-				t.Errorf("%d forged answers were taken as jobs' results, want none: the reply tokens of job calls can be inferred from those a worker is given", res.accepted)
+				t.Errorf("%d forged answers were taken as %s calls' results, want none: the reply tokens can be inferred from those a worker is given", res.accepted, what)
 			}
 		})
 	}
@@ -205,6 +213,124 @@ func forgeJobReplies(t *testing.T, c *Cluster, r *rogue, method string) forgery 
 		}
 	}
 	return forgery{observed: len(seen), published: published, publishing: publishing, accepted: accepted, inference: inference}
+}
+
+// forgeCallReplies runs the attack on synchronous calls: rogue r takes
+// calls of method through every ingress until it has seen the reply
+// subjects of each, leaves the queue group, and while another caller's
+// long sleep calls run on the real workers publishes the answers it
+// infers. Each victim call must answer its real worker's result.
+func forgeCallReplies(t *testing.T, c *Cluster, r *rogue, method string) forgery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := subjects.Replies() + "."
+
+	sub := r.serve(t, subjects, method, replies)
+	observed := 0
+	const rounds, perRound = 8, 8
+	for round := 0; round < rounds && !r.enough(replies, Ingresses, 2); round++ {
+		for i := range perRound {
+			n := round*perRound + i
+			if _, err := callRPC(ctx, c.URL(n%Ingresses), method, map[string]any{"probe": n}); err != nil {
+				t.Fatalf("probe call of %s: %v", method, err)
+			}
+			observed++
+		}
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	seen := r.seen()
+	if len(seen) == 0 {
+		t.Fatalf("the rogue received none of %d %s calls, want some: the attack could not start", observed, method)
+	}
+
+	// The victim's long calls, on the real workers, each waited for
+	// until the workers say they run it: its reply subject is then open.
+	type answer struct {
+		result json.RawMessage
+		err    error
+	}
+	answers := make(chan answer, victimJobs)
+	for i := range victimJobs {
+		go func() {
+			res, err := callRPC(ctx, c.URL(i%Ingresses), "sleep", map[string]any{"ms": victimSleep.Milliseconds()})
+			answers <- answer{res, err}
+		}()
+	}
+	c.waitRunning(t, ctx, "sleep", victimJobs)
+
+	guesses, inference := inferReplySubjects(replies, seen, forgeBudget)
+	if len(guesses) == 0 {
+		t.Fatalf("the rogue inferred no reply subject from %d it saw, want some guesses", len(seen))
+	}
+	forged, err := schema.MarshalReply(schema.ReplyResult([]byte(forgedResult)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for _, g := range guesses {
+		if err := r.nc.Publish(g, forged); err != nil {
+			t.Fatalf("publish a guess: %v", err)
+		}
+	}
+	if err := r.nc.Flush(); err != nil {
+		t.Fatalf("flush the guesses: %v", err)
+	}
+	publishing := time.Since(began)
+
+	want := fmt.Sprintf(`{"slept_ms":%d}`, victimSleep.Milliseconds())
+	accepted := 0
+	for range victimJobs {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("victim call of sleep = %v, want its real worker's result %s", a.err, want)
+		case isForged(a.result):
+			accepted++
+			t.Errorf("victim call of sleep = %s, want its real worker's result %s", a.result, want)
+		case string(a.result) != want:
+			t.Errorf("victim call of sleep = %s, want %s", a.result, want)
+		}
+	}
+	return forgery{observed: len(seen), published: len(guesses), publishing: publishing, accepted: accepted, inference: inference}
+}
+
+// callRPC makes one synchronous call through the ingress at base and
+// returns its result, or its error as an [rpcError].
+func callRPC(ctx context.Context, base, method string, params any) (json.RawMessage, error) {
+	var out json.RawMessage
+	err := rpc(ctx, base, method, params, &out)
+	return out, err
+}
+
+// waitRunning waits, for up to a minute, until the workers together say
+// they run n calls of method (the gauge toolbus_worker_in_flight).
+func (c *Cluster) waitRunning(t *testing.T, ctx context.Context, method string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		running := 0.0
+		for _, w := range c.Worker {
+			running += sumBy(scrape(ctx, t, w, "9464/tcp")["toolbus_worker_in_flight"], "method", nil)[method]
+		}
+		if int(running) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the workers run %v calls of %s after a minute, want %d: the attack needs them running", running, method, n)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %d calls of %s to run: %v", n, method, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // submitAnnounced submits a job of method through the ingress at base,
