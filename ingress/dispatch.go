@@ -228,7 +228,7 @@ func (s *Server) streamSafely(ctx context.Context, calls []schema.Call, emit fun
 			err = s.recovered(ctx, v)
 		}
 	}()
-	s.d.Dispatch(ctx, calls, emit)
+	s.dispatcher.Dispatch(ctx, calls, emit)
 	return nil
 }
 

@@ -103,7 +103,7 @@ func newFairServer(t *testing.T, g *gate, f Fairness, opts ...Option) (*Server, 
 	if err != nil {
 		t.Fatalf("New() error = %v", err)
 	}
-	return s, s.d
+	return s, s.dispatcher
 }
 
 // calls returns n calls of method for caller, ids 1 to n, with timeout.

@@ -39,14 +39,14 @@ const (
 // Server is the HTTP ingress. Create it with [New]; its methods are safe for
 // concurrent use.
 type Server struct {
-	// d is the dispatcher chain every transport hands its calls to (see
+	// dispatcher is the chain every transport hands its calls to (see
 	// [Server.chain]).
-	d     schema.Dispatcher
-	cfg   config
-	log   *slog.Logger
-	mux   *http.ServeMux
-	srv   *http.Server
-	limit schema.Limits
+	dispatcher schema.Dispatcher
+	cfg        config
+	log        *slog.Logger
+	mux        *http.ServeMux
+	srv        *http.Server
+	limit      schema.Limits
 
 	// router routes extension methods; nil without extensions.
 	router *router
@@ -134,7 +134,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	s.mux.HandleFunc(restPattern, s.serveREST)
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	s.d = s.chain(d)
+	s.dispatcher = s.chain(d)
 	if err := s.setupMetrics(); err != nil {
 		return nil, fmt.Errorf("ingress: metrics: %w", err)
 	}

@@ -8,10 +8,10 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-func TestRunOfUnheardMessages(t *testing.T) {
+func TestMissStreak(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		unheard []uint64 // numbers of the messages that found nobody, in order
+		missed  []uint64 // numbers of the messages that found nobody, in order
 		want    uint64   // the length of the run the last one ends
 	}{
 		{"the first", []uint64{1}, 1},
@@ -24,11 +24,11 @@ func TestRunOfUnheardMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var r missStreak
 			var got uint64
-			for _, seq := range tc.unheard {
+			for _, seq := range tc.missed {
 				got = r.missed(seq)
 			}
 			if got != tc.want {
-				t.Errorf("run after unheard %v = %d, want %d", tc.unheard, got, tc.want)
+				t.Errorf("missed(%v) in turn = %d, want %d", tc.missed, got, tc.want)
 			}
 		})
 	}
