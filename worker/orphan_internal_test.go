@@ -10,9 +10,9 @@ import (
 
 func TestMissStreak(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		missed  []uint64 // numbers of the messages that found nobody, in order
-		want    uint64   // the length of the run the last one ends
+		name   string
+		missed []uint64 // numbers of the messages that found nobody, in order
+		want   uint64   // the length of the run the last one ends
 	}{
 		{"the first", []uint64{1}, 1},
 		{"one later", []uint64{5}, 1},
