@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -28,8 +29,15 @@ type benchTenantsFlags struct {
 	concurrency int
 	floodConns  int
 	batch       int
+	hostile     bool
 	slowConns   int
 	wsAnswer    int
+	deployments []string
+	fair        []bool
+	alone       bool
+	pin         bool
+	serverCPUs  string
+	loadCPUs    string
 	binary      string
 	serverArgs  []string
 	progress    string
@@ -39,18 +47,37 @@ func newBenchTenantsCmd() *cobra.Command {
 	var f benchTenantsFlags
 	cmd := &cobra.Command{
 		Use:   "tenants",
-		Short: "Measure one caller's echo latency with and without another caller's flood",
-		Long: `tenants starts 'toolbus dev --auth on' as a child process with two API keys,
-a victim allowed echo and a flooder allowed echo and the rpc.jobs methods, and
-measures from outside it. The victim calls echo from --concurrency callers in
-rounds that alternate without and with the flood: 1000-call batches on several
-connections, job submits, calls with a new Idempotency-Key each, large answers
-on a WebSocket that is never read, and connections that send 100 KB of headers
-slowly. It prints the victim's p99 in both, their ratio against the goal (at
-most 2×), the victim's failed calls by code and reason, the flood's answers by
-class, and the child's resident memory (VmRSS) in both. The child runs at the
-shipped defaults unless --server-arg gives it other flags; it is stopped at the
-end.`,
+		Short: "Measure one caller's echo latency and rate with and without another caller's flood",
+		Long: `tenants measures from outside how much one caller's flood costs another's
+calls. For each deployment of --deployments (dev: 'toolbus dev'; split:
+'toolbus nats', 'toolbus ingress' and 'toolbus worker', three processes over
+loopback TCP) and each value of --fair, it starts the deployment as child
+processes with authentication on and two API keys, a victim allowed echo and a
+flooder allowed echo and the rpc.jobs methods, and a load generator as a child
+process of its own. The victim calls echo from --concurrency callers, one call
+in flight each, in rounds that alternate without and with the flood:
+batches of --flood-batch echo calls on --flood-connections connections, each the
+next as soon as the last is answered (--hostile adds job submits, calls with a
+new Idempotency-Key each, large answers on a WebSocket that is never read, and
+connections that send 100 KB of headers slowly).
+
+The deployment's processes run under taskset on --server-cpus and the load
+generator on --load-cpus (--pin=false runs them where the kernel likes); the
+output says on which CPUs each may run, as the kernel reports its affinity.
+Each run prints the victim's figures round by round, PASS or MISS against
+each goal (p99 under the flood at most 3× without it, at least 40% of the
+call rate kept, no failed call), its failed calls by code and reason, the
+flood's answers by class and the serving process's resident memory; a table
+at the end puts the runs side by side. The load average is printed at the
+start and the end.
+
+--alone measures instead the victim calling alone against two servers of
+each deployment, one with --fair and one with --fair=false, in runs that
+alternate between them, and prints the ratio of their figures: the cost of
+the fair scheduler when there is nothing to share.
+
+The servers run at the shipped defaults unless --server-arg gives them other
+flags; everything is stopped at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -66,37 +93,170 @@ end.`,
 					return fmt.Errorf("bench tenants: cannot find this program to start its server (%w): give --binary", err)
 				}
 			}
-			return runBenchTenants(ctx, cmd.OutOrStdout(), newProgressStarter(progress), []string{f.binary}, nil, f)
+			return runBenchTenants(ctx, cmd.OutOrStdout(), progress, []string{f.binary}, nil, f)
 		},
 	}
-	cmd.Flags().DurationVar(&f.duration, "duration", 3*time.Second, "length of each round")
-	cmd.Flags().IntVar(&f.rounds, "rounds", 2, "pairs of rounds, one without the flood and one with it")
-	cmd.Flags().IntVar(&f.concurrency, "concurrency", 4, "the victim's concurrent echo callers")
-	cmd.Flags().IntVar(&f.floodConns, "flood-connections", 4, "connections sending the flood's batches")
-	cmd.Flags().IntVar(&f.batch, "flood-batch", 1000, "echo calls in one flood batch")
-	cmd.Flags().IntVar(&f.slowConns, "slow-connections", 100, "flood connections that send 100 KB of headers slowly")
-	cmd.Flags().IntVar(&f.wsAnswer, "ws-answer-bytes", 256<<10, "size of each answer the flood's unread WebSocket asks for")
-	cmd.Flags().StringVar(&f.binary, "binary", "", "toolbus program run as the server (default: this one)")
-	cmd.Flags().StringSliceVar(&f.serverArgs, "server-arg", nil, "extra flag of the server's dev command, repeatable (e.g. --server-arg=--max-in-flight=2000)")
-	cmd.Flags().StringVar(&f.progress, "progress", "auto", "progress line on standard error: auto (when standard error is a terminal), on or off")
+	cmd.AddCommand(newBenchTenantsLoadCmd())
+	fl := cmd.Flags()
+	fl.DurationVar(&f.duration, "duration", 3*time.Second, "length of each round")
+	fl.IntVar(&f.rounds, "rounds", 2, "pairs of rounds, one without the flood and one with it (with --alone: runs against each server)")
+	fl.IntVar(&f.concurrency, "concurrency", 1, "the victim's concurrent echo callers")
+	fl.IntVar(&f.floodConns, "flood-connections", 4, "connections sending the flood's batches")
+	fl.IntVar(&f.batch, "flood-batch", 500, "echo calls in one flood batch")
+	fl.BoolVar(&f.hostile, "hostile", false, "add to the flood job submits, calls with new idempotency keys, an unread WebSocket and slow headers")
+	fl.IntVar(&f.slowConns, "slow-connections", 100, "connections of the --hostile flood that send 100 KB of headers slowly")
+	fl.IntVar(&f.wsAnswer, "ws-answer-bytes", 256<<10, "size of each answer the --hostile flood's unread WebSocket asks for")
+	fl.StringSliceVar(&f.deployments, "deployments", []string{"dev", "split"}, "deployments measured, in turn: dev, split")
+	fl.BoolSliceVar(&f.fair, "fair", []bool{true}, "the ingress's --fair, one run of each deployment per value (true,false compares the two)")
+	fl.BoolVar(&f.alone, "alone", false, "measure the victim alone against each deployment with fairness on and off, alternating, instead of the flood")
+	fl.BoolVar(&f.pin, "pin", true, "run the servers and the load generator on CPUs of their own with taskset")
+	fl.StringVar(&f.serverCPUs, "server-cpus", "0", "CPUs the servers run on with --pin (a taskset -c list)")
+	fl.StringVar(&f.loadCPUs, "load-cpus", "1", "CPUs the load generator runs on with --pin (a taskset -c list)")
+	fl.StringVar(&f.binary, "binary", "", "toolbus program run as the servers and the load generator (default: this one)")
+	fl.StringSliceVar(&f.serverArgs, "server-arg", nil, "extra flag of the dev or ingress command, repeatable (e.g. --server-arg=--max-in-flight=2000)")
+	fl.StringVar(&f.progress, "progress", "auto", "progress line on standard error: auto (when standard error is a terminal), on or off")
 	return cmd
 }
 
-// runBenchTenants starts the server with command (a program and its first
-// arguments) and env added to this process's environment, runs the
-// tenants scenario against it, reports it on out, and stops the server.
-func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressStarter, command, env []string, f benchTenantsFlags) error {
-	dir, err := os.MkdirTemp("", "toolbus-bench-tenants-")
-	if err != nil {
+// newBenchTenantsLoadCmd is the load generator `toolbus bench tenants`
+// runs as a process of its own: it runs [bench.Tenants] as the file of
+// --spec says and prints a [tenantsLoadResult] as JSON.
+func newBenchTenantsLoadCmd() *cobra.Command {
+	var specFile string
+	cmd := &cobra.Command{
+		Use:    "load",
+		Short:  "Run the tenants scenario against a running ingress and print its result as JSON",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := os.ReadFile(specFile)
+			if err != nil {
+				return fmt.Errorf("bench tenants load: --spec: %w", err)
+			}
+			var spec tenantsLoadSpec
+			if err := json.Unmarshal(b, &spec); err != nil {
+				return fmt.Errorf("bench tenants load: --spec: %w", err)
+			}
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			cfg := spec.Config
+			if spec.RSSPid > 0 {
+				cfg.RSS = func() (uint64, error) { return processRSS(spec.RSSPid) }
+			}
+			if spec.Progress != "" {
+				cfg.Progress = bench.StartProgress(cmd.ErrOrStderr(), spec.Progress)
+			}
+			r, err := bench.Tenants(ctx, cfg)
+			cfg.Progress.Stop()
+			out := tenantsLoadResult{Result: r, Pid: os.Getpid()}
+			var cerr error
+			if out.CPUs, cerr = processCPUs(os.Getpid()); cerr != nil {
+				out.CPUsError = cerr.Error()
+			}
+			return errors.Join(err, json.NewEncoder(cmd.OutOrStdout()).Encode(out))
+		},
+	}
+	cmd.Flags().StringVar(&specFile, "spec", "", "JSON file of what to run")
+	return cmd
+}
+
+// tenantsLoadSpec is what the tenants load generator runs.
+type tenantsLoadSpec struct {
+	Config bench.TenantsConfig
+	// RSSPid is the process whose resident memory is sampled; 0 for none.
+	RSSPid int
+	// Progress names the progress line drawn on standard error; empty for
+	// none.
+	Progress string
+}
+
+// tenantsLoadResult is what the tenants load generator measured, and
+// where it ran.
+type tenantsLoadResult struct {
+	Result bench.TenantsResult
+	Pid    int
+	// CPUs are those the load generator may run on, as the kernel reports
+	// its affinity; CPUsError says why they are empty.
+	CPUs, CPUsError string
+}
+
+// runBenchTenants starts each deployment and fairness f names in turn,
+// with command (a program and its first arguments) and env added to this
+// process's environment, runs the tenants scenario against it from a load
+// generator child, reports it on out, and stops the deployment. It draws
+// the load generator's progress on progress unless it is nil.
+func runBenchTenants(ctx context.Context, out, progress io.Writer, command, env []string, f benchTenantsFlags) (err error) {
+	if os.Getenv(benchChildEnv) != "" {
+		return fmt.Errorf("bench tenants: this process was started by a bench (%s is set) and starts no processes of its own", benchChildEnv)
+	}
+	for _, d := range f.deployments {
+		if d != "dev" && d != "split" {
+			return fmt.Errorf("bench tenants: --deployments %q: want dev or split", d)
+		}
+	}
+	if len(f.deployments) == 0 || len(f.fair) == 0 {
+		return errors.New("bench tenants: --deployments and --fair need a value each")
+	}
+	tb := &tenantsBench{f: f, out: out, progress: progress, server: command, load: command,
+		env: append(env[:len(env):len(env)], benchChildEnv+"=1")}
+	if f.pin {
+		taskset, err := exec.LookPath("taskset")
+		if err != nil {
+			return fmt.Errorf("bench tenants: --pin needs taskset (%w): install it (util-linux) or give --pin=false", err)
+		}
+		tb.server = append([]string{taskset, "-c", f.serverCPUs}, command...)
+		tb.load = append([]string{taskset, "-c", f.loadCPUs}, command...)
+	}
+	if tb.dir, err = os.MkdirTemp("", "toolbus-bench-tenants-"); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	victimKey, floodKey := rand.Text(), rand.Text()
+	defer func() { err = errors.Join(err, os.RemoveAll(tb.dir)) }()
+	if err := tb.writeKeys(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "toolbus bench tenants: load average %s at the start\n", loadAverage())
+	if f.pin {
+		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generator on CPUs %s\n\n", f.serverCPUs, f.loadCPUs)
+	} else {
+		fmt.Fprintf(out, "not pinned (--pin=false): the servers and the load generator run where the kernel puts them\n\n")
+	}
+	if f.alone {
+		err = tb.runAlone(ctx)
+	} else {
+		err = tb.runFlood(ctx)
+	}
+	fmt.Fprintf(out, "\nload average %s at the end\n", loadAverage())
+	return err
+}
+
+// tenantsBench is one run of `toolbus bench tenants`: how it starts its
+// children, and the API keys they share.
+type tenantsBench struct {
+	f        benchTenantsFlags
+	out      io.Writer
+	progress io.Writer
+	// server and load start this program as a server and as the load
+	// generator: under taskset when pinned.
+	server, load []string
+	env          []string
+	dir          string
+
+	authPath            string
+	victimKey, floodKey string
+}
+
+// writeKeys writes the auth file of the servers: the victim may call
+// echo, the flooder echo and the rpc.jobs methods.
+func (tb *tenantsBench) writeKeys() error {
+	tb.victimKey, tb.floodKey = rand.Text(), rand.Text()
 	keys := authFile{}
 	for _, k := range []struct {
 		name, key string
 		allow     []string
-	}{{"victim", victimKey, []string{"echo"}}, {"flooder", floodKey, []string{"echo", "rpc.jobs.*"}}} {
+	}{{"victim", tb.victimKey, []string{"echo"}}, {"flooder", tb.floodKey, []string{"echo", "rpc.jobs.*"}}} {
 		keys.Keys = append(keys.Keys, struct {
 			Name     string   `json:"name"`
 			SHA256   string   `json:"sha256"`
@@ -108,81 +268,307 @@ func runBenchTenants(ctx context.Context, out io.Writer, startProgress progressS
 	if err != nil {
 		return err
 	}
-	authPath := filepath.Join(dir, "auth.json")
-	if err := os.WriteFile(authPath, b, 0o600); err != nil {
-		return err
-	}
-	args := append([]string{"--log-level", "error", "dev", "--auth", "on", "--auth-file", authPath,
-		"--listen", "127.0.0.1:0", "--nats-listen", "", "--data", filepath.Join(dir, "data")}, f.serverArgs...)
-	srv, err := startDevServer(ctx, command, args, env)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
+	tb.authPath = filepath.Join(tb.dir, "auth.json")
+	return os.WriteFile(tb.authPath, b, 0o600)
+}
 
-	fmt.Fprintf(out, "toolbus bench tenants: server pid %d at %s (toolbus dev --auth on %s)\n", srv.Pid(), srv.url, strings.Join(f.serverArgs, " "))
-	fmt.Fprintf(out, "%s\n\n", placement(srv.Pid(), os.Getpid()))
-	p := startProgress("tenants")
-	r, err := bench.Tenants(ctx, bench.TenantsConfig{
-		URL: srv.url, VictimKey: victimKey, FloodKey: floodKey,
+// runFlood measures every deployment at every fairness of the flags under
+// the flood, one after another, and puts them side by side.
+func (tb *tenantsBench) runFlood(ctx context.Context) error {
+	var runs []bench.TenantsRun
+	var errs []error
+	for _, fair := range tb.f.fair {
+		for _, d := range tb.f.deployments {
+			r, err := tb.runOne(ctx, d, fair)
+			errs = append(errs, err)
+			if len(r.Rounds) > 0 {
+				runs = append(runs, bench.TenantsRun{Deployment: d, Fair: fair, Result: r})
+			}
+			if ctx.Err() != nil {
+				return errors.Join(errs...)
+			}
+		}
+	}
+	if len(runs) > 0 {
+		fmt.Fprintf(tb.out, "\nside by side:\n")
+		errs = append(errs, bench.ReportTenantsRuns(tb.out, runs))
+	}
+	return errors.Join(errs...)
+}
+
+// runOne starts deployment d, measures it under the flood, reports it and
+// stops it.
+func (tb *tenantsBench) runOne(ctx context.Context, d string, fair bool) (r bench.TenantsResult, err error) {
+	t, err := tb.start(ctx, d, fair)
+	if err != nil {
+		return r, err
+	}
+	defer func() { err = errors.Join(err, t.stopAll()) }()
+	fmt.Fprintf(tb.out, "== %s, --fair=%t: %s\n", d, fair, t.what)
+	lr, err := tb.measure(ctx, t, tb.config(t, false), d)
+	if len(lr.Result.Rounds) == 0 {
+		return lr.Result, err
+	}
+	// A load generator that failed part way still reports its rounds.
+	fmt.Fprintf(tb.out, "%s\n", placement(t.placed, lr.placed()))
+	err = errors.Join(err, bench.ReportTenants(tb.out, lr.Result))
+	fmt.Fprintln(tb.out)
+	return lr.Result, err
+}
+
+// runAlone measures the victim alone against two servers of each
+// deployment, fairness on and off, in runs that alternate between them in
+// the order on, off, off, on, … so that a drift of the machine falls on
+// both alike.
+func (tb *tenantsBench) runAlone(ctx context.Context) error {
+	var alone []bench.TenantsAlone
+	var errs []error
+	for _, d := range tb.f.deployments {
+		a, err := tb.aloneOne(ctx, d)
+		errs = append(errs, err)
+		alone = append(alone, a)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	fmt.Fprintf(tb.out, "\nthe victim alone, fairness on and off (on/off: the ratio of the two):\n")
+	return errors.Join(append(errs, bench.ReportTenantsAlone(tb.out, alone))...)
+}
+
+// aloneOne starts deployment d twice, fairness on and off, and measures
+// the victim alone against the two in turn.
+func (tb *tenantsBench) aloneOne(ctx context.Context, d string) (a bench.TenantsAlone, err error) {
+	a.Deployment = d
+	var ts [2]*tenantsTarget // fairness on, off
+	defer func() {
+		for _, t := range ts {
+			if t != nil {
+				err = errors.Join(err, t.stopAll())
+			}
+		}
+	}()
+	for i, fair := range []bool{true, false} {
+		if ts[i], err = tb.start(ctx, d, fair); err != nil {
+			return a, err
+		}
+		fmt.Fprintf(tb.out, "== %s, --fair=%t: %s\n", d, fair, ts[i].what)
+	}
+	for run := range tb.f.rounds {
+		order := []int{0, 1}
+		if run%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, i := range order {
+			t, fair := ts[i], i == 0
+			lr, err := tb.measure(ctx, t, tb.config(t, true), fmt.Sprintf("%s alone", d))
+			if err != nil {
+				return a, err
+			}
+			a.Add(fair, lr.Result)
+			q := lr.Result.Quiet
+			fmt.Fprintf(tb.out, "run %d, --fair=%t: %.0f calls/s, p50 %v, p99 %v, %d failed; %s\n", run+1, fair,
+				q.Throughput, q.P50.Round(time.Microsecond), q.P99.Round(time.Microsecond), q.Errors, placement(t.placed, lr.placed()))
+		}
+	}
+	return a, nil
+}
+
+// config is the scenario the load generator runs against t.
+func (tb *tenantsBench) config(t *tenantsTarget, alone bool) bench.TenantsConfig {
+	f := tb.f
+	rounds := f.rounds
+	if alone {
+		rounds = 1
+	}
+	return bench.TenantsConfig{
+		URL: t.url, VictimKey: tb.victimKey, FloodKey: tb.floodKey,
 		VictimAddr: "127.0.0.1", FloodAddr: "127.0.0.2",
-		Concurrency: f.concurrency, Duration: f.duration, Rounds: f.rounds,
-		FloodConns: f.floodConns, BatchSize: f.batch, SlowConns: f.slowConns, WSAnswerBytes: f.wsAnswer,
-		RSS: func() (uint64, error) { return processRSS(srv.Pid()) }, Progress: p})
-	p.Stop()
-	if len(r.Rounds) > 0 {
-		bench.ReportTenants(out, r)
+		Concurrency: f.concurrency, Duration: f.duration, Rounds: rounds, Alone: alone,
+		FloodConns: f.floodConns, BatchSize: f.batch,
+		Hostile: f.hostile, SlowConns: f.slowConns, WSAnswerBytes: f.wsAnswer}
+}
+
+// measure runs the load generator against t with cfg and returns what it
+// measured; name titles its progress line.
+func (tb *tenantsBench) measure(ctx context.Context, t *tenantsTarget, cfg bench.TenantsConfig, name string) (tenantsLoadResult, error) {
+	spec := tenantsLoadSpec{Config: cfg, RSSPid: t.serving.Pid()}
+	if tb.progress != nil {
+		spec.Progress = name
 	}
-	return errors.Join(err, srv.stop())
-}
-
-var devReadyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)`)
-
-// devServer is a toolbus dev child process and the URL it serves.
-type devServer struct {
-	*proc.Process
-	url string
-}
-
-// startDevServer starts command with args and waits until it prints its
-// URL and answers /readyz, at most a minute each.
-func startDevServer(ctx context.Context, command, args, env []string) (*devServer, error) {
-	p, err := proc.Start(ctx, proc.Spec{Name: "the server", Command: append(command[:len(command):len(command)], args...),
-		Env: env, Ready: devReadyLine, ReadyWithin: time.Minute, StopWithin: 10 * time.Second})
+	b, err := json.Marshal(spec)
 	if err != nil {
-		return nil, fmt.Errorf("bench tenants: %w", err)
+		return tenantsLoadResult{}, err
 	}
-	s := &devServer{Process: p, url: p.Ready()[1]}
-	if err := waitHTTPReady(ctx, p, strings.TrimSuffix(s.url, "/rpc")+"/readyz", time.Minute); err != nil {
-		return nil, errors.Join(err, s.stop())
+	specFile, err := os.CreateTemp(tb.dir, "load-*.json")
+	if err != nil {
+		return tenantsLoadResult{}, err
 	}
-	return s, nil
+	defer os.Remove(specFile.Name())
+	if _, err := specFile.Write(b); err != nil {
+		return tenantsLoadResult{}, errors.Join(err, specFile.Close())
+	}
+	if err := specFile.Close(); err != nil {
+		return tenantsLoadResult{}, err
+	}
+	// Each round is its settling quarter, its length and at most the
+	// loop's 5 s grace; a minute more covers the wait for the first echo.
+	within := time.Duration(2*max(cfg.Rounds, 1))*(cfg.Duration*5/4+5*time.Second) + 2*time.Minute
+	rctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	var errOut io.Writer = &stderr
+	if tb.progress != nil {
+		errOut = io.MultiWriter(tb.progress, &stderr)
+	}
+	p, err := proc.Start(rctx, proc.Spec{Name: "the load generator",
+		Command: append(tb.load[:len(tb.load):len(tb.load)], "bench", "tenants", "load", "--spec", specFile.Name()),
+		Env:     tb.env, Stdout: &stdout, Stderr: errOut})
+	if err != nil {
+		return tenantsLoadResult{}, fmt.Errorf("bench tenants: %w", err)
+	}
+	var lr tenantsLoadResult
+	werr := p.Wait()
+	if jerr := json.Unmarshal(stdout.Bytes(), &lr); jerr != nil && werr == nil {
+		return lr, fmt.Errorf("bench tenants: the load generator's result: %w", jerr)
+	}
+	if werr != nil {
+		return lr, fmt.Errorf("bench tenants: the load generator: %w: %s", errors.Join(werr, rctx.Err()), strings.TrimSpace(stderr.String()))
+	}
+	return lr, nil
 }
 
-// stop stops the server and returns why it ended if not at this request.
-func (s *devServer) stop() error {
-	if err := s.Stop(); err != nil {
-		return fmt.Errorf("bench tenants: %w", err)
+// placed is where the load generator ran.
+func (lr tenantsLoadResult) placed() cpuPlacement {
+	p := cpuPlacement{name: "the load generator", pid: lr.Pid, cpus: lr.CPUs}
+	if lr.CPUsError != "" {
+		p.err = errors.New(lr.CPUsError)
 	}
-	return nil
+	return p
 }
 
-// placement says on which CPUs the server (pid server) and the load
-// generators (this process, pid self) may run, as the kernel reports their
-// affinity, and whether they are apart: a figure taken with both on every
-// CPU measures the two competing for them.
-func placement(server, self int) string {
-	s, err1 := processCPUs(server)
-	g, err2 := processCPUs(self)
-	if err := errors.Join(err1, err2); err != nil {
-		return "CPU placement unknown: " + err.Error()
-	}
-	how := "pinned apart"
-	if !disjoint(s, g) {
-		how = "not pinned apart: they share CPUs (run the server under taskset -c 0 with --binary, and the bench under taskset -c 1)"
-	}
-	return fmt.Sprintf("the server runs on CPUs %s and the load generators on CPUs %s: %s", s, g, how)
+// tenantsTarget is a deployment under measure: its processes, the URL of
+// its ingress, the process whose memory is read, and where each may run.
+type tenantsTarget struct {
+	*children
+	url     string
+	serving *proc.Process
+	what    string
+	placed  []cpuPlacement
 }
+
+// start starts deployment d with the ingress's --fair set to fair, and
+// reads where its processes may run once they are ready.
+func (tb *tenantsBench) start(ctx context.Context, d string, fair bool) (*tenantsTarget, error) {
+	dir, err := os.MkdirTemp(tb.dir, fmt.Sprintf("%s-fair-%t-", d, fair))
+	if err != nil {
+		return nil, err
+	}
+	t := &tenantsTarget{children: &children{command: tb.server, env: tb.env, dir: dir}}
+	ingress := append([]string{"--auth", "on", "--auth-file", tb.authPath, fmt.Sprintf("--fair=%t", fair)}, tb.f.serverArgs...)
+	// What the output says of the ingress's flags: all but the file.
+	shown := strings.Join(append([]string{"--auth on"}, ingress[4:]...), " ")
+	var named []struct {
+		name string
+		p    *proc.Process
+	}
+	switch d {
+	case "dev":
+		p, u, err := t.startDev(ctx, "dev", ingress...)
+		if err != nil {
+			return nil, errors.Join(err, t.stopAll())
+		}
+		if err := waitHTTPReady(ctx, p, strings.TrimSuffix(u, "/rpc")+"/readyz", time.Minute); err != nil {
+			return nil, errors.Join(err, t.stopAll())
+		}
+		t.url, t.serving, t.what = u, p, "toolbus dev "+shown
+		named = append(named, struct {
+			name string
+			p    *proc.Process
+		}{"toolbus dev", p})
+	case "split":
+		// The split deployment of the echo bench (startTargets), with
+		// authentication on.
+		token := rand.Text()
+		nats, natsURL, err := t.children.start(ctx, "nats", natsChildReady, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0",
+			"--data", filepath.Join(dir, "nats-data"), "--nats-token", token)
+		if err != nil {
+			return nil, errors.Join(err, t.stopAll())
+		}
+		worker, _, err := t.children.start(ctx, "worker", workerReadyLine, "--log-level", "info", "--log-format", "json", "worker",
+			"--nats", natsURL, "--nats-token", token, "--metrics-listen", "")
+		if err != nil {
+			return nil, errors.Join(err, t.stopAll())
+		}
+		ing, u, err := t.children.start(ctx, "ingress", ingressReadyLine, append([]string{"--log-level", "info", "--log-format", "json", "ingress",
+			"--nats", natsURL, "--nats-token", token, "--listen", "127.0.0.1:0"}, ingress...)...)
+		if err != nil {
+			return nil, errors.Join(err, t.stopAll())
+		}
+		t.url, t.serving, t.what = u, ing, "toolbus nats + toolbus worker + toolbus ingress "+shown
+		named = append(named, []struct {
+			name string
+			p    *proc.Process
+		}{{"toolbus nats", nats}, {"toolbus worker", worker}, {"toolbus ingress", ing}}...)
+	}
+	for _, n := range named {
+		cpus, err := processCPUs(n.p.Pid())
+		t.placed = append(t.placed, cpuPlacement{name: n.name, pid: n.p.Pid(), cpus: cpus, err: err})
+	}
+	return t, nil
+}
+
+// cpuPlacement is where a process may run: the CPUs of its affinity as
+// the kernel reports it, or why they could not be read.
+type cpuPlacement struct {
+	name string
+	pid  int
+	cpus string
+	err  error
+}
+
+// placement says on which CPUs each process of the server and the load
+// generator may run, and whether the two are apart: a figure taken with
+// both on every CPU measures the two competing for them.
+func placement(server []cpuPlacement, load cpuPlacement) string {
+	var parts []string
+	apart := true
+	all := append(server[:len(server):len(server)], load)
+	for i, p := range all {
+		if p.err != nil || p.cpus == "" {
+			parts = append(parts, fmt.Sprintf("%s (pid %d) on CPUs unknown", p.name, p.pid))
+			apart = false
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s (pid %d) on CPUs %s", p.name, p.pid, p.cpus))
+		// disjoint counts an unreadable list as sharing.
+		if i < len(server) && !disjoint(p.cpus, load.cpus) {
+			apart = false
+		}
+	}
+	how := "the server and the load generator are pinned apart"
+	if !apart {
+		how = "the server and the load generator are not pinned apart: they may share CPUs"
+	}
+	return "CPU affinity as the kernel reports it: " + strings.Join(parts, ", ") + ": " + how
+}
+
+// loadAverage reads the load averages over 1, 5 and 15 minutes from
+// /proc/loadavg (Linux only).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// devReadyLine is the line `toolbus dev` prints once it serves; its group
+// is the URL.
+var devReadyLine = regexp.MustCompile(`toolbus dev ready: (http://\S+/rpc)`)
 
 // processCPUs reads the CPUs process pid may run on, as a list such as
 // "0-1" or "0,2", from /proc/<pid>/status (Linux only).

@@ -26,13 +26,21 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// GoalTenantsP99Ratio is the most the victim's p99 under the flood may be,
-// as a multiple of its p99 without it.
-const GoalTenantsP99Ratio = 2.0
+// The goals of `toolbus bench tenants`: what a victim calling alone keeps
+// while another caller floods the same ingress.
+const (
+	// GoalTenantsP99Ratio is the most the victim's p99 under the flood may
+	// be, as a multiple of its p99 without it.
+	GoalTenantsP99Ratio = 3.0
+	// GoalTenantsRateShare is the least share of its call rate without the
+	// flood that the victim must keep under it.
+	GoalTenantsRateShare = 0.40
+)
 
 // TenantsConfig configures [Tenants]. The ingress behind URL must
 // authenticate API keys (X-Api-Key): VictimKey may call echo, FloodKey
-// echo and the rpc.jobs methods.
+// echo and the rpc.jobs methods. It travels as JSON to a load generator
+// process, without RSS and Progress.
 type TenantsConfig struct {
 	URL                 string
 	VictimKey, FloodKey string
@@ -41,30 +49,39 @@ type TenantsConfig struct {
 	// client address counts them apart.
 	VictimAddr, FloodAddr string
 	// Concurrency is the victim's number of callers, each with one echo
-	// call in flight (default 4).
+	// call in flight (default 1).
 	Concurrency int
 	// Duration is the length of each round (default 3s).
 	Duration time.Duration
 	// Rounds is the number of quiet-then-flood pairs (default 2).
 	Rounds int
+	// Alone leaves the flood out: all 2×Rounds rounds measure the victim
+	// calling alone, as the cost of the ingress's scheduling when there is
+	// nothing to share.
+	Alone bool
 	// FloodConns is the number of connections sending the flood's batches,
 	// each waiting for one batch's answer before it sends the next
 	// (default 4).
 	FloodConns int
 	// BatchSize is the number of echo calls in a flood batch (default
-	// 1000).
+	// 500).
 	BatchSize int
-	// WSAnswerBytes is the size of the echo answers the flood's WebSocket
-	// asks for and never reads (default 256 KiB).
+	// Hostile adds the rest of a hostile caller's flood to the batches:
+	// job submits, echo calls under a new Idempotency-Key each, echo calls
+	// with answers of WSAnswerBytes on a WebSocket it never reads, and
+	// SlowConns connections that send a 100 KB header slowly.
+	Hostile bool
+	// WSAnswerBytes is the size of the echo answers the hostile flood's
+	// WebSocket asks for and never reads (default 256 KiB).
 	WSAnswerBytes int
-	// SlowConns is the number of connections that send a 100 KB header
-	// slowly (default 100).
+	// SlowConns is the number of connections of the hostile flood that
+	// send a 100 KB header slowly (default 100).
 	SlowConns int
 	// RSS, when not nil, reports the resident memory of the process
 	// serving URL; it is sampled during every round.
-	RSS func() (uint64, error)
+	RSS func() (uint64, error) `json:"-"`
 	// Progress, when not nil, counts the victim's calls. Optional.
-	Progress *Progress
+	Progress *Progress `json:"-"`
 }
 
 // TenantsRound is what one round measured.
@@ -79,9 +96,11 @@ type TenantsRound struct {
 	RSS uint64
 }
 
-// TenantsResult is what [Tenants] measured.
+// TenantsResult is what [Tenants] measured. It travels as JSON from a load
+// generator process, its errors as their text.
 type TenantsResult struct {
 	Concurrency, FloodConns, BatchSize, SlowConns, WSAnswerBytes int
+	Hostile, Alone                                               bool
 	Duration                                                     time.Duration
 	Rounds                                                       []TenantsRound
 	// Quiet and Flooded merge the victim's rounds without and with the
@@ -104,17 +123,62 @@ type TenantsResult struct {
 	RSSError           error
 }
 
+// tenantsResultJSON is a [TenantsResult] with its errors as text: an error
+// value does not survive JSON.
+type tenantsResultJSON struct {
+	tenantsResultFields
+	FirstVictimError string `json:",omitempty"`
+	RSSError         string `json:",omitempty"`
+}
+
+// tenantsResultFields has the fields of [TenantsResult] but not its
+// methods, so that encoding it does not call them again.
+type tenantsResultFields TenantsResult
+
+// MarshalJSON encodes r, its errors as their text.
+func (r TenantsResult) MarshalJSON() ([]byte, error) {
+	j := tenantsResultJSON{tenantsResultFields: tenantsResultFields(r)}
+	if r.FirstVictimError != nil {
+		j.FirstVictimError = r.FirstVictimError.Error()
+	}
+	if r.RSSError != nil {
+		j.RSSError = r.RSSError.Error()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON decodes what [TenantsResult.MarshalJSON] wrote.
+func (r *TenantsResult) UnmarshalJSON(b []byte) error {
+	var j tenantsResultJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = TenantsResult(j.tenantsResultFields)
+	if j.FirstVictimError != "" {
+		r.FirstVictimError = errors.New(j.FirstVictimError)
+	}
+	if j.RSSError != "" {
+		r.RSSError = errors.New(j.RSSError)
+	}
+	return nil
+}
+
 // Tenants measures how much a flooding caller costs another: the victim
 // calls echo in a closed loop of Concurrency callers, in rounds that
-// alternate without the flood and with it. The flood sends, all at once,
-// batches of BatchSize echo calls on FloodConns connections, job submits,
-// echo calls under a new Idempotency-Key each, echo calls with large
-// answers on a WebSocket it never reads (dialled again when the server
-// closes it), and SlowConns connections that send 100 KB of headers a
-// kilobyte at a time. The flood ignores retry_after_ms, as a hostile
-// caller would. Tenants returns an error when the victim or the flood
-// could not run at all; the victim's failed calls are counted, not
-// returned.
+// alternate without the flood and with it (with Alone, every round is
+// without). The flood sends batches of BatchSize echo calls on FloodConns
+// connections, each the next as soon as the last is answered; with
+// Hostile, it sends at the same time job submits, echo calls under a new
+// Idempotency-Key each, echo calls with large answers on a WebSocket it
+// never reads (dialled again when the server closes it), and SlowConns
+// connections that send 100 KB of headers a kilobyte at a time. The flood
+// ignores retry_after_ms, as a hostile caller would.
+//
+// Before the first round Tenants waits, at most a minute, until the
+// victim's echo is answered: a worker that joined over TCP announces its
+// tools a moment after the ingress is ready. It returns an error when the
+// victim or the flood could not run at all; the victim's failed calls
+// after that are counted, not returned.
 func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 	if err := checkURL(cfg.URL); err != nil {
 		return TenantsResult{}, fmt.Errorf("bench: tenants: %w", err)
@@ -123,7 +187,7 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		return TenantsResult{}, errors.New("bench: tenants: the victim and the flood need API keys of their own")
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 4
+		cfg.Concurrency = 1
 	}
 	if cfg.Duration <= 0 {
 		cfg.Duration = 3 * time.Second
@@ -135,7 +199,7 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		cfg.FloodConns = 4
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 1000
+		cfg.BatchSize = 500
 	}
 	if cfg.WSAnswerBytes <= 0 {
 		cfg.WSAnswerBytes = 256 << 10
@@ -144,18 +208,24 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		cfg.SlowConns = 100
 	}
 	res := TenantsResult{Concurrency: cfg.Concurrency, FloodConns: cfg.FloodConns, BatchSize: cfg.BatchSize,
-		SlowConns: cfg.SlowConns, WSAnswerBytes: cfg.WSAnswerBytes, Duration: cfg.Duration,
+		Hostile: cfg.Hostile, Alone: cfg.Alone, Duration: cfg.Duration,
 		Quiet: Result{hist: new(histogram)}, Flooded: Result{hist: new(histogram)}}
+	if cfg.Hostile {
+		res.SlowConns, res.WSAnswerBytes = cfg.SlowConns, cfg.WSAnswerBytes
+	}
 	victim := newTenant(cfg.URL, cfg.VictimKey, cfg.VictimAddr, cfg.Concurrency)
 	defer victim.close()
 	flood := newTenant(cfg.URL, cfg.FloodKey, cfg.FloodAddr, cfg.FloodConns+4)
 	defer flood.close()
+	if err := victim.waitEcho(ctx, time.Minute); err != nil {
+		return res.finish(new(tally), new(tally)), err
+	}
 	var victimErrs, floodAnswers tally
 
 	settle := cfg.Duration / 4
 	cfg.Progress.planTime(time.Duration(2*cfg.Rounds)*(cfg.Duration+settle), "req")
 	for i := range 2 * cfg.Rounds {
-		flooded := i%2 == 1
+		flooded := i%2 == 1 && !cfg.Alone
 		rctx, endRound := context.WithCancel(ctx)
 		var rss rssPeak
 		var bg sync.WaitGroup
@@ -372,6 +442,26 @@ func (t *tenant) echoOp(errs *tally) Op {
 	}
 }
 
+// waitEcho calls echo until it is answered with its params, at most
+// within; the calls before are not counted anywhere.
+func (t *tenant) waitEcho(ctx context.Context, within time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	op := t.echoOp(new(tally))
+	for {
+		err := op(wctx, 0)
+		if err == nil {
+			return nil
+		}
+		if !ctxwait.Sleep(wctx, 50*time.Millisecond) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("bench: tenants: the victim's echo was not answered within %v: %w", within, err)
+		}
+	}
+}
+
 // runFlood starts every part of the flood on bg; each stops when ctx ends.
 func runFlood(ctx context.Context, bg *sync.WaitGroup, t *tenant, cfg TenantsConfig, round int, out *tally) {
 	var batch bytes.Buffer
@@ -387,6 +477,9 @@ func runFlood(ctx context.Context, bg *sync.WaitGroup, t *tenant, cfg TenantsCon
 		bg.Go(func() {
 			floodLoop(ctx, "batch call", out, func(buf *bytes.Buffer) ([]schema.Response, error) { return t.call(ctx, batch.Bytes(), buf) })
 		})
+	}
+	if !cfg.Hostile {
+		return
 	}
 	job := []byte(`{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.submit","params":{"method":"echo","params":["job"]}}`)
 	bg.Go(func() {
@@ -528,22 +621,12 @@ func hostOf(rawURL string) string {
 	return u.Host
 }
 
-// Verdicts judges r: the victim's p99 under the flood against
-// [GoalTenantsP99Ratio] times its p99 without it, and no failed call of
-// the victim.
+// Verdicts judges r against the goals: the victim's p99 under the flood
+// against [GoalTenantsP99Ratio] times its p99 without it, its calls per
+// second under the flood against [GoalTenantsRateShare] of its rate
+// without it, and no failed call of the victim. A result measured Alone
+// is judged on its failed calls only.
 func (r TenantsResult) Verdicts() []Verdict {
-	lat := Verdict{Goal: fmt.Sprintf("victim p99 under the flood ≤ %.0f× without it", GoalTenantsP99Ratio)}
-	if r.Quiet.Requests == 0 || r.Flooded.Requests == 0 {
-		lat.Margin = "not judged: a round had no successful call"
-	} else {
-		ratio := float64(r.Flooded.P99) / float64(r.Quiet.P99)
-		lat.Got = fmt.Sprintf("%s vs %s (%.2f×)", formatDuration(r.Flooded.P99), formatDuration(r.Quiet.P99), ratio)
-		lat.Pass = ratio <= GoalTenantsP99Ratio
-		lat.Margin = fmt.Sprintf("%.2f× to spare", GoalTenantsP99Ratio-ratio)
-		if !lat.Pass {
-			lat.Margin = fmt.Sprintf("missed by %.2f×", ratio-GoalTenantsP99Ratio)
-		}
-	}
 	var n int64
 	for _, c := range r.VictimErrors {
 		n += c
@@ -552,15 +635,53 @@ func (r TenantsResult) Verdicts() []Verdict {
 	if n > 0 {
 		errs.Margin = fmt.Sprintf("first: %v", r.FirstVictimError)
 	}
-	return []Verdict{lat, errs}
+	if r.Alone {
+		return []Verdict{errs}
+	}
+	lat := Verdict{Goal: fmt.Sprintf("victim p99 under the flood ≤ %.0f× without it", GoalTenantsP99Ratio)}
+	switch {
+	case r.Quiet.Requests == 0:
+		lat.Margin = "not judged: no call succeeded without the flood"
+	case r.Flooded.Requests == 0:
+		lat.Got, lat.Margin = "no call succeeded under the flood", "missed"
+	default:
+		ratio := float64(r.Flooded.P99) / float64(r.Quiet.P99)
+		lat.Got = fmt.Sprintf("%s vs %s (%.2f×)", formatDuration(r.Flooded.P99), formatDuration(r.Quiet.P99), ratio)
+		lat.Pass = ratio <= GoalTenantsP99Ratio
+		lat.Margin = fmt.Sprintf("%.2f× to spare", GoalTenantsP99Ratio-ratio)
+		if !lat.Pass {
+			lat.Margin = fmt.Sprintf("missed by %.2f×", ratio-GoalTenantsP99Ratio)
+		}
+	}
+	rate := Verdict{Goal: fmt.Sprintf("victim calls/s under the flood ≥ %.0f%% of without it", 100*GoalTenantsRateShare)}
+	if r.Quiet.Throughput == 0 {
+		rate.Margin = "not judged: no call succeeded without the flood"
+	} else {
+		share := r.Flooded.Throughput / r.Quiet.Throughput
+		rate.Got = fmt.Sprintf("%.0f vs %.0f (%.0f%%)", r.Flooded.Throughput, r.Quiet.Throughput, 100*share)
+		rate.Pass = share >= GoalTenantsRateShare
+		rate.Margin = fmt.Sprintf("%.0f points to spare", 100*(share-GoalTenantsRateShare))
+		if !rate.Pass {
+			rate.Margin = fmt.Sprintf("missed by %.0f points", 100*(GoalTenantsRateShare-share))
+		}
+	}
+	return []Verdict{lat, rate, errs}
 }
 
 // ReportTenants writes a table of r's rounds to w, its verdicts, the
 // victim's failures and the flood's answers by class, the served process's
 // resident memory, and a histogram of the victim's latencies.
 func ReportTenants(w io.Writer, r TenantsResult) error {
-	fmt.Fprintf(w, "tenants: a victim calls echo from %d callers; a flooder sends %d-call echo batches on %d connections, job submits, calls with new idempotency keys, %d KiB answers on a WebSocket it never reads, and 100 KB headers slowly on %d connections\n",
-		r.Concurrency, r.BatchSize, r.FloodConns, r.WSAnswerBytes>>10, r.SlowConns)
+	fmt.Fprintf(w, "tenants: a victim calls echo from %d %s, one call in flight each; ", r.Concurrency, plural(r.Concurrency, "caller"))
+	switch {
+	case r.Alone:
+		fmt.Fprintln(w, "nobody else calls")
+	case r.Hostile:
+		fmt.Fprintf(w, "a flooder sends %d-call echo batches on %d connections, job submits, calls with new idempotency keys, %d KiB answers on a WebSocket it never reads, and 100 KB headers slowly on %d connections\n",
+			r.BatchSize, r.FloodConns, r.WSAnswerBytes>>10, r.SlowConns)
+	default:
+		fmt.Fprintf(w, "a flooder sends %d-call echo batches on %d connections, each the next as soon as the last is answered\n", r.BatchSize, r.FloodConns)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "round\tflood\tcalls/s\tp50\tp90\tp99\tmax\tcalls\tfailed\tserver RSS")
 	row := func(name, flood string, v Result, rss uint64) {
@@ -568,14 +689,12 @@ func ReportTenants(w io.Writer, r TenantsResult) error {
 			formatDuration(v.P50), formatDuration(v.P90), formatDuration(v.P99), formatDuration(v.Max), v.Requests, v.Errors, mib(rss))
 	}
 	for i, rd := range r.Rounds {
-		flood := "no"
-		if rd.Flood {
-			flood = "yes"
-		}
-		row(strconv.Itoa(i+1), flood, rd.Victim, rd.RSS)
+		row(strconv.Itoa(i+1), yesNo(rd.Flood), rd.Victim, rd.RSS)
 	}
 	row("all", "no", r.Quiet, 0)
-	row("all", "yes", r.Flooded, 0)
+	if !r.Alone {
+		row("all", "yes", r.Flooded, 0)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -583,13 +702,135 @@ func ReportTenants(w io.Writer, r TenantsResult) error {
 		return err
 	}
 	writeClasses(w, "victim failures", r.VictimErrors)
-	writeClasses(w, "flood answers", r.FloodAnswers)
-	if r.RSSError != nil {
+	if !r.Alone {
+		writeClasses(w, "flood answers", r.FloodAnswers)
+	}
+	switch {
+	case r.RSSError != nil:
 		fmt.Fprintf(w, "server RSS: not read: %v\n", r.RSSError)
-	} else {
+	case r.Alone:
+		fmt.Fprintf(w, "server RSS: %s at most in the first round\n", mib(r.RSSQuiet))
+	default:
 		fmt.Fprintf(w, "server RSS: %s before the first flood, %s at most under it\n", mib(r.RSSQuiet), mib(r.RSSFlood))
 	}
+	if r.Alone {
+		return writeChart(w, "victim echo latency", chartSeries{"alone", r.Quiet})
+	}
 	return writeChart(w, "victim echo latency", chartSeries{"quiet", r.Quiet}, chartSeries{"flood", r.Flooded})
+}
+
+// TenantsRun is one run of [Tenants] in the table of [ReportTenantsRuns]:
+// the deployment it measured and whether the ingress shared itself fairly.
+type TenantsRun struct {
+	Deployment string
+	Fair       bool
+	Result     TenantsResult
+}
+
+// ReportTenantsRuns writes the figures the goals judge of every run side
+// by side, one row each, with each run's verdicts.
+func ReportTenantsRuns(w io.Writer, runs []TenantsRun) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "deployment\tfair\tcalls/s quiet\tcalls/s flood\tkept\tp99 quiet\tp99 flood\tratio\tfailed\tverdicts")
+	for _, run := range runs {
+		r := run.Result
+		kept, ratio := "-", "-"
+		if r.Quiet.Throughput > 0 {
+			kept = fmt.Sprintf("%.0f%%", 100*r.Flooded.Throughput/r.Quiet.Throughput)
+		}
+		if r.Quiet.P99 > 0 && r.Flooded.Requests > 0 {
+			ratio = fmt.Sprintf("%.1f×", float64(r.Flooded.P99)/float64(r.Quiet.P99))
+		}
+		var failed int64
+		for _, n := range r.VictimErrors {
+			failed += n
+		}
+		vs := r.Verdicts()
+		// The verdicts come in this order; a result measured alone has
+		// the last only.
+		names := []string{"p99", "rate", "failed"}[3-len(vs):]
+		var verdicts []string
+		for i, v := range vs {
+			word := "MISS"
+			if v.Pass {
+				word = "PASS"
+			}
+			verdicts = append(verdicts, names[i]+" "+word)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\n", run.Deployment, onOff(run.Fair),
+			r.Quiet.Throughput, r.Flooded.Throughput, kept, formatDuration(r.Quiet.P99), formatDuration(r.Flooded.P99),
+			ratio, failed, strings.Join(verdicts, ", "))
+	}
+	return tw.Flush()
+}
+
+// TenantsAlone is the victim calling alone against two servers of one
+// deployment, one with the ingress's fairness on and one with it off, in
+// runs that alternate between them so that other work on the machine
+// falls on both alike. Its zero value is ready to [TenantsAlone.Add] to.
+type TenantsAlone struct {
+	Deployment string
+	// On and Off merge the victim's calls with fairness on and off.
+	On, Off Result
+}
+
+// Add merges the victim's calls of r, measured with fairness on or off.
+func (a *TenantsAlone) Add(on bool, r TenantsResult) {
+	side := &a.Off
+	if on {
+		side = &a.On
+	}
+	if side.hist == nil {
+		side.hist = new(histogram)
+	}
+	side.merge(r.Quiet)
+	side.Concurrency = r.Concurrency
+}
+
+// ReportTenantsAlone writes the victim's figures alone with fairness on
+// and off, and their ratios, for each deployment.
+func ReportTenantsAlone(w io.Writer, alone []TenantsAlone) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "deployment\tfair\tcalls/s\tp50\tp90\tp99\tcalls\tfailed")
+	for _, a := range alone {
+		for _, s := range []struct {
+			name string
+			r    Result
+		}{{"on", a.On}, {"off", a.Off}} {
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\n", a.Deployment, s.name, s.r.Throughput,
+				formatDuration(s.r.P50), formatDuration(s.r.P90), formatDuration(s.r.P99), s.r.Requests, s.r.Errors)
+		}
+		ratio := func(on, off float64) string {
+			if off == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.3f×", on/off)
+		}
+		fmt.Fprintf(tw, "%s\ton/off\t%s\t%s\t%s\t%s\t\t\n", a.Deployment, ratio(a.On.Throughput, a.Off.Throughput),
+			ratio(float64(a.On.P50), float64(a.Off.P50)), ratio(float64(a.On.P90), float64(a.Off.P90)), ratio(float64(a.On.P99), float64(a.Off.P99)))
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 func writeClasses(w io.Writer, title string, m map[string]int64) {

@@ -3,7 +3,11 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/schema"
 )
@@ -41,5 +45,137 @@ func TestTenantsNeedsTwoKeys(t *testing.T) {
 				t.Errorf("Tenants with keys %q and %q = nil error, want one", tc.victim, tc.flood)
 			}
 		})
+	}
+}
+
+func TestTenantsVerdicts(t *testing.T) {
+	quiet := Result{Requests: 3000, Throughput: 1000, P99: time.Millisecond}
+	for _, tc := range []struct {
+		name          string
+		r             TenantsResult
+		want          []bool // p99, rate, failed
+		wantGotPrefix string // of the first verdict
+	}{
+		{"all met", TenantsResult{Quiet: quiet, Flooded: Result{Requests: 1200, Throughput: 400, P99: 3 * time.Millisecond}},
+			[]bool{true, true, true}, "3ms vs 1ms (3.00×)"},
+		{"p99 past 3×", TenantsResult{Quiet: quiet, Flooded: Result{Requests: 1500, Throughput: 500, P99: 3100 * time.Microsecond}},
+			[]bool{false, true, true}, "3.1ms vs 1ms (3.10×)"},
+		{"rate under 40%", TenantsResult{Quiet: quiet, Flooded: Result{Requests: 1197, Throughput: 399, P99: 2 * time.Millisecond}},
+			[]bool{true, false, true}, "2ms vs 1ms (2.00×)"},
+		{"a failed call", TenantsResult{Quiet: quiet, Flooded: Result{Requests: 1500, Throughput: 500, P99: time.Millisecond},
+			VictimErrors: map[string]int64{"transport": 1}, FirstVictimError: errors.New("connection reset")},
+			[]bool{true, true, false}, "1ms vs 1ms (1.00×)"},
+		{"starved under the flood", TenantsResult{Quiet: quiet, Flooded: Result{Elapsed: 6 * time.Second}},
+			[]bool{false, false, true}, "no call succeeded under the flood"},
+		{"nothing without the flood", TenantsResult{Flooded: quiet},
+			[]bool{false, false, true}, ""},
+		{"alone, judged on its failures only", TenantsResult{Alone: true, Quiet: quiet}, []bool{true}, "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vs := tc.r.Verdicts()
+			var got []bool
+			for _, v := range vs {
+				got = append(got, v.Pass)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Verdicts() pass = %v, want %v: %v", got, tc.want, vs)
+			}
+			if vs[0].Got != tc.wantGotPrefix {
+				t.Errorf("Verdicts()[0].Got = %q, want %q", vs[0].Got, tc.wantGotPrefix)
+			}
+		})
+	}
+}
+
+func TestTenantsVerdictGoals(t *testing.T) {
+	vs := TenantsResult{}.Verdicts()
+	var goals []string
+	for _, v := range vs {
+		goals = append(goals, v.Goal)
+	}
+	want := []string{"victim p99 under the flood ≤ 3× without it", "victim calls/s under the flood ≥ 40% of without it", "victim calls failed = 0"}
+	if !slices.Equal(goals, want) {
+		t.Errorf("Verdicts() goals = %q, want %q", goals, want)
+	}
+}
+
+func TestTenantsResultJSON(t *testing.T) {
+	h := new(histogram)
+	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 40 * time.Millisecond} {
+		h.record(d)
+	}
+	flooded := Result{Concurrency: 1, Requests: 3, Elapsed: time.Second, Throughput: 3, hist: h}
+	flooded.setLatencies()
+	in := TenantsResult{Concurrency: 1, FloodConns: 4, BatchSize: 500, Duration: 3 * time.Second,
+		Rounds: []TenantsRound{{Flood: true, Victim: flooded, RSS: 40 << 20}},
+		Quiet:  Result{hist: new(histogram)}, Flooded: flooded,
+		VictimErrors: map[string]int64{"-32002 caller_max_in_flight": 2}, FirstVictimError: errors.New("refused"),
+		FloodAnswers: map[string]int64{"batch call: ok": 1000}, RSSError: errors.New("no /proc")}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	var out TenantsResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("Unmarshal(%s): %v", b, err)
+	}
+	if out.FirstVictimError == nil || out.FirstVictimError.Error() != "refused" || out.RSSError == nil || out.RSSError.Error() != "no /proc" {
+		t.Errorf("errors after a round trip = %v, %v, want refused, no /proc", out.FirstVictimError, out.RSSError)
+	}
+	if out.Flooded.P99 != in.Flooded.P99 || out.Rounds[0].Victim.Max != in.Rounds[0].Victim.Max || out.BatchSize != 500 ||
+		out.VictimErrors["-32002 caller_max_in_flight"] != 2 || out.FloodAnswers["batch call: ok"] != 1000 {
+		t.Errorf("after a round trip = %+v, want %+v", out, in)
+	}
+}
+
+func TestReportTenantsRuns(t *testing.T) {
+	quiet := Result{Requests: 3000, Throughput: 1000, P99: time.Millisecond}
+	var out strings.Builder
+	err := ReportTenantsRuns(&out, []TenantsRun{
+		{Deployment: "dev", Fair: true, Result: TenantsResult{Quiet: quiet, Flooded: Result{Requests: 1500, Throughput: 500, P99: 2 * time.Millisecond}}},
+		{Deployment: "split", Fair: false, Result: TenantsResult{Quiet: quiet, Flooded: Result{Requests: 60, Throughput: 20, P99: 50 * time.Millisecond}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"deployment  fair  calls/s quiet",
+		"p99 PASS, rate PASS, failed PASS",
+		"50%", "2.0×",
+		"p99 MISS, rate MISS, failed PASS",
+		"2%", "50.0×",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("ReportTenantsRuns lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestTenantsAlone(t *testing.T) {
+	run := func(d time.Duration, n int64) TenantsResult {
+		h := new(histogram)
+		for range n {
+			h.record(d)
+		}
+		r := Result{Concurrency: 1, Requests: n, Elapsed: time.Second, Throughput: float64(n), hist: h}
+		r.setLatencies()
+		return TenantsResult{Concurrency: 1, Alone: true, Quiet: r}
+	}
+	var a TenantsAlone
+	a.Deployment = "dev"
+	a.Add(true, run(time.Millisecond, 900))
+	a.Add(false, run(time.Millisecond, 1000))
+	a.Add(false, run(time.Millisecond, 1000))
+	a.Add(true, run(time.Millisecond, 1100))
+	if a.On.Requests != 2000 || a.Off.Requests != 2000 || a.On.Throughput != 1000 || a.Off.Throughput != 1000 {
+		t.Fatalf("after four runs On = %d calls at %.0f/s, Off = %d at %.0f/s, want 2000 at 1000/s each",
+			a.On.Requests, a.On.Throughput, a.Off.Requests, a.Off.Throughput)
+	}
+	var out strings.Builder
+	if err := ReportTenantsAlone(&out, []TenantsAlone{a}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "dev         on/off  1.000×") {
+		t.Errorf("ReportTenantsAlone lacks the ratio row:\n%s", out.String())
 	}
 }
