@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -83,6 +84,44 @@ type Tool struct {
 	given    map[string]bool    // the keys of every descriptor its workers give
 	others   string             // the workers giving another than the one in force, comma-separated
 	conflict *Problem           // the problem of Conflict; nil without
+	// differs and conflictSince are the rest of [Tool.Conflicting].
+	differs       []string
+	conflictSince time.Time
+}
+
+// Conflict is what the workers of a live tool disagree on, as
+// [Tool.Conflicting] tells it.
+type Conflict struct {
+	// Method names the tool: a method, or a pattern.
+	Method string `json:"method"`
+	// Kept counts the workers that give the descriptor in force, which
+	// params are validated against.
+	Kept int `json:"kept"`
+	// Others names the workers that give another descriptor, sorted.
+	Others []string `json:"others"`
+	// Differs names the members of the descriptor, as PROTOCOL.md section
+	// 9 spells them ("description", "params", ...), in which another
+	// descriptor differs from the one in force, sorted.
+	Differs []string `json:"differs"`
+	// Since is when this registry had heard the workers of both
+	// descriptors first: the later of the first announcement of the
+	// method by a worker of the one in force and by one of another.
+	Since time.Time `json:"since"`
+}
+
+// Conflicting returns what t's workers disagree on, and whether they do
+// (that is, whether t.Conflict is set).
+func (t Tool) Conflicting() (Conflict, bool) {
+	if t.conflict == nil {
+		return Conflict{}, false
+	}
+	return Conflict{
+		Method:  t.Name,
+		Kept:    t.Workers - len(t.conflict.Workers),
+		Others:  slices.Clone(t.conflict.Workers),
+		Differs: slices.Clone(t.differs),
+		Since:   t.conflictSince,
+	}, true
 }
 
 // Catalog is what the registry knows at one moment.
@@ -636,18 +675,61 @@ func (r *Registry) liveToolLocked(name string, now time.Time) *Tool {
 	if len(t.given) > 1 {
 		t.Conflict = true
 		var others []string
-		for _, x := range g {
-			if x.e.tool.key != inForce.key {
-				others = append(others, x.worker)
+		var keptSince, otherSince time.Time
+		kept := members(inForce.key)
+		differs := map[string]bool{}
+		compared := map[string]bool{inForce.key: true}
+		for _, x := range g { // by since: the first of each side is its earliest
+			if x.e.tool.key == inForce.key {
+				if keptSince.IsZero() {
+					keptSince = x.e.since
+				}
+				continue
+			}
+			others = append(others, x.worker)
+			if otherSince.IsZero() {
+				otherSince = x.e.since
+			}
+			if !compared[x.e.tool.key] {
+				compared[x.e.tool.key] = true
+				differingMembers(differs, kept, members(x.e.tool.key))
 			}
 		}
 		slices.Sort(others)
 		t.others = strings.Join(others, ",")
+		t.differs = slices.Sorted(maps.Keys(differs))
+		t.conflictSince = keptSince
+		if otherSince.After(keptSince) {
+			t.conflictSince = otherSince
+		}
 		t.conflict = &Problem{Kind: ProblemConflict, Method: name, Workers: others,
 			Reason: fmt.Sprintf("%d of the %d workers of the method advertise a descriptor other than the one in force, which the workers that served it first give; calls are validated against the one in force",
 				len(others), len(g))}
 	}
 	return t
+}
+
+// members returns the members of a descriptor's canonical form.
+func members(key string) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal([]byte(key), &m) // canonical made it of a descriptor
+	return m
+}
+
+// differingMembers adds to into the names of the members that a and b,
+// the members of two canonical forms, do not have alike. Their values
+// are canonical too, so equal values have equal bytes.
+func differingMembers(into map[string]bool, a, b map[string]json.RawMessage) {
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
+			into[k] = true
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			into[k] = true
+		}
+	}
 }
 
 // maxCachedSchemas bounds the cache of compiled schemas.
