@@ -32,11 +32,13 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // dashboardTimeout bounds the browser work of one test; dashboardWait
@@ -92,6 +94,9 @@ type dashboardPage struct {
 	// Marked reports that window.dashboardTestMark is still set, that is
 	// the page has not been reloaded since the test set it.
 	Marked bool `json:"marked"`
+	// ConflictMarks holds the title of each conflict mark of the methods
+	// table, by the title of its row's method cell.
+	ConflictMarks map[string]string `json:"conflict_marks"`
 }
 
 const readDashboard = `(() => {
@@ -137,6 +142,8 @@ const readDashboard = `(() => {
 			(li) => [li.dataset.state, li.querySelector('strong').textContent])),
 		jobs_off: shown('jobs-off'),
 		marked: window.dashboardTestMark === true,
+		conflict_marks: Object.fromEntries(Array.from(document.querySelectorAll('#methods td[data-col=method] .badge.conflict'),
+			(b) => [b.closest('td').title, b.title])),
 		charts: (() => {
 			const out = {};
 			for (const line of document.querySelectorAll('svg.chart polyline')) {
@@ -956,5 +963,132 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 		t.Errorf("at 1400×900 the operator's page cuts off:\n%s", strings.Join(p.Cut, "\n"))
 	}
 	d.screenshot("dashboard-operator.png")
+	d.checkProblems()
+}
+
+// addTool registers math.add, which adds a and b, with the description
+// given: workers of different descriptions announce conflicting
+// descriptors.
+func addTool(description string) func(rt *worker.Runtime) error {
+	type sum struct {
+		A int `json:"a"`
+		B int `json:"b"`
+	}
+	return func(rt *worker.Runtime) error {
+		return rt.Handle("math.add", worker.Typed(func(_ context.Context, p sum) (int, error) { return p.A + p.B, nil }),
+			worker.Describe(schema.Descriptor{Description: description}))
+	}
+}
+
+// echoTool registers echo, which answers its params. The conflict test
+// serves it rather than the demo toolset, whose many methods, listed
+// under a worker, fill the Workers panel at 1400×900 to its last pixel.
+func echoTool(rt *worker.Runtime) error {
+	return rt.Handle("echo", worker.HandlerFunc(func(_ context.Context, req *worker.Request) (any, error) { return req.Params, nil }))
+}
+
+// TestDashboardShowsConflicts: when two workers announce different
+// descriptors of one tool, its row is marked, and a line under it says
+// which descriptor is kept, who announces another and since when, to an
+// operator and to a caller that may call the tool; a caller that may
+// not is shown neither the row nor the conflict.
+func TestDashboardShowsConflicts(t *testing.T) {
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
+		toolbustest.WithTools(echoTool), toolbustest.WithTools(addTool("Adds a and b.")),
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+			Keys: []auth.APIKey{
+				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "math.add"}},
+				{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"echo"}},
+				{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Operator: true},
+			},
+		})))
+	waitForTool(t, c, "math.add")
+	c.AddWorker(t, addTool("Adds a and b, as integers."))
+	var others []string
+	toolbustest.Eventually(t, func() bool {
+		tool, _ := c.Registry.Lookup("math.add")
+		cf, ok := tool.Conflicting()
+		others = cf.Others
+		return ok
+	}, "the conflict of math.add")
+	if len(others) != 1 {
+		t.Fatalf("the workers of the other descriptor are %q, want the newcomer alone", others)
+	}
+	// The page shows the end of the worker's id that tells it apart.
+	other := others[0][max(0, len(others[0])-6):]
+
+	// bob may not call math.add: neither its row nor its conflict.
+	if st, err := dashboardState(t, c.BaseURL, "Authorization", "Bearer bob-key"); err != nil {
+		t.Fatalf("bob's state: %v", err)
+	} else if len(st.Conflicts) != 0 || slices.ContainsFunc(st.Methods, func(m bus.MethodStatus) bool { return m.Method == "math.add" }) {
+		t.Errorf("bob is shown conflicts %+v and methods %+v, want neither math.add nor its conflict", st.Conflicts, st.Methods)
+	}
+
+	marked := func(who string) func(p dashboardPage) string {
+		return func(p dashboardPage) string {
+			switch {
+			case p.AskingKey:
+				return "the form is still shown"
+			case p.Viewer != who:
+				return fmt.Sprintf("shown to %q, want %s", p.Viewer, who)
+			}
+			i := slices.IndexFunc(p.Methods, func(r map[string]string) bool { return r["methodtitle"] == "math.add" })
+			if i < 0 || i+1 == len(p.Methods) {
+				return fmt.Sprintf("methods %v, want math.add's row and a line under it", p.Methods)
+			}
+			mark := p.ConflictMarks["math.add"]
+			note := p.Methods[i+1]["conflict"]
+			for _, want := range []string{"descriptors conflict since ", "kept: the one it was first served with (1 worker), which validates params",
+				" · 1 worker (", other + ") announces another, differing in description"} {
+				if !strings.Contains(note, want) || mark != note {
+					return fmt.Sprintf("math.add's mark says %q and the line under its row %q, want both to say %q", mark, note, want)
+				}
+			}
+			if !strings.HasSuffix(p.Methods[i]["method"], "conflict") {
+				return fmt.Sprintf("math.add's method cell reads %q, want the mark after the name", p.Methods[i]["method"])
+			}
+			if _, ok := p.ConflictMarks["echo"]; ok || len(p.ConflictMarks) != 1 {
+				return fmt.Sprintf("conflict marks %v, want math.add's alone", p.ConflictMarks)
+			}
+			return ""
+		}
+	}
+	submit := func(d *dashboardTab, key string) {
+		d.do("submit key "+key,
+			chromedp.SendKeys(chromedp.ID("auth-key"), key),
+			chromedp.Click(chromedp.CSS(`#auth button[type=submit]`)),
+		)
+	}
+
+	d := openDashboard(t, c.BaseURL+"/ui/")
+	submit(d, "alice-key")
+	p := d.waitFor("alice's mark of the conflict", marked("alice"))
+	if len(p.Cut) > 0 {
+		t.Errorf("at 1400×900 alice's page cuts off:\n%s", strings.Join(p.Cut, "\n"))
+	}
+	d.screenshot("dashboard-conflict-caller.png")
+
+	d.do("forget alice's key", chromedp.Click(chromedp.ID("forget-key")))
+	d.waitFor("the form after forgetting the key", func(p dashboardPage) string {
+		if !p.AskingKey {
+			return "no form"
+		}
+		return ""
+	})
+	submit(d, "ops-key")
+	d.waitFor("the operator's mark of the conflict", marked("ops (operator)"))
+	// The page the server draws has it at once, before any poll.
+	d.do("reload without the data route", blockState(true), chromedp.Reload())
+	p, err := d.read()
+	if err != nil {
+		t.Fatalf("read the reloaded page: %v", err)
+	}
+	if msg := marked("ops (operator)")(p); msg != "" {
+		t.Errorf("at load: %s", msg)
+	}
+	if len(p.Cut) > 0 {
+		t.Errorf("at 1400×900 the operator's page cuts off:\n%s", strings.Join(p.Cut, "\n"))
+	}
+	d.screenshot("dashboard-conflict.png")
 	d.checkProblems()
 }

@@ -341,18 +341,17 @@ func (d *Dashboard) Overview(v View) State {
 	st.Ingress.InFlight = d.src.InFlight()
 
 	reg := d.src.Registry
-	var workers map[string]int
+	var tools []discovery.Tool
 	if reg != nil {
 		st.Discovery = true
-		workers = map[string]int{}
-		for _, t := range reg.Catalog().Tools {
-			workers[t.Name] = t.Workers
-		}
+		tools = reg.Catalog().Tools
 		for _, w := range reg.Workers() {
 			st.Workers = append(st.Workers, WorkerState{ID: w.ID, Methods: w.Methods})
 		}
 	}
 	seen := map[string]bool{}
+	// serving holds the live tool of each row that has one.
+	serving := map[string]discovery.Tool{}
 	for _, m := range d.src.Stats.Snapshot() {
 		if !v.shows(m.Method) {
 			continue
@@ -365,19 +364,22 @@ func (d *Dashboard) Overview(v View) State {
 			n := 0
 			if t, ok := reg.Lookup(m.Method); ok {
 				n = t.Workers
+				serving[m.Method] = t
 			}
 			ms.Workers = &n
 		}
 		seen[m.Method] = true
 		st.Methods = append(st.Methods, ms)
 	}
-	for name, n := range workers {
-		if !seen[name] && v.shows(name) {
-			n := n
-			st.Methods = append(st.Methods, bus.MethodStatus{Method: name, Workers: &n})
+	for _, t := range tools {
+		if !seen[t.Name] && v.shows(t.Name) {
+			n := t.Workers
+			serving[t.Name] = t
+			st.Methods = append(st.Methods, bus.MethodStatus{Method: t.Name, Workers: &n})
 		}
 	}
 	sortMethods(st.Methods)
+	st.Conflicts = conflicts(st.Methods, serving)
 	if !v.AllCallers {
 		// The ingress's count covers every caller's calls; a caller sees
 		// the sum of the rows it is shown.
@@ -407,6 +409,18 @@ func (d *Dashboard) Overview(v View) State {
 		st.RecentErrors = []ErrorState{}
 	}
 	return st
+}
+
+// conflicts returns the conflicts of the tools serving rows, by
+// serving, in the order of rows.
+func conflicts(rows []bus.MethodStatus, serving map[string]discovery.Tool) []MethodConflict {
+	out := []MethodConflict{}
+	for _, m := range rows {
+		if c, ok := serving[m.Method].Conflicting(); ok {
+			out = append(out, MethodConflict{Row: m.Method, Conflict: c})
+		}
+	}
+	return out
 }
 
 // errorState is the row of the recent errors that shows e, its method

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -43,6 +44,10 @@ type State struct {
 	// Methods holds one row per method seen in the window or served by a
 	// live worker, sorted by name.
 	Methods []bus.MethodStatus `json:"methods"`
+	// Conflicts holds what the workers disagree on of the tools serving
+	// rows of Methods whose workers announce different descriptors, in
+	// the order of the rows.
+	Conflicts []MethodConflict `json:"conflicts"`
 	// Discovery reports whether workers announce themselves; without it
 	// Workers is empty and a method's Workers is absent.
 	Discovery bool          `json:"discovery"`
@@ -68,6 +73,16 @@ type State struct {
 	// Fair is the Callers panel, this replica's share of itself among
 	// its callers: null when it serves calls in arrival order.
 	Fair *FairState `json:"fair"`
+}
+
+// MethodConflict is a row of [State.Methods] served by a tool whose
+// workers announce different descriptors: the one in force is kept, and
+// validates params, while the others are named ([discovery.Conflict]).
+type MethodConflict struct {
+	// Row names the row; Method the tool that serves it, the same name or
+	// a pattern.
+	Row string `json:"row"`
+	discovery.Conflict
 }
 
 // WorkerState is one live worker: its methods as its announcements

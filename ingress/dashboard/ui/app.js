@@ -206,6 +206,13 @@
       } else {
         td.textContent = c.text;
       }
+      if (c.badge) {
+        const badge = document.createElement('span');
+        badge.className = `badge ${c.badge.cls}`;
+        badge.textContent = c.badge.text;
+        badge.title = c.badge.title;
+        td.append(' ', badge);
+      }
       tr.append(td);
     }
     return tr;
@@ -218,7 +225,7 @@
     const tbody = section.querySelector('tbody');
     const old = Array.from(tbody.rows);
     rows.forEach((r, i) => {
-      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.full, c.span, c.width, c.svg])]);
+      const sig = JSON.stringify([r.cls, r.cells.map((c) => [c.col, c.text, c.cls, c.title, c.full, c.span, c.width, c.svg, c.badge])]);
       const cur = old[i];
       if (cur && signatures.get(cur) === sig) return;
       const tr = buildRow(r);
@@ -270,20 +277,37 @@
     return of > 0 ? n / of : 0;
   }
 
-  function methodRow(m, trends) {
+  // conflictText says what the workers of a method's tool disagree on:
+  // which descriptor is kept, which workers announce another, and since
+  // when.
+  function conflictText(c, row, ids) {
+    const others = c.others || [];
+    const differs = c.differs || [];
+    const tool = c.method === row ? '' : ` of ${c.method}, which serves it,`;
+    return `descriptors${tool} conflict since ${clock(c.since)} · ` +
+      `kept: the one it was first served with (${plural(c.kept, 'worker')}), which validates params · ` +
+      `${plural(others.length, 'worker')} (${others.map((id) => ids.get(id) || id).join(', ')}) ` +
+      `${others.length === 1 ? 'announces' : 'announce'} another${differs.length ? `, differing in ${differs.join(', ')}` : ''}`;
+  }
+
+  // methodRow is the row of m; a conflict of its tool's descriptors
+  // marks it, and takes a line of its own below it.
+  function methodRow(m, trends, conflict, ids) {
     const idle = !(m.calls > 0);
     const noWorkers = m.workers === 0;
     const infra = share(m.infra_errors, m.calls);
     const tool = share(m.tool_errors, m.calls);
     const caller = share(m.caller_errors, m.calls);
     const reserved = m.method.startsWith(RESERVED);
-    const cls = [infra > 0 && 'warn', noWorkers && 'bad', reserved && 'reserved'].filter(Boolean).join(' ');
+    const cls = [infra > 0 && 'warn', noWorkers && 'bad', reserved && 'reserved', conflict && 'conflict'].filter(Boolean).join(' ');
     const t = trends[m.method] || {};
     const of = `of ${count(m.calls)} calls in the last 60 s`;
-    return {
+    const said = conflict ? conflictText(conflict, m.method, ids) : '';
+    const badge = conflict ? { cls: 'conflict', text: 'conflict', title: said } : undefined;
+    const rows = [{
       cls,
       cells: [
-        cell('method', m.method, { cls: 'mono name', title: LABELS[m.method] || m.method }),
+        cell('method', m.method, { cls: 'mono name', title: LABELS[m.method] || m.method, badge }),
         cell('rate', rate(m.rate), { cls: 'num' }),
         cell('rate_trend', '', { cls: 'spark', svg: t.rate_svg || '', title: t.method ? `peak ${rate(t.peak_rate)}/s, ${count(t.calls)} calls in 15 min` : 'no calls in 15 min' }),
         cell('tool_errors', percent(tool), { cls: tool > 0 ? 'num toolerr' : 'num', title: `${count(m.tool_errors)} ${of}` }),
@@ -299,7 +323,14 @@
         }),
         cell('total', count(m.total), { cls: 'num' }),
       ],
-    };
+    }];
+    if (conflict) {
+      rows.push({
+        cls: 'conflict-note',
+        cells: [cell('conflict', said, { cls: 'wrap', span: 12, title: `since ${conflict.since}` })],
+      });
+    }
+    return rows;
   }
 
   // renderMethods shows the user's tools first (the server sorts them
@@ -307,10 +338,13 @@
   function renderMethods(s) {
     const trends = {};
     for (const t of (s.trends && s.trends.methods) || []) trends[t.method] = t;
+    const conflicts = new Map((s.conflicts || []).map((c) => [c.row, c]));
+    const ids = processIds(s);
+    const rowsOf = (m) => methodRow(m, trends, conflicts.get(m.method), ids);
     const methods = s.methods || [];
     const own = methods.filter((m) => !m.method.startsWith(RESERVED));
     const reserved = methods.filter((m) => m.method.startsWith(RESERVED));
-    const rows = own.map((m) => methodRow(m, trends));
+    const rows = own.flatMap(rowsOf);
     if (reserved.length > 0) {
       const calls = reserved.reduce((n, m) => n + (m.total || 0), 0);
       const label = `${reservedFolded ? '▸ show' : '▾ hide'} the ingress's own ${RESERVED}* methods ` +
@@ -321,7 +355,7 @@
       button.setAttribute('aria-expanded', String(!reservedFolded));
       button.textContent = label;
       rows.push({ cls: 'fold-row', cells: [cell('fold', '', { node: button, span: 12, title: label })] });
-      if (!reservedFolded) rows.push(...reserved.map((m) => methodRow(m, trends)));
+      if (!reservedFolded) rows.push(...reserved.flatMap(rowsOf));
     }
     fill($('#methods'), rows);
   }
