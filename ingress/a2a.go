@@ -65,8 +65,11 @@ func (a a2aSeam) Request(r *http.Request) (a2a.Request, *schema.Error) {
 		Call: func(ctx context.Context, req schema.Request) schema.Response {
 			return a.s.call(ctx, hdr, req)
 		},
-		Subscribe: func(ctx context.Context, id string) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
-			return a.s.subscribe(ctx, hdr, id)
+		Hold: func() (func(), *schema.Error) {
+			return a.s.holdSubscription(hdr)
+		},
+		Subscribe: func(ctx context.Context, id string, held func()) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
+			return a.s.subscribe(ctx, hdr, id, held)
 		},
 		Timeout: func(method string) time.Duration {
 			return a.s.policy(method, hdr.timeout)
@@ -74,10 +77,23 @@ func (a a2aSeam) Request(r *http.Request) (a2a.Request, *schema.Error) {
 	}, err
 }
 
+// holdSubscription counts a subscription of hdr's caller with the jobs
+// extension before the job it will follow is submitted, when the
+// extension can ([SubscriptionHolder]); release gives it back.
+func (s *Server) holdSubscription(hdr callHeaders) (release func(), e *schema.Error) {
+	h, ok := s.router.extension(schema.MethodJobsSubscribe).(SubscriptionHolder)
+	if !ok {
+		return func() {}, nil
+	}
+	return h.HoldSubscription(callerName(hdr.caller))
+}
+
 // subscribe admits rpc.jobs.subscribe of job id for the caller of hdr, as
 // [Server.plan] admits any call (authorization, byte budget, rate limit),
-// and answers it with the jobs extension.
-func (s *Server) subscribe(ctx context.Context, hdr callHeaders, id string) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
+// and answers it with the jobs extension. held, when not nil, is the
+// release of a subscription [Server.holdSubscription] counted: the
+// subscription takes its place rather than counting another.
+func (s *Server) subscribe(ctx context.Context, hdr callHeaders, id string, held func()) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
 	sub, ok := s.router.extension(schema.MethodJobsSubscribe).(Subscriber)
 	if !ok {
 		return nil, nil, schema.NewError(schema.CodeMethodNotFound, "method not found: "+schema.MethodJobsSubscribe,
@@ -86,9 +102,17 @@ func (s *Server) subscribe(ctx context.Context, hdr callHeaders, id string) (jso
 	if hdr.caller != nil {
 		ctx = context.WithValue(ctx, callerKey{}, hdr.caller)
 	}
+	holder, holds := sub.(SubscriptionHolder)
 	var stream func(context.Context, func(string, json.RawMessage))
 	local := map[string]localMethod{schema.MethodJobsSubscribe: {serve: func(c schema.Call) (json.RawMessage, *schema.Error) {
-		result, st, e := sub.Subscribe(ctx, c)
+		var result json.RawMessage
+		var st func(context.Context, func(string, json.RawMessage))
+		var e *schema.Error
+		if held != nil && holds {
+			result, st, e = holder.SubscribeHeld(ctx, c, held)
+		} else {
+			result, st, e = sub.Subscribe(ctx, c)
+		}
 		stream = st
 		return result, e
 	}}}

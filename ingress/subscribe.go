@@ -27,6 +27,19 @@ type Subscriber interface {
 	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
 }
 
+// SubscriptionHolder is a [Subscriber] that can count a subscription
+// before the job it follows exists, so that a front door that submits a
+// job and then follows it (an A2A stream or blocking send) refuses a
+// caller at its bound before the job is made. The jobs service is one.
+type SubscriptionHolder interface {
+	// HoldSubscription counts a subscription of caller, or returns the
+	// refusal a subscription would get; release gives it back, once.
+	HoldSubscription(caller string) (release func(), err *schema.Error)
+	// SubscribeHeld is Subscribe for a subscription held already, which
+	// release gives back when the subscription ends or is refused.
+	SubscribeHeld(ctx context.Context, call schema.Call, release func()) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
+}
+
 // subscribeMethods returns the local methods of a WebSocket connection for
 // the extensions that are subscribers: "<prefix>subscribe" for each. They
 // go through admission like any call, and subscribe for the caller of the

@@ -108,23 +108,52 @@ func (s *subscriptions) give(caller string) {
 // service's one watch of the records, so it holds no JetStream consumer of
 // its own.
 func (s *Service) Subscribe(ctx context.Context, call schema.Call) (json.RawMessage, func(context.Context, func(method string, params json.RawMessage)), *schema.Error) {
-	id, e := jobID(call)
+	if _, e := jobID(call); e != nil {
+		return nil, nil, e
+	}
+	release, e := s.HoldSubscription(call.Caller)
 	if e != nil {
 		return nil, nil, e
 	}
-	if e := s.subs.take(call.Caller); e != nil {
+	return s.SubscribeHeld(ctx, call, release)
+}
+
+// HoldSubscription counts a subscription of caller against its bound
+// ([WithMaxSubscriptions]) before the job it will follow exists, or
+// returns the refusal a subscription would get. A front door that
+// submits a job and then follows it (an A2A stream or blocking send, an
+// MCP call with progress) holds first, so that a caller at its bound is
+// refused before its job is created, never with a job that runs anyway.
+// release gives the subscription back; calling it again does nothing.
+// Hand it to [Service.SubscribeHeld], which calls it when the
+// subscription ends.
+func (s *Service) HoldSubscription(caller string) (release func(), e *schema.Error) {
+	if e := s.subs.take(caller); e != nil {
+		return nil, e
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.subs.give(caller) }) }, nil
+}
+
+// SubscribeHeld is [Service.Subscribe] for a subscription that
+// [Service.HoldSubscription] counted already: release, which it calls
+// when the subscription ends or is refused, gives it back.
+func (s *Service) SubscribeHeld(ctx context.Context, call schema.Call, release func()) (json.RawMessage, func(context.Context, func(method string, params json.RawMessage)), *schema.Error) {
+	id, e := jobID(call)
+	if e != nil {
+		release()
 		return nil, nil, e
 	}
 	f, err := s.hub.follow(ctx, id)
 	if err != nil {
-		s.subs.give(call.Caller)
+		release()
 		return nil, nil, storeError(id, err)
 	}
 	var once sync.Once
 	end := func() {
 		once.Do(func() {
 			f.stop()
-			s.subs.give(call.Caller)
+			release()
 		})
 	}
 	rec := <-f.records()

@@ -62,6 +62,21 @@ func (l *lazyJobs) Subscribe(ctx context.Context, call schema.Call) (json.RawMes
 	return nil, nil, l.unavailable()
 }
 
+func (l *lazyJobs) HoldSubscription(caller string) (func(), *schema.Error) {
+	if svc := l.svc.Load(); svc != nil {
+		return svc.HoldSubscription(caller)
+	}
+	return nil, l.unavailable()
+}
+
+func (l *lazyJobs) SubscribeHeld(ctx context.Context, call schema.Call, release func()) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
+	if svc := l.svc.Load(); svc != nil {
+		return svc.SubscribeHeld(ctx, call, release)
+	}
+	release()
+	return nil, nil, l.unavailable()
+}
+
 // stats is the dashboard's view of the jobs ([ingress.WithJobStats]).
 func (l *lazyJobs) stats(ctx context.Context, q dashboard.JobsQuery) (dashboard.JobsState, error) {
 	svc := l.svc.Load()

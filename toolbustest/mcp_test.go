@@ -214,6 +214,71 @@ func TestMCPProgressOfJobs(t *testing.T) {
 	}
 }
 
+// TestMCPAtItsBoundNoJobIsMade checks that a tools/call with progress,
+// which runs as a job and follows it, is refused before its job exists
+// when its caller is at its bound of subscriptions: the refusal never
+// comes with a job that runs anyway.
+func TestMCPAtItsBoundNoJobIsMade(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
+		toolbustest.WithJobs([]jobs.Option{jobs.WithMaxSubscriptions(1, 1)}),
+		toolbustest.WithTools(func(rt *worker.Runtime) error {
+			return rt.Handle("report", worker.Typed(func(ctx context.Context, _ struct{}) (string, error) {
+				entered <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+				return "done", nil
+			}))
+		}))
+	t.Cleanup(func() { close(release) }) // before the cluster stops: its jobs end
+	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("report"); return ok }, "report appears")
+	toolbustest.Eventually(t, func() bool { return c.Jobs.Promotable(context.Background(), "report") }, "a job runner serves report")
+	cs := mcpSession(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	jobsListed := func() int {
+		t.Helper()
+		r := c.Call(t, schema.MethodJobsList, `{"limit":100}`)
+		var l struct {
+			Jobs []json.RawMessage `json:"jobs"`
+		}
+		if r.Error != nil || json.Unmarshal(r.Result, &l) != nil {
+			t.Fatalf("rpc.jobs.list = %s %v", r.Result, r.Error)
+		}
+		return len(l.Jobs)
+	}
+	withProgress := func(token string) *mcp.CallToolParams {
+		p := &mcp.CallToolParams{Name: "report", Arguments: map[string]any{}}
+		p.SetProgressToken(token)
+		return p
+	}
+
+	// The first call's job runs and its follow holds the one subscription.
+	go func() { _, _ = cs.CallTool(ctx, withProgress("first")) }()
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the first call's job never ran")
+	}
+	before := jobsListed()
+	r, err := cs.CallTool(ctx, withProgress("second"))
+	if err != nil || !r.IsError || !strings.Contains(textOf(r), "max_subscriptions") {
+		t.Errorf("tools/call at the bound of subscriptions = %q %v, want a tool error naming max_subscriptions", textOf(r), err)
+	}
+	if after := jobsListed(); after != before {
+		t.Errorf("jobs after the refused call = %d, want %d as before: a refused call made its job", after, before)
+	}
+	select {
+	case <-entered:
+		t.Error("the refused call's tool ran")
+	default:
+	}
+}
+
 // TestMCPStructuredResults checks that every demo tool is listed with a
 // description, that tools with a known result schema publish an output
 // schema (results that are not objects under the {"result": ...}

@@ -63,11 +63,18 @@ type Request struct {
 	// dispatcher chain, like a call of any other transport, and returns
 	// its answer.
 	Call func(ctx context.Context, req schema.Request) schema.Response
+	// Hold counts a subscription of the caller against its bound before
+	// the job it will follow exists, or returns the refusal a
+	// subscription would get; release gives it back, once. A blocking
+	// send or a stream holds before it submits, so that a caller at its
+	// bound is refused before its task exists.
+	Hold func() (release func(), err *schema.Error)
 	// Subscribe admits rpc.jobs.subscribe of job id for the caller, as
 	// the ingress admits any call, and answers it: the job's record, and
 	// stream, which calls notify with every later record until the job
-	// is over or ctx ends.
-	Subscribe func(ctx context.Context, id string) (json.RawMessage, func(ctx context.Context, notify func(method string, params json.RawMessage)), *schema.Error)
+	// is over or ctx ends. held, when not nil, is the release of a
+	// subscription Hold counted, which this one takes the place of.
+	Subscribe func(ctx context.Context, id string, held func()) (json.RawMessage, func(ctx context.Context, notify func(method string, params json.RawMessage)), *schema.Error)
 	// Timeout returns the deadline the ingress gives a call of method
 	// under this request; zero when it names none.
 	Timeout func(method string) time.Duration

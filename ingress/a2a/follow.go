@@ -18,10 +18,11 @@ var errStop = errors.New("a2a: stop following")
 // or the server closes; a visit that is slow skips versions, never the
 // final one. The subscription is admitted for r's caller as any call, and
 // counts against the caller's bound of subscriptions; another caller's job
-// is not found. It returns visit's error but for errStop, or the A2A error
-// that stopped it.
-func (s *Server) follow(ctx context.Context, r Request, id string, visit func(rec *schema.JobRecord) error) error {
-	first, stream, e := r.Subscribe(ctx, id)
+// is not found. held, when not nil, is the release of the subscription
+// r.Hold counted for it. It returns visit's error but for errStop, or the
+// A2A error that stopped it.
+func (s *Server) follow(ctx context.Context, r Request, id string, held func(), visit func(rec *schema.JobRecord) error) error {
+	first, stream, e := r.Subscribe(ctx, id, held)
 	if e != nil {
 		return a2aError(e)
 	}
@@ -86,10 +87,10 @@ func stopped(err error) error {
 // messages of its history (all of them when keep is nil), then its events
 // until it is final or input-required (see [events]). A stream ends with
 // a status update marked final, also when the task was final or
-// input-required from the start.
-func (s *Server) stream(ctx context.Context, r Request, id string, keep *int, yield func(a2a.Event, error) bool) {
+// input-required from the start. held is as for [Server.follow].
+func (s *Server) stream(ctx context.Context, r Request, id string, held func(), keep *int, yield func(a2a.Event, error) bool) {
 	var prev *schema.JobRecord
-	err := s.follow(ctx, r, id, func(cur *schema.JobRecord) error {
+	err := s.follow(ctx, r, id, held, func(cur *schema.JobRecord) error {
 		var out []a2a.Event
 		switch {
 		case prev == nil && ends(cur.State):

@@ -336,3 +336,57 @@ func TestOneCallersSubscriptionsLeaveOthersAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestAtItsBoundNoTaskIsMade checks that a caller at its bound of
+// subscriptions is refused a blocking send and a stream before their task
+// exists: a refusal never comes with a task that runs anyway, which a
+// client that retries would run twice. A non-blocking send, which
+// follows nothing, still makes its task.
+func TestAtItsBoundNoTaskIsMade(t *testing.T) {
+	var h holds
+	c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithDiscovery(),
+		toolbustest.WithJobs([]jobs.Option{jobs.WithMaxSubscriptions(100, 2)}), toolbustest.WithA2A(nil),
+		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*", "hold"}},
+		}})))
+	t.Cleanup(h.openAll) // before the cluster stops: its jobs end
+	waitForTools(t, c, "hold")
+	ctx := bounded(t)
+	alice := client(t, c.BaseURL, "alice-key")
+	tasks := func() int {
+		t.Helper()
+		r := c.Call(t, schema.MethodJobsList, `{"limit":100}`, auth.APIKeyHeader, "alice-key")
+		var l struct {
+			Jobs []json.RawMessage `json:"jobs"`
+		}
+		if r.Error != nil || json.Unmarshal(r.Result, &l) != nil {
+			t.Fatalf("rpc.jobs.list = %s %v", r.Result, r.Error)
+		}
+		return len(l.Jobs)
+	}
+
+	hog := sendTask(t, alice, send(call("hold", map[string]any{"key": "hog"}), false))
+	if open, err := wsSubscribe(t, ctx, c.URL, "alice-key", string(hog.ID), 2); open != 2 || err != nil {
+		t.Fatalf("alice's two subscriptions: %d open, %v", open, err)
+	}
+	before := tasks()
+	if _, err := alice.SendMessage(ctx, send(call("hold", map[string]any{"key": "refused-send"}), true)); err == nil ||
+		!strings.Contains(err.Error(), "caller_max_subscriptions") {
+		t.Errorf("blocking message/send at the bound = %v, want refused naming caller_max_subscriptions", err)
+	}
+	for _, err := range alice.SendStreamingMessage(ctx, send(call("hold", map[string]any{"key": "refused-stream"}), true)) {
+		if err == nil || !strings.Contains(err.Error(), "caller_max_subscriptions") {
+			t.Errorf("message/stream at the bound = %v, want refused naming caller_max_subscriptions", err)
+		}
+		break
+	}
+	if after := tasks(); after != before {
+		t.Errorf("alice's tasks after two refused follows = %d, want %d as before: a refused send made its task", after, before)
+	}
+	if tk := sendTask(t, alice, send(call("hold", map[string]any{"key": "not-following"}), false)); tk.Status.State.Terminal() {
+		t.Errorf("non-blocking send at the bound = %s, want a task not final yet", jsonOf(tk))
+	}
+	if after := tasks(); after != before+1 {
+		t.Errorf("alice's tasks after a non-blocking send = %d, want %d", after, before+1)
+	}
+}

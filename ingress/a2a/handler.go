@@ -25,6 +25,18 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 	if err != nil {
 		return nil, err
 	}
+	blocking := p.Config == nil || p.Config.Blocking == nil || *p.Config.Blocking
+	var held func()
+	if blocking {
+		// Following the task counts a subscription: one past the
+		// caller's bound is refused before the task exists.
+		release, e := r.Hold()
+		if e != nil {
+			return nil, a2aError(e)
+		}
+		defer release()
+		held = release
+	}
 	rec, err := s.submit(ctx, r, p)
 	if err != nil {
 		return nil, err
@@ -33,7 +45,7 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 	if p.Config != nil {
 		keep = p.Config.HistoryLength
 	}
-	if p.Config != nil && p.Config.Blocking != nil && !*p.Config.Blocking {
+	if !blocking {
 		// The record as stored holds the history; the one submit
 		// returned does not.
 		var cur schema.JobRecord
@@ -45,7 +57,7 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 	wait, cancel := context.WithTimeout(ctx, r.timeout(rec.Method))
 	defer cancel()
 	last := rec
-	err = s.follow(wait, r, rec.ID, func(cur *schema.JobRecord) error {
+	err = s.follow(wait, r, rec.ID, held, func(cur *schema.JobRecord) error {
 		last = cur
 		if cur.State == schema.JobInputRequired {
 			return errStop
@@ -70,6 +82,14 @@ func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendPara
 			yield(nil, err)
 			return
 		}
+		// Streaming the task counts a subscription: one past the
+		// caller's bound is refused before the task exists.
+		release, e := r.Hold()
+		if e != nil {
+			yield(nil, a2aError(e))
+			return
+		}
+		defer release()
 		rec, err := s.submit(ctx, r, p)
 		if err != nil {
 			yield(nil, err)
@@ -79,7 +99,7 @@ func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendPara
 		if p.Config != nil {
 			keep = p.Config.HistoryLength
 		}
-		s.stream(ctx, r, rec.ID, keep, yield)
+		s.stream(ctx, r, rec.ID, release, keep, yield)
 	}
 }
 
@@ -92,7 +112,7 @@ func (s *Server) OnResubscribeToTask(ctx context.Context, id *a2a.TaskIDParams) 
 			yield(nil, err)
 			return
 		}
-		s.stream(ctx, r, string(id.ID), nil, yield)
+		s.stream(ctx, r, string(id.ID), nil, nil, yield)
 	}
 }
 

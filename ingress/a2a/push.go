@@ -724,7 +724,7 @@ func (s *Server) followForPush(ctx context.Context, r Request, id string) {
 			}
 		}()
 		var last a2a.TaskState
-		err := s.follow(fctx, r, id, func(rec *schema.JobRecord) error {
+		err := s.follow(fctx, r, id, nil, func(rec *schema.JobRecord) error {
 			if st := state(rec.State); st != last {
 				last = st
 				s.pushTask(fctx, kv, r.Caller, rec)

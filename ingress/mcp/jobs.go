@@ -33,6 +33,13 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 		sp["can_ask"] = false
 	}
 	submit, _ := json.Marshal(sp)
+	// Following the job counts a subscription: one past the caller's
+	// bound is refused before the job exists.
+	release, e := m.jobs.HoldSubscription(hdr.Caller)
+	if e != nil {
+		return toolError(e), true
+	}
+	defer release()
 	r := hdr.call(ctx, m.nextID(), m.jobsPrefix+"submit", submit)
 	if r.Error != nil {
 		return toolError(r.Error), true
@@ -41,7 +48,7 @@ func (m *Server) callAsJob(ctx context.Context, req *mcp.CallToolRequest, hdr re
 	if err := json.Unmarshal(r.Result, &job); err != nil || job.ID == "" {
 		return toolError(internalError()), true
 	}
-	return m.follow(ctx, req, hdr, job.ID, nil), true
+	return m.followHeld(ctx, req, hdr, job.ID, nil, release), true
 }
 
 // resume serves the retry of a tools/call that returned a question as an
@@ -96,9 +103,22 @@ type reply struct {
 // waits on if that is still the question it names; a question answered
 // already (the client sent its retry twice) is not answered again.
 func (m *Server) follow(ctx context.Context, req *mcp.CallToolRequest, hdr request, id string, r *reply) *mcp.CallToolResult {
+	return m.followHeld(ctx, req, hdr, id, r, nil)
+}
+
+// followHeld is [Server.follow] with held, when not nil, the release of
+// a subscription [Jobs.HoldSubscription] counted for it.
+func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr request, id string, r *reply, held func()) *mcp.CallToolResult {
 	idParams, _ := json.Marshal(map[string]string{"id": id})
 	call := schema.Call{Request: schema.Request{ID: m.nextID(), Method: m.jobsPrefix + "subscribe", Params: idParams}, Caller: hdr.Caller}
-	first, stream, e := m.jobs.Subscribe(ctx, call)
+	var first json.RawMessage
+	var stream func(context.Context, func(string, json.RawMessage))
+	var e *schema.Error
+	if held != nil {
+		first, stream, e = m.jobs.SubscribeHeld(ctx, call, held)
+	} else {
+		first, stream, e = m.jobs.Subscribe(ctx, call)
+	}
 	if e != nil {
 		return toolError(e)
 	}

@@ -77,6 +77,14 @@ type Jobs interface {
 	// record and returns stream, which calls notify for every
 	// notification until the job is over or ctx ends.
 	Subscribe(ctx context.Context, call schema.Call) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
+	// HoldSubscription counts a subscription of caller before the job it
+	// will follow is submitted, or returns the refusal a subscription
+	// would get, so that a caller at its bound is refused before its job
+	// exists; release gives it back, once.
+	HoldSubscription(caller string) (release func(), err *schema.Error)
+	// SubscribeHeld is Subscribe for a subscription held already, which
+	// release gives back when the subscription ends or is refused.
+	SubscribeHeld(ctx context.Context, call schema.Call, release func()) (result json.RawMessage, stream func(ctx context.Context, notify func(method string, params json.RawMessage)), err *schema.Error)
 }
 
 // Option configures [New].
