@@ -171,14 +171,14 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 		}))
 	}
 	done := make(chan localAnswer, 1)
-	go func() {
+	rt.runners.run(func() {
 		defer rt.release()
 		res, err := rt.handle(hctx, r, req, "call")
 		// The slot is free before the answer leaves, so that the
 		// caller's next call finds it so.
 		<-r.sem
 		done <- localAnswer{res, err}
-	}()
+	})
 	for {
 		select {
 		case a := <-done:

@@ -72,6 +72,9 @@ type Runtime struct {
 	// so that handlers still running are told to stop then and not before.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// runners run the handlers, on goroutines that outlive a call; they
+	// exit when ctx ends.
+	runners *runners
 
 	mu      sync.Mutex
 	routes  []*route // in registration order
@@ -182,6 +185,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		idle:     make(chan struct{}),
+		runners:  newRunners(ctx.Done()),
 		probes:   newProbes(nc),
 		askInbox: askInbox(nc),
 	}

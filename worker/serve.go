@@ -110,7 +110,7 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 		cancelCause(ErrCallerGone)
 	})
 	rt.inflight.Add(1)
-	go rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb)
+	rt.runners.run(func() { rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb) })
 }
 
 func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request, hb *beat) {
