@@ -1,12 +1,9 @@
 package ingress
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/toolbus/toolbus/ingress/mcp"
-	"github.com/toolbus/toolbus/schema"
 )
 
 // WithOrigin names the cluster the ingress belongs to (see
@@ -38,7 +35,7 @@ func WithMCPStateKey(key []byte) Option {
 }
 
 // newMCP returns the MCP front door over the registry's tools, whose
-// tools/call comes back through [mcpSeam].
+// tools/call comes back through [seam].
 func (s *Server) newMCP() (*mcp.Server, error) {
 	opts := []mcp.Option{mcp.WithLogger(s.log), mcp.WithMaxBodyBytes(s.cfg.limits.MaxBodyBytes), mcp.WithMaxDepth(s.cfg.limits.MaxDepth)}
 	if s.auth != nil {
@@ -53,7 +50,7 @@ func (s *Server) newMCP() (*mcp.Server, error) {
 	if s.cfg.mcpStateKey != nil {
 		opts = append(opts, mcp.WithRequestStateKey(s.cfg.mcpStateKey))
 	}
-	return mcp.New(mcpSeam{s}, s.cfg.registry, opts...)
+	return mcp.New(seam{s}, s.cfg.registry, opts...)
 }
 
 // jobs returns the extension that both promotes calls to jobs and streams
@@ -68,40 +65,4 @@ func (r *router) jobs() (string, mcp.Jobs) {
 		}
 	}
 	return "", nil
-}
-
-// mcpSeam is the one seam between the ingress and its MCP front door:
-// what a request's headers ask, who sent it, and a way to run its calls.
-type mcpSeam struct{ s *Server }
-
-var _ mcp.Ingress = mcpSeam{}
-
-// Request implements [mcp.Ingress]: the caller the authentication
-// middleware found, what it may call, and the request's call headers.
-func (m mcpSeam) Request(r *http.Request) (mcp.Request, *schema.Error) {
-	hdr, err := m.s.callHeaders(r)
-	return mcp.Request{
-		Caller:  hdr.caller.String(),
-		MayCall: m.s.view(hdr.caller).mayCall,
-		Call: func(ctx context.Context, req schema.Request) schema.Response {
-			return m.s.call(ctx, hdr, req)
-		},
-	}, err
-}
-
-// call runs one call through the plan and the chain and returns its
-// answer. The MCP SDK's handler context does not descend from the HTTP
-// request's, so the caller is put in it as the authentication middleware
-// puts it in every other transport's (see [Caller]).
-func (s *Server) call(ctx context.Context, hdr callHeaders, req schema.Request) schema.Response {
-	if hdr.caller != nil {
-		ctx = context.WithValue(ctx, callerKey{}, hdr.caller)
-	}
-	p := s.plan([]element{{req: req}}, hdr, nil)
-	defer p.done()
-	s.dispatch(ctx, &p)
-	if len(p.out) != 1 {
-		return schema.Response{ID: req.ID, Error: internalError()}
-	}
-	return p.out[0].Response
 }

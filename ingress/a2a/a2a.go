@@ -16,6 +16,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2asrv"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/door"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/webhook"
 	"github.com/toolbus/toolbus/schema"
@@ -40,44 +41,11 @@ const (
 	DefaultWait = 30 * time.Second
 )
 
-// Ingress is what the front door needs of the ingress that mounts it.
-type Ingress interface {
-	// Request reads what the HTTP request r asks for the calls it
-	// carries: who sent it (the caller the ingress's authentication put
-	// in r's context) and the call headers (Toolbus-Timeout,
-	// Idempotency-Key). A malformed header is answered with the error.
-	Request(r *http.Request) (Request, *schema.Error)
-}
-
-// Request is what the ingress read from one HTTP request, and the ways to
-// act under it. A Request stays usable after its HTTP request is over, so
-// that a push notification follower can go on reading the task.
-type Request struct {
-	// Caller names the authenticated caller; empty when the ingress runs
-	// without authentication.
-	Caller string
-	// MayCall reports whether the caller may call every method that name,
-	// a method or a pattern, matches.
-	MayCall func(name string) bool
-	// Call runs one call for the caller through the ingress's plan and
-	// dispatcher chain, like a call of any other transport, and returns
-	// its answer.
-	Call func(ctx context.Context, req schema.Request) schema.Response
-	// Hold counts a subscription of the caller against its bound before
-	// the job it will follow exists, or returns the refusal a
-	// subscription would get; release gives it back, once. A blocking
-	// send or a stream holds before it submits, so that a caller at its
-	// bound is refused before its task exists.
-	Hold func() (release func(), err *schema.Error)
-	// Subscribe admits rpc.jobs.subscribe of job id for the caller, as
-	// the ingress admits any call, and answers it: the job's record, and
-	// stream, which calls notify with every later record until the job
-	// is over or ctx ends. held, when not nil, is the release of a
-	// subscription Hold counted, which this one takes the place of.
-	Subscribe func(ctx context.Context, id string, held func()) (json.RawMessage, func(ctx context.Context, notify func(method string, params json.RawMessage)), *schema.Error)
-	// Timeout returns the deadline the ingress gives a call of method
-	// under this request; zero when it names none.
-	Timeout func(method string) time.Duration
+// request is what the ingress read from one HTTP request ([door.Request])
+// and what the front door read of it for the SDK's handler, which
+// receives only a context and the params.
+type request struct {
+	door.Request
 
 	// endpoint is the URL of the JSON-RPC binding as the client reached
 	// it, for the extended card.
@@ -220,7 +188,7 @@ func WithPush(p *PushStore, guard *egress.Guard) Option {
 // Server is the A2A front door. Make it with [New]; stop it with
 // [Server.Close]. It is safe for concurrent use.
 type Server struct {
-	ing Ingress
+	ing door.Ingress
 	reg *discovery.Registry // nil: skills are not listed nor checked
 
 	log        *slog.Logger
@@ -255,7 +223,7 @@ var (
 // New returns the front door of ing over the tools of reg (nil: the card
 // lists no skills and a message's skill is not checked before its job is
 // submitted).
-func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
+func New(ing door.Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
 	if ing == nil {
 		return nil, errors.New("a2a: nil ingress")
 	}
@@ -293,7 +261,7 @@ func (s *Server) Close() {
 	})
 }
 
-// requestKey is the context key of the [Request] of an A2A call. The
+// requestKey is the context key of the [request] of an A2A call. The
 // SDK's request handler receives only a context and the params, so what
 // the ingress read from the HTTP request travels to it this way.
 type requestKey struct{}
@@ -331,7 +299,7 @@ func rawParts(message json.RawMessage) []json.RawMessage {
 
 // rawData returns the members of data part i as the client sent them, or
 // false when they are not known.
-func (r Request) rawData(i int) (map[string]json.RawMessage, bool) {
+func (r request) rawData(i int) (map[string]json.RawMessage, bool) {
 	if i >= len(r.parts) || r.parts[i] == nil {
 		return nil, false
 	}
@@ -342,20 +310,20 @@ func (r Request) rawData(i int) (map[string]json.RawMessage, bool) {
 	return m, true
 }
 
-// request returns the [Request] of the A2A call whose context is ctx.
-func request(ctx context.Context) (Request, error) {
-	r, ok := ctx.Value(requestKey{}).(Request)
+// requestOf returns the [request] of the A2A call whose context is ctx.
+func requestOf(ctx context.Context) (request, error) {
+	r, ok := ctx.Value(requestKey{}).(request)
 	if !ok || r.Call == nil || r.Subscribe == nil {
-		return Request{}, refuse(a2a.ErrInternalError, "the call reached the handler without its request")
+		return request{}, refuse(a2a.ErrInternalError, "the call reached the handler without its request")
 	}
 	return r, nil
 }
 
 // mayCall reports whether r's caller may call name.
-func (r Request) mayCall(name string) bool { return r.MayCall != nil && r.MayCall(name) }
+func (r request) mayCall(name string) bool { return r.MayCall != nil && r.MayCall(name) }
 
 // timeout returns how long a call of method may wait under r.
-func (r Request) timeout(method string) time.Duration {
+func (r request) timeout(method string) time.Duration {
 	if r.Timeout != nil {
 		if d := r.Timeout(method); d > 0 {
 			return d
@@ -365,7 +333,7 @@ func (r Request) timeout(method string) time.Duration {
 }
 
 // call runs one rpc.jobs.* call under r and decodes its result into v.
-func (s *Server) call(ctx context.Context, r Request, method string, params any, v any) *schema.Error {
+func (s *Server) call(ctx context.Context, r request, method string, params any, v any) *schema.Error {
 	p, err := json.Marshal(params)
 	if err != nil {
 		return schema.NewError(schema.CodeInternal, "internal error: encode params: "+err.Error(), nil)

@@ -34,7 +34,7 @@ const (
 // data.field of a message/send) and the task keeps waiting. The message
 // joins the task's history after the question, as the client wrote it.
 // It returns the record of the job running again.
-func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, rec *schema.JobRecord) (*schema.JobRecord, error) {
+func (s *Server) answerQuestion(ctx context.Context, r request, m *a2a.Message, rec *schema.JobRecord) (*schema.JobRecord, error) {
 	kept, err := keptMessage(r, m)
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func (s *Server) answerQuestion(ctx context.Context, r Request, m *a2a.Message, 
 
 // answerOf returns the answer m carries to the question of rec, and the
 // JSON pointer of the part it came from.
-func (s *Server) answerOf(r Request, m *a2a.Message, rec *schema.JobRecord) (json.RawMessage, string, error) {
+func (s *Server) answerOf(r request, m *a2a.Message, rec *schema.JobRecord) (json.RawMessage, string, error) {
 	var texts []string
 	textAt := -1
 	for i, part := range m.Parts {
@@ -142,7 +142,7 @@ func stringMember(raw json.RawMessage) (string, bool) {
 // refuseField refuses the params of r's message with -32602 naming field
 // (a JSON pointer into the params), which the answer of a message/send
 // carries in data.field.
-func (s *Server) refuseField(r Request, field, format string, args ...any) error {
+func (s *Server) refuseField(r request, field, format string, args ...any) error {
 	if r.field != nil {
 		*r.field = field
 	}

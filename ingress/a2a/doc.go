@@ -6,10 +6,10 @@
 // An A2A task is a toolbus job seen through A2A. [Server] implements the
 // SDK's request handler (a2asrv.RequestHandler) on the rpc.jobs.* methods,
 // which it calls for the caller of each request through the ingress
-// ([Ingress]), the same seam as the MCP front door's: authentication,
-// per-method authorization, quotas and rate limits are those of every
-// transport, and since the job is the only state, a task is read,
-// streamed and canceled from any ingress replica.
+// ([door.Ingress]), the seam it shares with the MCP front door:
+// authentication, per-method authorization, quotas and rate limits are
+// those of every transport, and since the job is the only state, a task
+// is read, streamed and canceled from any ingress replica.
 //
 // How the parts meet:
 //

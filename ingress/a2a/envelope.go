@@ -57,7 +57,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := items[0].Request
-	hdr, herr := s.ing.Request(r)
+	fromIngress, herr := s.ing.Request(withoutIdempotencyKey(r))
 	if herr != nil {
 		herr = schema.NewError(schema.CodeInvalidRequest, herr.Message, herr.Data)
 	} else if pe := checkParams(req.Method, req.Params); pe != nil {
@@ -71,8 +71,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		writeAnswer(w, refusal(req.ID, herr))
 		return
 	}
-	hdr.endpoint = endpoint(r)
-	hdr.field = new(string)
+	hdr := request{Request: fromIngress, endpoint: endpoint(r), field: new(string)}
 	if req.Method == methodSend || req.Method == methodStream {
 		var p struct {
 			Message json.RawMessage `json:"message"`
@@ -94,6 +93,19 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		s.rpc.ServeHTTP(&out, sdk)
 		writeAnswer(w, withField(sdkAnswer(req.ID, out.buf.Bytes()), *hdr.field))
 	}
+}
+
+// withoutIdempotencyKey returns r for the ingress to read, without its
+// Idempotency-Key. A task outlives the request that made it: no key of
+// the HTTP request names the calls the front door makes for it.
+func withoutIdempotencyKey(r *http.Request) *http.Request {
+	if r.Header.Get(schema.HeaderIdempotencyKey) == "" {
+		return r
+	}
+	q := r.WithContext(r.Context())
+	q.Header = r.Header.Clone()
+	q.Header.Del(schema.HeaderIdempotencyKey)
+	return q
 }
 
 // error returns the -32602 answer of params that do not fit method,

@@ -1,11 +1,15 @@
 package a2a_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/ingress/door"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -216,4 +220,50 @@ func TestBatchAndNotification(t *testing.T) {
 			t.Errorf("jobs by context after the notifications = %v, want one of context noted (it ran) and none of refused", contexts)
 		}
 	})
+}
+
+// headerIngress is a [door.Ingress] that keeps the headers of the last
+// request it read and answers every call with -32603.
+type headerIngress struct{ seen http.Header }
+
+func (h *headerIngress) Request(r *http.Request) (door.Request, *schema.Error) {
+	h.seen = r.Header.Clone()
+	return door.Request{
+		Call: func(_ context.Context, req schema.Request) schema.Response {
+			return schema.Response{ID: req.ID, Error: schema.NewError(schema.CodeInternal, "internal error", nil)}
+		},
+		Subscribe: func(context.Context, string, func()) (json.RawMessage, func(context.Context, func(string, json.RawMessage)), *schema.Error) {
+			return nil, nil, schema.NewError(schema.CodeInternal, "internal error", nil)
+		},
+	}, nil
+}
+
+// TestIdempotencyKeyStaysWithRequest checks that the ingress reads an A2A
+// request without its Idempotency-Key, which names no call the door makes
+// for a task, and with its other call headers.
+func TestIdempotencyKeyStaysWithRequest(t *testing.T) {
+	ing := &headerIngress{}
+	s, err := toolbusa2a.New(ing, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	r := httptest.NewRequest(http.MethodPost, toolbusa2a.Path,
+		strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t1"}}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(schema.HeaderIdempotencyKey, "k1")
+	r.Header.Set(schema.HeaderTimeout, "5s")
+	s.ServeHTTP(httptest.NewRecorder(), r)
+	if ing.seen == nil {
+		t.Fatal("the ingress read no request")
+	}
+	if got := ing.seen.Get(schema.HeaderIdempotencyKey); got != "" {
+		t.Errorf("the ingress read %s = %q, want none", schema.HeaderIdempotencyKey, got)
+	}
+	if got := ing.seen.Get(schema.HeaderTimeout); got != "5s" {
+		t.Errorf("the ingress read %s = %q, want %q", schema.HeaderTimeout, got, "5s")
+	}
+	if got := r.Header.Get(schema.HeaderIdempotencyKey); got != "k1" {
+		t.Errorf("the request's own %s = %q after serving, want %q", schema.HeaderIdempotencyKey, got, "k1")
+	}
 }

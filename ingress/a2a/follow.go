@@ -21,7 +21,7 @@ var errStop = errors.New("a2a: stop following")
 // is not found. held, when not nil, is the release of the subscription
 // r.Hold counted for it. It returns visit's error but for errStop, or the
 // A2A error that stopped it.
-func (s *Server) follow(ctx context.Context, r Request, id string, held func(), visit func(rec *schema.JobRecord) error) error {
+func (s *Server) follow(ctx context.Context, r request, id string, held func(), visit func(rec *schema.JobRecord) error) error {
 	first, stream, e := r.Subscribe(ctx, id, held)
 	if e != nil {
 		return a2aError(e)
@@ -88,7 +88,7 @@ func stopped(err error) error {
 // until it is final or input-required (see [events]). A stream ends with
 // a status update marked final, also when the task was final or
 // input-required from the start. held is as for [Server.follow].
-func (s *Server) stream(ctx context.Context, r Request, id string, held func(), keep *int, yield func(a2a.Event, error) bool) {
+func (s *Server) stream(ctx context.Context, r request, id string, held func(), keep *int, yield func(a2a.Event, error) bool) {
 	var prev *schema.JobRecord
 	err := s.follow(ctx, r, id, held, func(cur *schema.JobRecord) error {
 		var out []a2a.Event

@@ -21,7 +21,7 @@ import (
 // answers its question and follows the task on in the same way. The
 // task's history is cut to configuration.historyLength.
 func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a2a.SendMessageResult, error) {
-	r, err := request(ctx)
+	r, err := requestOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (s *Server) OnSendMessage(ctx context.Context, p *a2a.MessageSendParams) (a
 // its result, until the task is final.
 func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendParams) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		r, err := request(ctx)
+		r, err := requestOf(ctx)
 		if err != nil {
 			yield(nil, err)
 			return
@@ -107,7 +107,7 @@ func (s *Server) OnSendMessageStream(ctx context.Context, p *a2a.MessageSendPara
 // then its events as for message/stream. Any replica answers it.
 func (s *Server) OnResubscribeToTask(ctx context.Context, id *a2a.TaskIDParams) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		r, err := request(ctx)
+		r, err := requestOf(ctx)
 		if err != nil {
 			yield(nil, err)
 			return
@@ -138,7 +138,7 @@ func (s *Server) OnCancelTask(ctx context.Context, id *a2a.TaskIDParams) (*a2a.T
 // jobTask calls method (rpc.jobs.get or cancel) for task id and returns
 // the task of the record it answers.
 func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2a.Task, error) {
-	r, err := request(ctx)
+	r, err := requestOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (s *Server) jobTask(ctx context.Context, method string, id a2a.TaskID) (*a2
 // OnGetExtendedAgentCard implements agent/getAuthenticatedExtendedCard:
 // the card with the skills the caller may call.
 func (s *Server) OnGetExtendedAgentCard(ctx context.Context) (*a2a.AgentCard, error) {
-	r, err := request(ctx)
+	r, err := requestOf(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,7 @@ const howToPick = `; name a skill with a data part {"method": "NAME", "params": 
 // the first data part as its params, or else, for text alone, the
 // operator's text method with {"text": ...}. A message that selects
 // nothing usable is refused with an A2A error that says how to select.
-func (s *Server) pick(r Request, m *a2a.Message) (pick, error) {
+func (s *Server) pick(r request, m *a2a.Message) (pick, error) {
 	if m == nil || len(m.Parts) == 0 {
 		return pick{}, refuse(a2a.ErrInvalidParams, "the message has no parts"+howToPick+"")
 	}
@@ -109,7 +109,7 @@ func textParams(texts []string) json.RawMessage {
 // known reports whether r's caller may use the skill method: it may call
 // it, and, with a registry, a live worker announces it. A caller cannot
 // tell a skill it may not call from one that does not exist.
-func (s *Server) known(r Request, method string) bool {
+func (s *Server) known(r request, method string) bool {
 	if !r.mayCall(method) {
 		return false
 	}
@@ -132,7 +132,7 @@ func unknownSkill(method string) error {
 // its caller's bounds, before the job is submitted: a message whose
 // config cannot be kept is refused and makes no task, and a task that
 // exists is never answered with a refusal while it runs.
-func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
+func (s *Server) submit(ctx context.Context, r request, p *a2a.MessageSendParams) (*schema.JobRecord, error) {
 	if p.Message != nil && p.Message.TaskID != "" {
 		return s.followUp(ctx, r, p.Message)
 	}
@@ -186,7 +186,7 @@ func (s *Server) submit(ctx context.Context, r Request, p *a2a.MessageSendParams
 // keptMessage returns the message of a job's history that keeps m, the
 // message of r: m as the client wrote it, under its messageId, so that
 // the task's history gives it back with every digit of its data.
-func keptMessage(r Request, m *a2a.Message) (map[string]any, error) {
+func keptMessage(r request, m *a2a.Message) (map[string]any, error) {
 	content := r.message
 	if content == nil {
 		var err error
@@ -208,7 +208,7 @@ func keptMessage(r Request, m *a2a.Message) (map[string]any, error) {
 // (task not found), which says neither; a contextId other than the
 // task's is -32602. To run the tool again, a client sends a new message
 // without taskId in the same context.
-func (s *Server) followUp(ctx context.Context, r Request, m *a2a.Message) (*schema.JobRecord, error) {
+func (s *Server) followUp(ctx context.Context, r request, m *a2a.Message) (*schema.JobRecord, error) {
 	var rec schema.JobRecord
 	if e := s.call(ctx, r, schema.MethodJobsGet, map[string]string{"id": string(m.TaskID)}, &rec); e != nil {
 		if e.Code == schema.CodeInvalidParams || e.Code == schema.CodeJobNotFound {

@@ -267,7 +267,7 @@ func pushURLRefused(why string) error {
 
 // own returns the record of task id when r's caller may see it, read with
 // rpc.jobs.get; another caller's task is not found.
-func (s *Server) own(ctx context.Context, r Request, id a2a.TaskID) (*schema.JobRecord, error) {
+func (s *Server) own(ctx context.Context, r request, id a2a.TaskID) (*schema.JobRecord, error) {
 	if id == "" {
 		return nil, refuse(a2a.ErrInvalidParams, "give the task's id")
 	}
@@ -286,7 +286,7 @@ func (s *Server) own(ctx context.Context, r Request, id a2a.TaskID) (*schema.Job
 // config is replaced by setting it again) within the caller's bounds and
 // POSTs the task to it from now on at every state change.
 func (s *Server) OnSetTaskPushConfig(ctx context.Context, p *a2a.TaskPushConfig) (*a2a.TaskPushConfig, error) {
-	r, err := request(ctx)
+	r, err := requestOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ type reservation struct {
 // reserve checks config c of a message/send of r and holds room for it,
 // so that a message whose config cannot be kept is refused before its
 // task exists.
-func (s *Server) reserve(ctx context.Context, r Request, c *a2a.PushConfig) (*reservation, error) {
+func (s *Server) reserve(ctx context.Context, r request, c *a2a.PushConfig) (*reservation, error) {
 	if err := s.checkPush(ctx, c); err != nil {
 		return nil, err
 	}
@@ -356,7 +356,7 @@ func (res *reservation) release(ctx context.Context) error {
 // message/send made (its id defaults to the task's), and follows the
 // task for it. The task exists already, so the writes are not cut short
 // by a client that goes away meanwhile.
-func (s *Server) settle(ctx context.Context, r Request, res *reservation, id string) error {
+func (s *Server) settle(ctx context.Context, r request, res *reservation, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer cancel()
 	cfg := res.entry.Config
@@ -380,7 +380,7 @@ func (s *Server) settle(ctx context.Context, r Request, res *reservation, id str
 // withdraw cancels task id, which a message/send made but whose push
 // config could not be kept after all (err), so that no task runs behind
 // the refusal, and returns the refusal.
-func (s *Server) withdraw(ctx context.Context, r Request, id string, err error) error {
+func (s *Server) withdraw(ctx context.Context, r request, id string, err error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pushTimeout)
 	defer cancel()
 	var rec schema.JobRecord
@@ -674,16 +674,16 @@ func (s *Server) OnDeleteTaskPushConfig(ctx context.Context, p *a2a.DeleteTaskPu
 
 // pushRequest checks a request about the push configs of task id: push
 // notifications are on, and the task is the caller's.
-func (s *Server) pushRequest(ctx context.Context, id a2a.TaskID) (Request, jetstream.KeyValue, error) {
-	r, err := request(ctx)
+func (s *Server) pushRequest(ctx context.Context, id a2a.TaskID) (request, jetstream.KeyValue, error) {
+	r, err := requestOf(ctx)
 	if err != nil {
-		return Request{}, nil, err
+		return request{}, nil, err
 	}
 	if s.push == nil {
-		return Request{}, nil, refuse(a2a.ErrPushNotificationNotSupported, "push notifications are not enabled on this server")
+		return request{}, nil, refuse(a2a.ErrPushNotificationNotSupported, "push notifications are not enabled on this server")
 	}
 	if _, err := s.own(ctx, r, id); err != nil {
-		return Request{}, nil, err
+		return request{}, nil, err
 	}
 	kv, err := s.push.bucket()
 	return r, kv, err
@@ -695,7 +695,7 @@ func (s *Server) pushRequest(ctx context.Context, id a2a.TaskID) (Request, jetst
 // first sight of it and at every change of its state. The follower
 // outlives the request that started it, which is why it is detached from
 // that request's cancellation; [Server.Close] stops it.
-func (s *Server) followForPush(ctx context.Context, r Request, id string) {
+func (s *Server) followForPush(ctx context.Context, r request, id string) {
 	kv, err := s.push.bucket()
 	if err != nil {
 		return

@@ -1,7 +1,8 @@
 // Package mcp is the ingress's Model Context Protocol front door at
 // [Path]: an MCP server, built on the official Go SDK, whose tools are
 // the registry's live methods and whose tools/call runs through the
-// ingress ([Ingress]) like a call of any other transport.
+// ingress ([door.Ingress], the seam it shares with the A2A door) like a
+// call of any other transport.
 //
 // mcp.go lists the tools, follows the registry and hands each request to
 // the SDK handler of its protocol revision: the one with sessions up to

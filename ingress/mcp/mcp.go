@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/discovery"
+	"github.com/toolbus/toolbus/ingress/door"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -39,33 +40,6 @@ const refHeader = "Toolbus-Mcp-Ref"
 // metaWrapped is the _meta member of a tool result whose structured
 // content wraps a value that is not an object (see [success]).
 const metaWrapped = "toolbus/wrapped"
-
-// Ingress is what the front door needs of the ingress that mounts it.
-type Ingress interface {
-	// Request reads what the HTTP request r, which brings MCP messages,
-	// asks for each call it carries: who sent it (the caller the
-	// ingress's authentication put in r's context) and the call headers
-	// (Toolbus-Timeout, Idempotency-Key, Prefer). A malformed header is
-	// answered with the error.
-	Request(r *http.Request) (Request, *schema.Error)
-}
-
-// Request is what the ingress read from one HTTP request, and the way to
-// run calls under it.
-type Request struct {
-	// Caller names the authenticated caller; empty when the ingress runs
-	// without authentication or the request has no caller.
-	Caller string
-	// MayCall reports whether the caller may call every method that name,
-	// a method or a pattern, matches. It is read only with
-	// [WithAuthentication].
-	MayCall func(name string) bool
-	// Call runs one call for the caller, under the request's headers,
-	// through the ingress's plan and dispatcher chain like a call of any
-	// other transport (method checks, authorization, deadlines, limits),
-	// and returns its answer.
-	Call func(ctx context.Context, req schema.Request) schema.Response
-}
 
 // Jobs is what the front door needs of the jobs extension to run, as a
 // durable job, a tools/call that asks for progress. The jobs service is
@@ -133,7 +107,7 @@ func WithMaxDepth(n int) Option {
 // (default: it does not, and every request is the one anonymous caller's).
 // Each session then belongs to the caller that made it, a request of
 // another caller under its id is answered 403, and each caller is shown,
-// and may call, the tools of [Request.MayCall] alone.
+// and may call, the tools of [door.Request.MayCall] alone.
 func WithAuthentication() Option {
 	return func(s *Server) error {
 		s.authenticated = true
@@ -191,7 +165,7 @@ func WithOrigin(origin string) Option {
 
 // Server is the MCP front door: an MCP server whose tools are the
 // registry's live methods and whose tools/call goes through the ingress
-// ([Request.Call]), so the same method checks, authorization, deadlines
+// ([door.Request.Call]), so the same method checks, authorization, deadlines
 // and limits apply as on every other transport. Make one with [New]; it
 // follows the registry until [Server.Close].
 //
@@ -205,7 +179,7 @@ func WithOrigin(origin string) Option {
 // retries the call with its responses. A request is served by the
 // handler of its revision.
 type Server struct {
-	ing Ingress
+	ing door.Ingress
 	reg *discovery.Registry
 	srv *mcp.Server
 	// sessions serves the revisions with sessions, sessionless the
@@ -222,7 +196,7 @@ type Server struct {
 	origin        string
 
 	ids  atomic.Uint64
-	refs sync.Map // refHeader value → Request
+	refs sync.Map // refHeader value → door.Request
 
 	mu     sync.Mutex
 	listed map[string]string // tool name → canonical JSON of what was added
@@ -239,7 +213,7 @@ var _ http.Handler = (*Server)(nil)
 
 // New returns the front door of ing over the tools of reg, following reg
 // until [Server.Close].
-func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
+func New(ing door.Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) {
 	if ing == nil || reg == nil {
 		return nil, errors.New("mcp: nil ingress or registry")
 	}
@@ -294,7 +268,7 @@ func New(ing Ingress, reg *discovery.Registry, opts ...Option) (*Server, error) 
 	return m, nil
 }
 
-// ServeHTTP has the ingress read the request ([Ingress.Request]) and
+// ServeHTTP has the ingress read the request ([door.Ingress.Request]) and
 // hands the request, with a reference to what it read, to the MCP handler
 // of its revision: the stateless one from 2026-07-28, the one that keeps
 // sessions before.
@@ -392,7 +366,7 @@ func (m *Server) sessionUser(_ context.Context, ref string, _ *http.Request) (*a
 	if !ok {
 		return nil, auth.ErrInvalidToken
 	}
-	caller := v.(Request).Caller
+	caller := v.(door.Request).Caller
 	if caller == "" {
 		return nil, auth.ErrInvalidToken
 	}
@@ -628,7 +602,7 @@ func (m *Server) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 func (m *Server) request(extra *mcp.RequestExtra) request {
 	if extra != nil && extra.Header != nil {
 		if v, ok := m.refs.Load(extra.Header.Get(refHeader)); ok {
-			return request{v.(Request)}
+			return request{v.(door.Request)}
 		}
 	}
 	r := &http.Request{Method: http.MethodPost, Header: http.Header{}}
@@ -640,8 +614,9 @@ func (m *Server) request(extra *mcp.RequestExtra) request {
 	return request{hdr}
 }
 
-// request is a [Request] whose missing functions allow and answer nothing.
-type request struct{ Request }
+// request is a [door.Request] whose missing functions allow and answer
+// nothing.
+type request struct{ door.Request }
 
 func (r request) mayCall(name string) bool { return r.MayCall != nil && r.MayCall(name) }
 
