@@ -2,24 +2,23 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/natsd"
 )
 
 var natsReadyLine = regexp.MustCompile(`toolbus nats ready: (nats://\S+)\n`)
@@ -248,48 +247,6 @@ func TestNatsRoleUsers(t *testing.T) {
 		t.Errorf("worker stopped with %v, want nil", err)
 	}
 	stopNats(t, r)
-}
-
-func TestNatsRoleUsersHaveTheShippedPermissions(t *testing.T) {
-	f := natsFlags{listen: "127.0.0.1:0", data: t.TempDir(), maxPayload: bus.DefaultEmbeddedMaxPayload}
-	opts, _, err := f.options(func(string) bool { return false })
-	if err != nil {
-		t.Fatalf("options() = %v", err)
-	}
-	if opts.Authorization != "" || opts.NoAuthUser != "" {
-		t.Errorf("options() token %q, user without authentication %q, want neither", opts.Authorization, opts.NoAuthUser)
-	}
-	// The shipped file as a node of the deployment reads it.
-	t.Setenv("NATS_SERVER_NAME", "nats-1")
-	t.Setenv("TOOLBUS_INGRESS_NATS_PASSWORD", "ingress-pass")
-	t.Setenv("TOOLBUS_WORKER_NATS_PASSWORD", "worker-pass")
-	shipped, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "nats", "cluster-secure.conf"))
-	if err != nil {
-		t.Fatalf("ProcessConfigFile(cluster-secure.conf): %v", err)
-	}
-	got := map[string]*server.User{}
-	for _, u := range opts.Users {
-		got[u.Username] = u
-	}
-	if len(got) != len(shipped.Users) {
-		t.Errorf("options() has users %v, want the %d of cluster-secure.conf", got, len(shipped.Users))
-	}
-	for _, want := range shipped.Users {
-		u := got[want.Username]
-		if u == nil {
-			t.Errorf("options() has no user %s", want.Username)
-			continue
-		}
-		if !reflect.DeepEqual(u.Permissions, want.Permissions) {
-			got, _ := json.Marshal(u.Permissions)
-			want, _ := json.Marshal(want.Permissions)
-			t.Errorf("user %s has permissions %s, want cluster-secure.conf's %s", u.Username, got, want)
-		}
-		b, err := os.ReadFile(filepath.Join(f.data, u.Username+".password"))
-		if err != nil || strings.TrimSpace(string(b)) != u.Password {
-			t.Errorf("user %s: password file holds %q (%v), want the user's password", u.Username, b, err)
-		}
-	}
 }
 
 func TestNatsRoleUsersSurviveARestart(t *testing.T) {
@@ -620,50 +577,27 @@ func TestNatsMonitoring(t *testing.T) {
 	stopNats(t, r)
 }
 
-func TestNatsAuthorizes(t *testing.T) {
-	tests := []struct {
-		name   string
-		config string
-		want   bool
-	}{
-		{name: "nothing", config: "max_payload: 1MB", want: false},
-		{name: "auth timeout alone", config: "authorization { timeout: 2 }", want: false},
-		{name: "accounts without users", config: "accounts { A: {} }", want: false},
-		{name: "token", config: "authorization { token: s3cret }", want: true},
-		{name: "one user", config: "authorization { user: a, password: b }", want: true},
-		{name: "users", config: "authorization { users: [{user: a, password: b}] }", want: true},
-		{name: "users of an account", config: "accounts { A: { users: [{user: a, password: b}] } }", want: true},
-		{name: "nkey user", config: "authorization { users: [{nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4}] }", want: true},
+func TestNatsFlagsBindTheConfig(t *testing.T) {
+	cfg := natsd.DefaultConfig()
+	fl := pflag.NewFlagSet("nats", pflag.ContinueOnError)
+	bindNatsFlags(fl, &cfg)
+	if err := fl.Parse([]string{"--nats-listen", "127.0.0.1:0", "--data", "/d", "--config", "n.conf", "--nats-token", "t", "--token-file", "tf", "--monitor-listen", ":8222", "--max-payload", "7", "--no-auth"}); err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			opts := &server.Options{}
-			if err := opts.ProcessConfigString(tt.config); err != nil {
-				t.Fatalf("ProcessConfigString(%q): %v", tt.config, err)
-			}
-			if got := authorizes(opts); got != tt.want {
-				t.Errorf("authorizes(%q) = %v, want %v", tt.config, got, tt.want)
-			}
-		})
+	got := natsConfig(fl.Changed, cfg)
+	want := natsd.Config{
+		Listen: "127.0.0.1:0", Data: "/d", File: "n.conf", Token: "t", TokenFile: "tf", Monitor: ":8222", MaxPayload: 7, NoAuth: true,
+		Overrides: natsd.Overrides{Listen: true, Monitor: true, Data: true, MaxPayload: true},
 	}
-}
-
-func TestNatsShellQuote(t *testing.T) {
-	tests := []struct {
-		name string
-		in   string
-		want string
-	}{
-		{name: "plain path", in: "/var/lib/toolbus/nats.token", want: "/var/lib/toolbus/nats.token"},
-		{name: "space", in: "my dir/nats.token", want: "'my dir/nats.token'"},
-		{name: "quote", in: "it's", want: `'it'\''s'`},
-		{name: "dollar", in: "$HOME/t", want: "'$HOME/t'"},
+	if got != want {
+		t.Errorf("natsConfig() = %+v, want %+v", got, want)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := shellQuote(tt.in); got != tt.want {
-				t.Errorf("shellQuote(%q) = %s, want %s", tt.in, got, tt.want)
-			}
-		})
+	// A flag left alone keeps the default and fills in only what the file
+	// leaves out.
+	cfg = natsd.DefaultConfig()
+	fl = pflag.NewFlagSet("nats", pflag.ContinueOnError)
+	bindNatsFlags(fl, &cfg)
+	if got, want := natsConfig(fl.Changed, cfg), natsd.DefaultConfig(); got != want {
+		t.Errorf("natsConfig() without flags = %+v, want %+v", got, want)
 	}
 }
