@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolbus/toolbus/internal/listen"
 )
 
 const (
@@ -205,7 +207,7 @@ func (c Config) options(log *slog.Logger) (*server.Options, access, error) {
 		if l.port <= 0 {
 			continue // none, or a free port the server picks
 		}
-		if err := checkListen(net.JoinHostPort(l.host, strconv.Itoa(l.port)), fix(l.flag, l.item, "address")); err != nil {
+		if err := listen.Check(net.JoinHostPort(l.host, strconv.Itoa(l.port)), fix(l.flag, l.item, "address")); err != nil {
 			return nil, access{}, err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/internal/egress"
 	"github.com/toolbus/toolbus/internal/fair"
+	"github.com/toolbus/toolbus/internal/listen"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -340,7 +341,7 @@ func ingressModule(cfg ingressConfig) fx.Option {
 			if err != nil {
 				return nil, ingressAddr{}, err
 			}
-			l, err := listen(cfg.listen, "choose another address with --listen")
+			l, err := listen.Open(cfg.listen, "choose another address with --listen")
 			if err != nil {
 				return nil, ingressAddr{}, err
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/msglog"
+	"github.com/toolbus/toolbus/internal/listen"
 	"github.com/toolbus/toolbus/jobs"
 )
 
@@ -95,7 +96,7 @@ func telemetryModule(tc tracingConfig, service string) fx.Option {
 // workerHTTP serves a standalone worker's probes and metrics
 // ([worker.ProbeHandler]) on addr until the application stops.
 func workerHTTP(lc fx.Lifecycle, addr string, h http.Handler, log *slog.Logger) error {
-	l, err := listen(addr, `give each worker on a host its own --metrics-listen, such as 127.0.0.1:0 for any free port, or "" for none`)
+	l, err := listen.Open(addr, `give each worker on a host its own --metrics-listen, such as 127.0.0.1:0 for any free port, or "" for none`)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/listen"
 )
 
 func newDevCmd() *cobra.Command {
@@ -55,7 +56,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 				return err
 			}
 			if natsListen != "" {
-				if err := checkListen(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
+				if err := listen.Check(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
 					return err
 				}
 			}
