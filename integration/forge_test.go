@@ -169,27 +169,7 @@ func forgeJobReplies(t *testing.T, c *Cluster, r *rogue, method string) forgery 
 	}
 	waitProgress(t, ctx, c, victims)
 
-	// Guess and publish.
-	guesses, inference := inferReplySubjects(replies, seen, forgeBudget)
-	if len(guesses) == 0 {
-		t.Fatalf("the rogue inferred no reply subject from %d it saw, want some guesses", len(seen))
-	}
-	forged, err := schema.MarshalReply(schema.ReplyResult([]byte(forgedResult)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	published := 0
-	for _, g := range guesses {
-		if err := r.nc.Publish(g, forged); err != nil {
-			t.Fatalf("publish a guess: %v", err)
-		}
-		published++
-	}
-	if err := r.nc.Flush(); err != nil {
-		t.Fatalf("flush the guesses: %v", err)
-	}
-	publishing := time.Since(began)
+	published, publishing, inference := r.publishGuesses(t, replies, seen)
 
 	// Every job of the test, once ended: the victim's must carry their
 	// real worker's result; none may carry the forged one.
@@ -265,6 +245,31 @@ func forgeCallReplies(t *testing.T, c *Cluster, r *rogue, method string) forgery
 	}
 	c.waitRunning(t, ctx, "sleep", victimJobs)
 
+	published, publishing, inference := r.publishGuesses(t, replies, seen)
+
+	want := fmt.Sprintf(`{"slept_ms":%d}`, victimSleep.Milliseconds())
+	accepted := 0
+	for range victimJobs {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			t.Errorf("victim call of sleep = %v, want its real worker's result %s", a.err, want)
+		case isForged(a.result):
+			accepted++
+			t.Errorf("victim call of sleep = %s, want its real worker's result %s", a.result, want)
+		case string(a.result) != want:
+			t.Errorf("victim call of sleep = %s, want %s", a.result, want)
+		}
+	}
+	return forgery{observed: len(seen), published: published, publishing: publishing, accepted: accepted, inference: inference}
+}
+
+// publishGuesses infers, from the reply subjects under replies that the
+// rogue saw, at most forgeBudget subjects of calls made after them, and
+// publishes the forged answer on each. It returns how many it published,
+// how long that took, and what it inferred.
+func (r *rogue) publishGuesses(t *testing.T, replies string, seen []string) (int, time.Duration, string) {
+	t.Helper()
 	guesses, inference := inferReplySubjects(replies, seen, forgeBudget)
 	if len(guesses) == 0 {
 		t.Fatalf("the rogue inferred no reply subject from %d it saw, want some guesses", len(seen))
@@ -282,23 +287,7 @@ func forgeCallReplies(t *testing.T, c *Cluster, r *rogue, method string) forgery
 	if err := r.nc.Flush(); err != nil {
 		t.Fatalf("flush the guesses: %v", err)
 	}
-	publishing := time.Since(began)
-
-	want := fmt.Sprintf(`{"slept_ms":%d}`, victimSleep.Milliseconds())
-	accepted := 0
-	for range victimJobs {
-		a := <-answers
-		switch {
-		case a.err != nil:
-			t.Errorf("victim call of sleep = %v, want its real worker's result %s", a.err, want)
-		case isForged(a.result):
-			accepted++
-			t.Errorf("victim call of sleep = %s, want its real worker's result %s", a.result, want)
-		case string(a.result) != want:
-			t.Errorf("victim call of sleep = %s, want %s", a.result, want)
-		}
-	}
-	return forgery{observed: len(seen), published: len(guesses), publishing: publishing, accepted: accepted, inference: inference}
+	return len(guesses), time.Since(began), inference
 }
 
 // callRPC makes one synchronous call through the ingress at base and
