@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -63,6 +64,7 @@ func newFairness(f Fairness) (*fairness, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.MeasureCPU(processCPU, runtime.GOMAXPROCS(0))
 	return &fairness{sched: s}, nil
 }
 

@@ -358,11 +358,18 @@ type Fairness struct {
 	// refused -32002 with retry_after_ms and the limit
 	// caller_max_queued.
 	CallerMaxQueued int
+	// CPUTarget is the share of the process's CPUs that the calls let
+	// into the window may take while more than one caller is active;
+	// below 1, above it the window admits at a pace, so that the process
+	// stays idle often enough to read every caller's next request (see
+	// internal/fair's pace.go). The default, [fair.DefaultCPUTarget], is
+	// 1: no pacing.
+	CPUTarget float64
 }
 
 // config returns the scheduler's configuration of f.
 func (f Fairness) config() fair.Config {
-	return fair.Config{Seats: f.Seats, HoldMin: f.HoldMin, HoldMax: f.HoldMax, FlowMaxQueued: f.CallerMaxQueued}
+	return fair.Config{Seats: f.Seats, HoldMin: f.HoldMin, HoldMax: f.HoldMax, FlowMaxQueued: f.CallerMaxQueued, CPUTarget: f.CPUTarget}
 }
 
 // WithFairness shares the ingress among callers as f says (see

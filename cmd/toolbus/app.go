@@ -112,6 +112,7 @@ func (c *ingressConfig) flags(cmd *cobra.Command, defaultListen string) {
 	f.IntVar(&c.fair.Seats, "fair-seats", fair.DefaultSeats, "calls the ingress works on at once; the callers with calls waiting share them in proportion to their weights")
 	f.DurationVar(&c.fair.HoldMin, "fair-hold-min", fair.DefaultHoldMin, "shortest time a call keeps its seat without an answer before it counts as waiting on a worker and leaves its seat to the next (the hold adapts to how long calls take, up to --fair-hold-max)")
 	f.DurationVar(&c.fair.HoldMax, "fair-hold-max", fair.DefaultHoldMax, "longest time a call keeps its seat without an answer")
+	f.Float64Var(&c.fair.CPUTarget, "fair-cpu-target", fair.DefaultCPUTarget, "share of the ingress's CPUs that admitted calls may take while more than one caller is busy; below 1, calls are admitted at a pace above it, so that the ingress stays idle often enough to read every caller's next request (1: no pacing; 0.85 paces a saturated ingress)")
 	f.IntVar(&c.fair.CallerMaxQueued, "caller-max-queued", 0, "calls one caller may have waiting for a seat on this ingress, a call counting once more per 16 KiB of params (0: as many as --max-in-flight); more are refused -32002")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long shutdown waits for calls in flight")
 	f.BoolVar(&c.jsonrpc1, "jsonrpc1", false, "answer requests without a jsonrpc member in JSON-RPC 1.0 form")

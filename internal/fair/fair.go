@@ -64,6 +64,11 @@ type Config struct {
 	// [DefaultFlowMaxQueued]). An entry larger than it is still taken
 	// into an empty queue.
 	FlowMaxQueued int
+	// CPUTarget is the share of the process's CPUs that the work the
+	// window admits may take while more than one flow is active (0:
+	// [DefaultCPUTarget]; 1 turns pacing off). Pacing needs the
+	// process's CPU time: see [Scheduler.MeasureCPU] and pace.go.
+	CPUTarget float64
 }
 
 // Validate reports a negative field, or a HoldMax below HoldMin, naming
@@ -76,6 +81,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fair: hold bounds must not be negative, got %v and %v", c.HoldMin, c.HoldMax)
 	case c.FlowMaxQueued < 0:
 		return fmt.Errorf("fair: flow max queued must not be negative, got %d", c.FlowMaxQueued)
+	case c.CPUTarget < 0 || c.CPUTarget > 1:
+		return fmt.Errorf("fair: the CPU target must be a share from 0 to 1, got %v", c.CPUTarget)
 	}
 	c = c.withDefaults()
 	if c.HoldMax < c.HoldMin {
@@ -210,6 +217,7 @@ type Scheduler[T any] struct {
 	virtual     float64
 	seq         uint64
 	estimate    time.Duration // moving average of seat times
+	pace        pacer
 }
 
 // New returns a scheduler of cfg, with every queue empty.
@@ -360,6 +368,9 @@ func (s *Scheduler[T]) NextWake() (t time.Time, ok bool) {
 			t, ok = d, true
 		}
 	}
+	if d, paced := s.nextToken(); paced && (!ok || d.Before(t)) {
+		t, ok = d, true
+	}
 	return t, ok
 }
 
@@ -438,6 +449,10 @@ func (s *Scheduler[T]) Stats() Stats {
 // admit fills the free seats from the busy flows in order of start tag;
 // a head whose deadline has come expires instead.
 func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
+	paced := s.pacing()
+	if paced {
+		s.steer(now)
+	}
 	for s.used < s.cfg.Seats && len(s.busy) > 0 {
 		fl := s.busy[0]
 		e := fl.queue[fl.head]
@@ -445,6 +460,9 @@ func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
 			s.unqueue(e)
 			m.Expired = append(m.Expired, e)
 			continue
+		}
+		if paced && !s.take(now, fl.name) {
+			return
 		}
 		fl.inside++ // before unqueue, which forgets a flow with nothing left
 		s.unqueue(e)
