@@ -362,8 +362,8 @@ type Fairness struct {
 	// into the window may take while more than one caller is active;
 	// below 1, above it the window admits at a pace, so that the process
 	// stays idle often enough to read every caller's next request (see
-	// internal/fair's pace.go). The default, [fair.DefaultCPUTarget], is
-	// 1: no pacing.
+	// "Pacing" in the package doc of internal/fair). The default,
+	// [fair.DefaultCPUTarget], is 1: no pacing.
 	CPUTarget float64
 }
 

@@ -73,4 +73,22 @@
 // The seats are not a rate: a fast machine serves more calls through the
 // same window, and a call's latency under a flood is about the seats'
 // worth of calls, whatever the flood's size.
+//
+// # Pacing
+//
+// Pacing keeps the process's CPU from saturating while more than one flow
+// is active. On a saturated core a Go process polls the network only when
+// its run queues are empty, and otherwise every 10 ms, so a caller with
+// one call in flight gets about one call through per poll whatever its
+// share of the window; the window's order only helps the calls that have
+// been read. With a CPU target below 1 ([Config.CPUTarget]; pacing is off
+// by default), while two flows or more have been admitted lately and the
+// process uses more than the target of its CPUs, the window admits at a
+// pace: a rate that starts at what was admitted, falls by a tenth each
+// period the process stays above the target, never below a quarter of
+// where it started, and rises by a tenth each period the process stays
+// well below it; it is dropped once it no longer binds or one flow is
+// left. The idle moments it leaves let the process read every
+// connection's next request, whose entry then goes first by its start
+// tag. A flow alone is never paced.
 package fair
