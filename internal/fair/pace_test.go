@@ -15,15 +15,33 @@ func (c *cpuClock) step(d time.Duration, busy float64) {
 	c.used += time.Duration(float64(d) * busy)
 }
 
+// measured returns a window of cfg whose scheduler reads its CPU time from
+// the clock it also returns, on one core.
+func measured(t *testing.T, cfg fair.Config) (*window, *cpuClock) {
+	t.Helper()
+	w := newWindow(t, cfg)
+	cpu := &cpuClock{}
+	w.s.MeasureCPU(func() time.Duration { return cpu.used }, 1)
+	return w, cpu
+}
+
+// finishInside finishes, at the window's time, every entry that was
+// inside when it was called (not those it lets in meanwhile).
+func (w *window) finishInside() {
+	for range len(w.inside) {
+		e := w.inside[0]
+		w.inside = w.inside[1:]
+		w.take(w.s.Done(w.now, e))
+	}
+}
+
 // paced drives a window of 50 seats through steps of a millisecond, in
 // which every entry inside is finished and the core was busy for the
 // given share, and returns what was admitted in each step after the
 // first period.
 func paced(t *testing.T, flows []string, busy func(step int) float64, steps int) []int {
 	t.Helper()
-	w := newWindow(t, fair.Config{Seats: 50, CPUTarget: 0.85})
-	var cpu cpuClock
-	w.s.MeasureCPU(func() time.Duration { return cpu.used }, 1)
+	w, cpu := measured(t, fair.Config{Seats: 50, CPUTarget: 0.85})
 	for _, f := range flows {
 		w.enqueue(fair.Flow{Name: f}, 10000, 1)
 	}
@@ -32,11 +50,7 @@ func paced(t *testing.T, flows []string, busy func(step int) float64, steps int)
 		before := len(w.order)
 		cpu.step(time.Millisecond, busy(i))
 		w.now = w.now.Add(time.Millisecond)
-		for range len(w.inside) { // those inside at the step's start
-			e := w.inside[0]
-			w.inside = w.inside[1:]
-			w.take(w.s.Done(w.now, e))
-		}
+		w.finishInside()
 		w.take(w.s.Tick(w.now))
 		admitted = append(admitted, len(w.order)-before)
 	}
@@ -75,9 +89,7 @@ func TestPacing(t *testing.T) {
 	}
 
 	// The order is the fair one, paced or not: the two flows alternate.
-	w := newWindow(t, fair.Config{Seats: 2, CPUTarget: 0.85})
-	var cpu cpuClock
-	w.s.MeasureCPU(func() time.Duration { return cpu.used }, 1)
+	w, cpu := measured(t, fair.Config{Seats: 2, CPUTarget: 0.85})
 	w.enqueue(fair.Flow{Name: "a"}, 500, 1)
 	w.enqueue(fair.Flow{Name: "b"}, 500, 1)
 	for range 100 {
@@ -97,19 +109,13 @@ func TestPacing(t *testing.T) {
 // TestPacingTarget checks that pacing is off by default (the CPU target
 // 1), and that a target out of range is refused.
 func TestPacingTarget(t *testing.T) {
-	w := newWindow(t, fair.Config{Seats: 1000, FlowMaxQueued: 100000})
-	var cpu cpuClock
-	w.s.MeasureCPU(func() time.Duration { return cpu.used }, 1)
+	w, cpu := measured(t, fair.Config{Seats: 1000, FlowMaxQueued: 100000})
 	w.enqueue(fair.Flow{Name: "a"}, 60000, 1)
 	w.enqueue(fair.Flow{Name: "b"}, 60000, 1)
 	for range 100 {
 		cpu.step(time.Millisecond, 1)
 		w.now = w.now.Add(time.Millisecond)
-		for range len(w.inside) {
-			e := w.inside[0]
-			w.inside = w.inside[1:]
-			w.take(w.s.Done(w.now, e))
-		}
+		w.finishInside()
 	}
 	if n := len(w.order); n != 101*1000 {
 		t.Errorf("admissions with the default CPUTarget in 100 steps = %d, want every seat at the start and every step (%d): nothing paced", n, 101*1000)
