@@ -105,6 +105,13 @@ func TestPartsRecoverFromANatsRestart(t *testing.T) {
 
 	readyzUntil(t, base, http.StatusOK, "the ingress's /readyz is 200 after the restart")
 	echoAnswered(t, rpcURL, `{"after":"restart"}`)
+	// An outage longer than three announce intervals makes the ingress
+	// forget the worker, which announces again after it reconnects, one
+	// method after the other: sleep may be heard a moment after echo.
+	toolbustest.Eventually(t, func() bool {
+		out, err := execute(t, context.Background(), "tools", "show", "--url", rpcURL, "sleep")
+		return err == nil && strings.Contains(out, `"workers": 1`)
+	}, "the ingress hears the worker announce sleep again")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := execute(t, ctx, "jobs", "submit", "--url", rpcURL, "--wait", "--interval", "10ms", "sleep", `{"ms":20}`)
