@@ -20,6 +20,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolbus/toolbus/internal/tracelog"
 )
 
 // Trace exporters --trace-exporter accepts.
@@ -101,12 +103,11 @@ func buildVersion() string {
 // that flushes and stops it, within 5 seconds of the context it is given.
 // Spans of the stdout exporter go to stdout (os.Stdout when nil).
 //
-// With the exporter off it returns a provider that records and exports
-// nothing of its own but still gives every call a trace id (and keeps an
-// incoming trace context), so that every line logged about a call, and
-// every error answer, carries a trace_id to find the call by. A caller's
-// sampled trace is still recorded in memory and dropped, as no exporter
-// takes it. Otherwise spans are batched; a new trace is recorded with the
+// With the exporter off it returns [tracelog.IDs], which records nothing
+// but still gives every call a trace id (and keeps an incoming trace
+// context), so that every line logged about a call, and every error
+// answer, carries a trace_id to find the call by. Otherwise spans are
+// batched; a new trace is recorded with the
 // probability --trace-sample, and a span whose parent is known follows its
 // parent's decision. The resource carries service.name and
 // service.version (the [buildVersion]), which OTEL_SERVICE_NAME and
@@ -127,8 +128,7 @@ func (c tracingConfig) provider(ctx context.Context, service string, stdout io.W
 	}
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	if c.exporter == traceOff {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
-		return tp, tp.Shutdown, nil
+		return tracelog.IDs(), func(context.Context) error { return nil }, nil
 	}
 	var exp sdktrace.SpanExporter
 	var err error
