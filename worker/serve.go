@@ -561,35 +561,40 @@ type spanStart struct {
 	// name is the span name, or "" when the pattern has wildcards and the
 	// name is that of the method called.
 	name string
-	// kind and attrs set the kind and the attributes every call of the
-	// route has.
-	kind, attrs trace.SpanStartOption
+	// kind sets the span's kind; attrs are the attributes every call of
+	// the route has.
+	kind  trace.SpanStartOption
+	attrs []attribute.KeyValue
 }
 
 func newSpanStart(pattern string) spanStart {
-	attrs := []attribute.KeyValue{
+	ss := spanStart{kind: trace.WithSpanKind(trace.SpanKindServer), attrs: []attribute.KeyValue{
 		attribute.String("rpc.system", "jsonrpc"),
 		attribute.String("rpc.jsonrpc.version", "2.0"),
 		attribute.String("toolbus.worker.pattern", pattern),
-	}
-	ss := spanStart{kind: trace.WithSpanKind(trace.SpanKindServer)}
+	}}
 	if !strings.ContainsAny(pattern, "*>") {
 		ss.name = "toolbus.worker " + pattern
-		attrs = append(attrs, attribute.String("rpc.method", pattern))
+		ss.attrs = append(ss.attrs, attribute.String("rpc.method", pattern))
 	}
-	ss.attrs = trace.WithAttributes(attrs...)
 	return ss
 }
 
-// startSpan starts the server span of a call of r.
+// startSpan starts the server span of a call of r. Its attributes are set
+// only when it records: a process that records no spans, as toolbus's
+// does with tracing off, pays for none of them.
 func (rt *Runtime) startSpan(ctx context.Context, r *route, req *Request) (context.Context, trace.Span) {
 	name := r.span.name
-	var own [2]attribute.KeyValue
-	n := 0
 	if name == "" {
 		name = "toolbus.worker " + req.Method
-		own[n] = attribute.String("rpc.method", req.Method)
-		n++
+	}
+	ctx, span := rt.tracer.Start(ctx, name, r.span.kind)
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	span.SetAttributes(r.span.attrs...)
+	if r.span.name == "" {
+		span.SetAttributes(attribute.String("rpc.method", req.Method))
 	}
 	if !req.IsNotification() {
 		id := string(req.ID)
@@ -597,13 +602,9 @@ func (rt *Runtime) startSpan(ctx context.Context, r *route, req *Request) (conte
 			// OpenTelemetry's semantic conventions write a null id as "".
 			id = ""
 		}
-		own[n] = attribute.String("rpc.jsonrpc.request_id", id)
-		n++
+		span.SetAttributes(attribute.String("rpc.jsonrpc.request_id", id))
 	}
-	if n == 0 {
-		return rt.tracer.Start(ctx, name, r.span.kind, r.span.attrs)
-	}
-	return rt.tracer.Start(ctx, name, r.span.kind, r.span.attrs, trace.WithAttributes(own[:n]...))
+	return ctx, span
 }
 
 // endSpan ends the span of a call answered with rpcErr, nil for a result.
