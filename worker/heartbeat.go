@@ -57,8 +57,11 @@ type beat struct {
 	// acked is set once a progress message has left: the ack, or a report
 	// sent before the ack was due, which stands in for it.
 	acked bool
-	// token names the call in the probe replies; empty until start.
-	token string
+	// probing is set by start: from then on each progress message asks
+	// NATS whether anyone still listens. token names the call in the
+	// probe replies; empty until the first of them.
+	probing bool
+	token   string
 	// gone cancels the call once nobody listens any more.
 	gone func()
 	// seq numbers the probing messages. It skips a number whenever the
@@ -149,7 +152,12 @@ func (b *beat) sendBody(v string, body []byte) {
 // sendMsg publishes msg, a progress message on the reply subject,
 // probing when the call runs. b.mu must be held.
 func (b *beat) sendMsg(msg *nats.Msg) {
-	if b.token != "" {
+	if b.probing {
+		if b.token == "" {
+			// Registered with the first message that can probe: a call
+			// answered within its ack delay sends none and costs none.
+			b.token = b.probes.watch(b)
+		}
 		if b.nc.IsConnected() {
 			if rc := b.nc.Stats().Reconnects; rc != b.reconnects {
 				b.reconnects = rc
@@ -195,7 +203,7 @@ func (b *beat) start(gone func()) {
 	}
 	b.gone = gone
 	b.reconnects = b.nc.Stats().Reconnects
-	b.token = b.probes.watch(b)
+	b.probing = true
 	if b.ackDelay > 0 {
 		// The ack waits: a call answered before it is due sends none.
 		b.timer = time.AfterFunc(b.ackDelay, b.tick)
