@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -43,5 +44,75 @@ func TestHandlerAddsTraceID(t *testing.T) {
 	}
 	if lines[2]["trace_id"] != "given" {
 		t.Errorf("a record's own trace_id was replaced: %v", lines[2])
+	}
+}
+
+func TestIDsWithoutParent(t *testing.T) {
+	tr := IDs().Tracer("test")
+	seen := map[trace.TraceID]bool{}
+	for range 100 {
+		ctx, span := tr.Start(context.Background(), "call", trace.WithSpanKind(trace.SpanKindServer))
+		sc := span.SpanContext()
+		if !sc.IsValid() || sc.IsSampled() || sc.IsRemote() || span.IsRecording() {
+			t.Fatalf("span without a parent: valid %v, sampled %v, remote %v, recording %v; want a valid local span context, unsampled, not recording",
+				sc.IsValid(), sc.IsSampled(), sc.IsRemote(), span.IsRecording())
+		}
+		if got := trace.SpanContextFromContext(ctx); !got.Equal(sc) {
+			t.Fatalf("context's span context = %v, want the span's %v", got, sc)
+		}
+		if seen[sc.TraceID()] {
+			t.Fatalf("trace id %s given twice in 100 spans", sc.TraceID())
+		}
+		seen[sc.TraceID()] = true
+		span.End()
+	}
+}
+
+func TestIDsContinueTheParent(t *testing.T) {
+	state, err := trace.ParseTraceState("vendor=x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		flags trace.TraceFlags
+	}{
+		{name: "sampled", flags: trace.FlagsSampled},
+		{name: "unsampled", flags: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parent := trace.NewSpanContext(trace.SpanContextConfig{
+				TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5}, TraceFlags: tt.flags, TraceState: state, Remote: true,
+			})
+			ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+			ctx, span := IDs().Tracer("test").Start(ctx, "call")
+			sc := span.SpanContext()
+			if sc.TraceID() != parent.TraceID() || sc.TraceFlags() != tt.flags || sc.TraceState().String() != "vendor=x" {
+				t.Errorf("child = trace %s, flags %v, state %q; want trace %s, flags %v, state %q",
+					sc.TraceID(), sc.TraceFlags(), sc.TraceState(), parent.TraceID(), tt.flags, "vendor=x")
+			}
+			if sc.SpanID() == parent.SpanID() || !sc.SpanID().IsValid() || sc.IsRemote() || span.IsRecording() {
+				t.Errorf("child span id %s (parent's %s), remote %v, recording %v; want a new valid local span id, not recording",
+					sc.SpanID(), parent.SpanID(), sc.IsRemote(), span.IsRecording())
+			}
+			// What a worker is sent continues the call's span.
+			carrier := propagation.MapCarrier{}
+			propagation.TraceContext{}.Inject(ctx, carrier)
+			want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + tt.flags.String()
+			if got := carrier["traceparent"]; got != want {
+				t.Errorf("traceparent = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func BenchmarkIDs(b *testing.B) {
+	tr := IDs().Tracer("bench")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, span := tr.Start(ctx, "call")
+		span.End()
 	}
 }
