@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/internal/authfile"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -47,14 +48,6 @@ remove its entry first to replace its key.`,
 	return cmd
 }
 
-// apiKeyEntry is one key of --auth-file.
-type apiKeyEntry struct {
-	Name     string   `json:"name"`
-	SHA256   string   `json:"sha256"`
-	Allow    []string `json:"allow"`
-	Operator bool     `json:"operator"`
-}
-
 func (f *apiKeyFlags) run(out io.Writer, name string) error {
 	if name == "" {
 		return errors.New("the caller's name is empty: give the name its calls are counted and allowed under")
@@ -65,7 +58,7 @@ func (f *apiKeyFlags) run(out io.Writer, name string) error {
 		}
 	}
 	key := auth.NewAPIKey()
-	entry := apiKeyEntry{Name: name, SHA256: auth.HashAPIKey(key), Allow: f.allow, Operator: f.operator}
+	entry := authfile.Key{Name: name, SHA256: auth.HashAPIKey(key), Allow: f.allow, Operator: f.operator}
 	if entry.Allow == nil {
 		entry.Allow = []string{}
 	}
@@ -87,7 +80,7 @@ func (f *apiKeyFlags) run(out io.Writer, name string) error {
 // addKey adds entry to the keys of the auth file at path, keeping every
 // other member as it is, and writes the file anew (mode 0600) through a
 // temporary file, so that a failure leaves the old file whole.
-func addKey(path string, entry apiKeyEntry) error {
+func addKey(path string, entry authfile.Key) error {
 	doc := map[string]json.RawMessage{}
 	b, err := os.ReadFile(path)
 	switch {
@@ -106,7 +99,7 @@ func addKey(path string, entry apiKeyEntry) error {
 		}
 	}
 	for _, k := range keys {
-		var e apiKeyEntry
+		var e authfile.Key
 		if json.Unmarshal(k, &e) == nil && e.Name == entry.Name {
 			return fmt.Errorf("--auth-file %s already has a key of %s: remove its entry first to replace its key, or choose another name", path, entry.Name)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/internal/authfile"
 	"github.com/toolbus/toolbus/internal/bench"
 	"github.com/toolbus/toolbus/internal/proc"
 )
@@ -252,18 +253,10 @@ type tenantsBench struct {
 // echo, the flooder echo and the rpc.jobs methods.
 func (tb *tenantsBench) writeKeys() error {
 	tb.victimKey, tb.floodKey = rand.Text(), rand.Text()
-	keys := authFile{}
-	for _, k := range []struct {
-		name, key string
-		allow     []string
-	}{{"victim", tb.victimKey, []string{"echo"}}, {"flooder", tb.floodKey, []string{"echo", "rpc.jobs.*"}}} {
-		keys.Keys = append(keys.Keys, struct {
-			Name     string   `json:"name"`
-			SHA256   string   `json:"sha256"`
-			Allow    []string `json:"allow"`
-			Operator bool     `json:"operator"`
-		}{Name: k.name, SHA256: auth.HashAPIKey(k.key), Allow: k.allow})
-	}
+	keys := authfile.File{Keys: []authfile.Key{
+		{Name: "victim", SHA256: auth.HashAPIKey(tb.victimKey), Allow: []string{"echo"}},
+		{Name: "flooder", SHA256: auth.HashAPIKey(tb.floodKey), Allow: []string{"echo", "rpc.jobs.*"}},
+	}}
 	b, err := json.Marshal(keys)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/quota"
+	"github.com/toolbus/toolbus/internal/authfile"
 )
 
 // securityConfig is the authentication, admission and resilience policy of
@@ -100,20 +101,8 @@ func (c *securityConfig) flags(cmd *cobra.Command, dev bool) {
 	f.DurationVar(&c.hedge, "hedge", 0, "publish a retry-safe call again when it has no reply after this long (0: no hedging)")
 }
 
-// authFile is the format of --auth-file.
-type authFile struct {
-	Keys []struct {
-		Name     string   `json:"name"`
-		SHA256   string   `json:"sha256"`
-		Allow    []string `json:"allow"`
-		Operator bool     `json:"operator"`
-	} `json:"keys"`
-	Allow        map[string][]string `json:"allow"`
-	DefaultAllow []string            `json:"default_allow"`
-}
-
 // authFileShares are the members of each key of --auth-file that set its
-// caller's share of the ingress, read beside [authFile]: "weight" (1 when
+// caller's share of the ingress, read beside [authfile.File]: "weight" (1 when
 // absent) and "exempt".
 type authFileShares struct {
 	Keys []struct {
@@ -165,7 +154,7 @@ func (c *securityConfig) authConfig() (auth.Config, error) {
 		if err != nil {
 			return a, fmt.Errorf("--auth-file: %w", err)
 		}
-		var f authFile
+		var f authfile.File
 		var shares authFileShares
 		if err := errors.Join(json.Unmarshal(b, &f), json.Unmarshal(b, &shares)); err != nil {
 			return a, fmt.Errorf("--auth-file %s: %w", c.authFile, err)
