@@ -3,14 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/bench"
 )
 
 // tenantsServerEnv marks the child process TestBenchTenants starts.
@@ -37,18 +37,19 @@ func TestBenchTenantsServer(t *testing.T) {
 var tenantsTestCommand = []string{os.Args[0], "-test.run=^TestBenchTenantsServer$", "--"}
 
 // shortTenants is a tenants bench too short to measure anything, unpinned.
-func shortTenants() benchTenantsFlags {
-	return benchTenantsFlags{duration: 200 * time.Millisecond, rounds: 1, concurrency: 1, floodConns: 2, batch: 50,
-		slowConns: 4, wsAnswer: 16 << 10, deployments: []string{"dev", "split"}, fair: []bool{true}, serverCPUs: "0", loadCPUs: "1"}
+func shortTenants() bench.TenantsRunConfig {
+	return bench.TenantsRunConfig{Duration: 200 * time.Millisecond, Rounds: 1, Concurrency: 1, FloodConns: 2, Batch: 50,
+		SlowConns: 4, WSAnswer: 16 << 10, Deployments: []string{"dev", "split"}, Fair: []bool{true}, ServerCPUs: "0", LoadCPUs: "1",
+		Command: tenantsTestCommand, Env: []string{tenantsServerEnv + "=1"}}
 }
 
-func runShortTenants(t *testing.T, f benchTenantsFlags) string {
+func runShortTenants(t *testing.T, cfg bench.TenantsRunConfig) string {
 	t.Helper()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("the tenants bench reads the server's memory and CPUs from /proc, which this system lacks")
 	}
 	var out bytes.Buffer
-	if err := runBenchTenants(context.Background(), &out, nil, tenantsTestCommand, []string{tenantsServerEnv + "=1"}, f); err != nil {
+	if err := bench.RunTenants(context.Background(), &out, nil, cfg); err != nil {
 		t.Fatalf("bench tenants: %v\n%s", err, out.String())
 	}
 	return out.String()
@@ -64,7 +65,7 @@ func runShortTenants(t *testing.T, f benchTenantsFlags) string {
 // not asserted.
 func TestBenchTenants(t *testing.T) {
 	f := shortTenants()
-	f.hostile = true
+	f.Hostile = true
 	out := runShortTenants(t, f)
 	for _, w := range []string{
 		"toolbus bench tenants: load average ",
@@ -96,7 +97,7 @@ func TestBenchTenantsPinned(t *testing.T) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		t.Skip("pinning needs taskset, which is not in PATH")
 	}
-	cpus, err := processCPUs(os.Getpid())
+	cpus, err := bench.ProcessCPUs(os.Getpid())
 	if err != nil {
 		t.Skip(err)
 	}
@@ -104,7 +105,7 @@ func TestBenchTenantsPinned(t *testing.T) {
 		t.Skipf("pinning to CPUs 0 and 1 needs both, and this process may run on CPUs %s", cpus)
 	}
 	f := shortTenants()
-	f.pin, f.deployments = true, []string{"dev"}
+	f.Pin, f.Deployments = true, []string{"dev"}
 	out := runShortTenants(t, f)
 	for _, w := range []string{
 		"pinned with taskset: the servers on CPUs 0, the load generator on CPUs 1",
@@ -122,7 +123,7 @@ func TestBenchTenantsPinned(t *testing.T) {
 // prints their ratio.
 func TestBenchTenantsAlone(t *testing.T) {
 	f := shortTenants()
-	f.alone, f.rounds, f.deployments = true, 2, []string{"dev"}
+	f.Alone, f.Rounds, f.Deployments = true, 2, []string{"dev"}
 	out := runShortTenants(t, f)
 	order := []string{
 		"== dev, --fair=true", "== dev, --fair=false",
@@ -139,56 +140,5 @@ func TestBenchTenantsAlone(t *testing.T) {
 	}
 	if strings.Contains(out, "flood answers") {
 		t.Errorf("bench tenants --alone output has a flood:\n%s", out)
-	}
-}
-
-func TestBenchTenantsRefusesUnknownDeployment(t *testing.T) {
-	f := shortTenants()
-	f.deployments = []string{"dev", "cluster"}
-	if err := runBenchTenants(context.Background(), io.Discard, nil, tenantsTestCommand, nil, f); err == nil || !strings.Contains(err.Error(), `"cluster"`) {
-		t.Errorf("runBenchTenants with deployment cluster = %v, want an error naming it", err)
-	}
-}
-
-func TestDisjointCPUs(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want bool
-	}{
-		{"0", "1", true},
-		{"0-1", "1", false},
-		{"0,2", "1,3", true},
-		{"0-3", "4-7", true},
-		{"0-3", "2", false},
-		{"0-x", "1", false}, // unreadable: counts as sharing
-		{"", "1", false},
-	}
-	for _, tc := range tests {
-		if got := disjoint(tc.a, tc.b); got != tc.want {
-			t.Errorf("disjoint(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
-		}
-	}
-}
-
-func TestPlacement(t *testing.T) {
-	load := cpuPlacement{name: "the load generator", pid: 9, cpus: "1"}
-	for _, tc := range []struct {
-		name   string
-		server []cpuPlacement
-		load   cpuPlacement
-		want   string
-	}{
-		{"apart", []cpuPlacement{{name: "toolbus dev", pid: 7, cpus: "0"}}, load,
-			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs 0, the load generator (pid 9) on CPUs 1: the server and the load generator are pinned apart"},
-		{"one of three shares", []cpuPlacement{{name: "toolbus nats", pid: 5, cpus: "0"}, {name: "toolbus ingress", pid: 6, cpus: "0-1"}}, load,
-			"CPU affinity as the kernel reports it: toolbus nats (pid 5) on CPUs 0, toolbus ingress (pid 6) on CPUs 0-1, the load generator (pid 9) on CPUs 1: the server and the load generator are not pinned apart: they may share CPUs"},
-		{"unread", []cpuPlacement{{name: "toolbus dev", pid: 7, err: errors.New("no /proc")}}, load,
-			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs unknown, the load generator (pid 9) on CPUs 1: the server and the load generator are not pinned apart: they may share CPUs"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := placement(tc.server, tc.load); got != tc.want {
-				t.Errorf("placement(%v, %v) = %q, want %q", tc.server, tc.load, got, tc.want)
-			}
-		})
 	}
 }

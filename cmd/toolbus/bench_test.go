@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/bench"
 )
 
 // TestBenchRunsEveryScenario runs a very short bench and checks that each
@@ -64,9 +66,9 @@ func TestBenchRejectsUnknownBus(t *testing.T) {
 // TestBenchChildStartsNoChildren checks that a process a bench started
 // refuses to start targets of its own.
 func TestBenchChildStartsNoChildren(t *testing.T) {
-	t.Setenv(benchChildEnv, "1")
+	t.Setenv(bench.ChildEnv, "1")
 	_, err := execute(t, context.Background(), "bench", "--skip-scenarios", "--skip-jobs", "--skip-ws", "--skip-overload")
-	if err == nil || !strings.Contains(err.Error(), benchChildEnv) {
-		t.Fatalf("bench in a bench's child = %v, want an error naming %s", err, benchChildEnv)
+	if err == nil || !strings.Contains(err.Error(), bench.ChildEnv) {
+		t.Fatalf("bench in a bench's child = %v, want an error naming %s", err, bench.ChildEnv)
 	}
 }

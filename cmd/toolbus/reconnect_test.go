@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/bench"
 	"github.com/toolbus/toolbus/internal/proc"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -88,8 +89,8 @@ func TestPartsRecoverFromANatsRestart(t *testing.T) {
 	nats, natsURL := runNatsIn(t, data)
 	ingressArgs := strings.Fields(nats.waitFor(t, regexp.MustCompile(`(?m)^  toolbus (ingress --nats .*)$`)))
 	workerArgs := strings.Fields(nats.waitFor(t, regexp.MustCompile(`(?m)^  toolbus (worker --nats .*)$`)))
-	_, rpcURL, _ := runPart(t, ingressReadyLine, append(ingressArgs, "--listen", "127.0.0.1:0", "--auth", "off")...)
-	worker, _, _ := runPart(t, workerReadyLine, append(workerArgs, "--tools", "demo", "--metrics-listen", "")...)
+	_, rpcURL, _ := runPart(t, bench.IngressReadyLine, append(ingressArgs, "--listen", "127.0.0.1:0", "--auth", "off")...)
+	worker, _, _ := runPart(t, bench.WorkerReadyLine, append(workerArgs, "--tools", "demo", "--metrics-listen", "")...)
 	base := strings.TrimSuffix(rpcURL, "/rpc")
 	echoAnswered(t, rpcURL, `{"before":"restart"}`)
 
@@ -153,7 +154,7 @@ func TestRefusedCredentialsUnderARunningIngress(t *testing.T) {
 	}
 	first := start("127.0.0.1:0", "first-token")
 	addr := first.Server().Addr().String()
-	ingress, rpcURL, log := runPart(t, ingressReadyLine, "ingress", "--nats", "nats://"+addr, "--nats-token", "first-token",
+	ingress, rpcURL, log := runPart(t, bench.IngressReadyLine, "ingress", "--nats", "nats://"+addr, "--nats-token", "first-token",
 		"--listen", "127.0.0.1:0", "--auth", "off")
 	base := strings.TrimSuffix(rpcURL, "/rpc")
 	if code, why := readiness(t, base+"/readyz"); code != http.StatusOK {

@@ -38,5 +38,13 @@
 // the scenario has got while it runs; the caller starts it before and stops
 // it after, which clears its line before the report is printed.
 //
-// Nothing here starts a toolbus cluster: the caller hands over the URLs.
+// The scenarios take URLs. [Run], [RunScale] and [RunTenants] are the
+// commands `toolbus bench`, `bench scale` and `bench tenants`: they start
+// what is measured as child processes of the toolbus program, through the
+// one supervisor of package proc, run the scenarios against them and
+// report. The children that measure or serve a baseline are the same
+// program again, whose hidden commands call [LoadChild], [ServeChild] and
+// [TenantsLoadChild]; a child has [ChildEnv] set and starts none of its
+// own. The in-process scenarios of [Run] ask the command for a cluster
+// ([StartCluster]), since the command owns the assembly of a process.
 package bench

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -19,105 +19,71 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spf13/cobra"
-
-	"github.com/toolbus/toolbus/internal/bench"
 	"github.com/toolbus/toolbus/internal/proc"
 )
 
 // The targets --targets may name, in the order they run.
 var outsideTargets = []struct{ key, name string }{
-	{"plain", bench.TargetPlain},
-	{"proxy", bench.TargetProxy},
-	{"dev", bench.TargetDev},
-	{"split", bench.TargetSplit},
-	{"batch", bench.TargetBatch},
-	{"dev-access-log", bench.TargetDevAccessLog},
-	{"dev-bus", bench.TargetDevBus},
-	{"batch-bus", bench.TargetBatchBus},
+	{"plain", TargetPlain},
+	{"proxy", TargetProxy},
+	{"dev", TargetDev},
+	{"split", TargetSplit},
+	{"batch", TargetBatch},
+	{"dev-access-log", TargetDevAccessLog},
+	{"dev-bus", TargetDevBus},
+	{"batch-bus", TargetBatchBus},
 }
 
-// newBenchLoadCmd is the load generator `toolbus bench` runs as a process
-// of its own for each round: it prints the round's [bench.Result] as JSON.
-func newBenchLoadCmd() *cobra.Command {
-	var (
-		cfg      bench.LoadConfig
-		bodyFile string
-	)
-	cmd := &cobra.Command{
-		Use:    "load",
-		Short:  "Run one closed-loop load round and print its result as JSON",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			body, err := os.ReadFile(bodyFile)
-			if err != nil {
-				return fmt.Errorf("bench load: --body: %w", err)
-			}
-			cfg.Body = body
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			res, err := bench.Load(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
-		},
+// LoadChild is the load generator [Run] starts as a process of its own
+// for each round (the hidden `toolbus bench load`): it runs one [Load]
+// round of cfg with the request in bodyFile and prints its [Result] on out
+// as JSON.
+func LoadChild(ctx context.Context, out io.Writer, cfg LoadConfig, bodyFile string) error {
+	body, err := os.ReadFile(bodyFile)
+	if err != nil {
+		return fmt.Errorf("bench load: --body: %w", err)
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.URL, "url", "", "where requests are POSTed")
-	f.StringVar(&bodyFile, "body", "", "file holding the JSON-RPC request to send")
-	f.IntVar(&cfg.Concurrency, "concurrency", 1, "concurrent clients")
-	f.DurationVar(&cfg.Duration, "duration", time.Second, "measured length of the round")
-	f.DurationVar(&cfg.Warmup, "warmup", 0, "unmeasured load before the round")
-	return cmd
+	cfg.Body = body
+	res, err := Load(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(out).Encode(res)
 }
 
-// newBenchServeCmd runs a baseline target of `toolbus bench` as a process
-// of its own: the plain echo handler, or a reverse proxy to one.
-func newBenchServeCmd() *cobra.Command {
-	var kind, to string
-	cmd := &cobra.Command{
-		Use:    "serve",
-		Short:  "Serve the plain echo handler or a reverse proxy on a free loopback port",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var h http.Handler
-			switch kind {
-			case "plain":
-				h = bench.PlainEcho()
-			case "proxy":
-				u, err := url.Parse(to)
-				if err != nil || u.Host == "" {
-					return fmt.Errorf("bench serve: --to %q: want an http URL", to)
-				}
-				p := httputil.NewSingleHostReverseProxy(u)
-				// As many idle connections to the backend as clients,
-				// like any proxy tuned for one backend.
-				p.Transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1024}
-				h = p
-			default:
-				return fmt.Errorf("bench serve: --kind %q: want plain or proxy", kind)
-			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return err
-			}
-			// It runs until it is killed, as a child of the bench does.
-			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-			fmt.Fprintf(cmd.OutOrStdout(), "toolbus bench serve ready: http://%s/\n", l.Addr())
-			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		},
+// ServeChild serves a baseline target of [Run] as a process of its own
+// (the hidden `toolbus bench serve`) on a free loopback port, until it is
+// killed: kind "plain" is the plain echo handler, "proxy" a reverse proxy
+// to the URL to. It prints its URL on out once it listens.
+func ServeChild(out io.Writer, kind, to string) error {
+	var h http.Handler
+	switch kind {
+	case "plain":
+		h = PlainEcho()
+	case "proxy":
+		u, err := url.Parse(to)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("bench serve: --to %q: want an http URL", to)
+		}
+		p := httputil.NewSingleHostReverseProxy(u)
+		// As many idle connections to the backend as clients,
+		// like any proxy tuned for one backend.
+		p.Transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1024}
+		h = p
+	default:
+		return fmt.Errorf("bench serve: --kind %q: want plain or proxy", kind)
 	}
-	cmd.Flags().StringVar(&kind, "kind", "plain", "plain or proxy")
-	cmd.Flags().StringVar(&to, "to", "", "the proxy's backend URL")
-	return cmd
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// It runs until it is killed, as a child of the bench does.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(out, "toolbus bench serve ready: http://%s/\n", l.Addr())
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 // children starts the processes of a bench and stops them all.
@@ -158,11 +124,17 @@ func (cs *children) stopAll() error {
 	return errors.Join(errs...)
 }
 
+// The lines the children print once they serve, each with one group: a
+// URL, or the word worker.
 var (
-	serveReadyLine   = regexp.MustCompile(`toolbus bench serve ready: (http://\S+/)`)
-	natsChildReady   = regexp.MustCompile(`toolbus nats ready: (nats://\S+)`)
-	ingressReadyLine = regexp.MustCompile(`"msg":"ingress ready","url":"(http://[^"]+)"`)
-	workerReadyLine  = regexp.MustCompile(`"msg":"(worker) ready"`)
+	serveReadyLine = regexp.MustCompile(`toolbus bench serve ready: (http://\S+/)`)
+	natsChildReady = regexp.MustCompile(`toolbus nats ready: (nats://\S+)`)
+	// IngressReadyLine is the log line in JSON of `toolbus ingress` ready
+	// to serve; its group is the URL.
+	IngressReadyLine = regexp.MustCompile(`"msg":"ingress ready","url":"(http://[^"]+)"`)
+	// WorkerReadyLine is the log line in JSON of `toolbus worker` ready to
+	// serve.
+	WorkerReadyLine = regexp.MustCompile(`"msg":"(worker) ready"`)
 )
 
 // startDev starts a `toolbus dev` child with extra args and returns its URL.
@@ -174,7 +146,7 @@ func (cs *children) startDev(ctx context.Context, name string, args ...string) (
 
 // startTargets starts the processes of the targets keys names and returns
 // the targets, in the order of [outsideTargets].
-func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Target, error) {
+func (cs *children) startTargets(ctx context.Context, keys []string) ([]Target, error) {
 	want := map[string]bool{}
 	for _, k := range keys {
 		if !slicesContainsKey(k) {
@@ -182,7 +154,7 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 		}
 		want[k] = true
 	}
-	var targets []bench.Target
+	var targets []Target
 	var plainURL, devURL string
 	if want["plain"] || want["proxy"] {
 		_, u, err := cs.start(ctx, "plain", serveReadyLine, "bench", "serve", "--kind", "plain")
@@ -191,7 +163,7 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 		}
 		plainURL = u
 		if want["plain"] {
-			targets = append(targets, bench.Target{Name: bench.TargetPlain, URL: u})
+			targets = append(targets, Target{Name: TargetPlain, URL: u})
 		}
 	}
 	if want["proxy"] {
@@ -199,7 +171,7 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, bench.Target{Name: bench.TargetProxy, URL: u})
+		targets = append(targets, Target{Name: TargetProxy, URL: u})
 	}
 	if want["dev"] || want["batch"] {
 		_, u, err := cs.startDev(ctx, "dev")
@@ -208,7 +180,7 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 		}
 		devURL = u
 		if want["dev"] {
-			targets = append(targets, bench.Target{Name: bench.TargetDev, URL: u})
+			targets = append(targets, Target{Name: TargetDev, URL: u})
 		}
 	}
 	if want["split"] {
@@ -218,26 +190,26 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 		if err != nil {
 			return nil, err
 		}
-		if _, _, err := cs.start(ctx, "worker", workerReadyLine, "--log-level", "info", "--log-format", "json", "worker",
+		if _, _, err := cs.start(ctx, "worker", WorkerReadyLine, "--log-level", "info", "--log-format", "json", "worker",
 			"--nats", natsURL, "--nats-token", token, "--metrics-listen", ""); err != nil {
 			return nil, err
 		}
-		_, u, err := cs.start(ctx, "ingress", ingressReadyLine, "--log-level", "info", "--log-format", "json", "ingress",
+		_, u, err := cs.start(ctx, "ingress", IngressReadyLine, "--log-level", "info", "--log-format", "json", "ingress",
 			"--nats", natsURL, "--nats-token", token, "--listen", "127.0.0.1:0", "--auth", "off")
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, bench.Target{Name: bench.TargetSplit, URL: u})
+		targets = append(targets, Target{Name: TargetSplit, URL: u})
 	}
 	if want["batch"] {
-		targets = append(targets, bench.Target{Name: bench.TargetBatch, URL: devURL, Body: bench.EchoBatch(bench.BatchCalls)})
+		targets = append(targets, Target{Name: TargetBatch, URL: devURL, Body: EchoBatch(BatchCalls)})
 	}
 	if want["dev-access-log"] {
 		_, u, err := cs.startDev(ctx, "dev-access-log", "--access-log")
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, bench.Target{Name: bench.TargetDevAccessLog, URL: u})
+		targets = append(targets, Target{Name: TargetDevAccessLog, URL: u})
 	}
 	if want["dev-bus"] || want["batch-bus"] {
 		_, u, err := cs.startDev(ctx, "dev-bus", "--local-calls=false")
@@ -245,10 +217,10 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]bench.Ta
 			return nil, err
 		}
 		if want["dev-bus"] {
-			targets = append(targets, bench.Target{Name: bench.TargetDevBus, URL: u})
+			targets = append(targets, Target{Name: TargetDevBus, URL: u})
 		}
 		if want["batch-bus"] {
-			targets = append(targets, bench.Target{Name: bench.TargetBatchBus, URL: u, Body: bench.EchoBatch(bench.BatchCalls)})
+			targets = append(targets, Target{Name: TargetBatchBus, URL: u, Body: EchoBatch(BatchCalls)})
 		}
 	}
 	for _, t := range targets {
@@ -271,14 +243,14 @@ func slicesContainsKey(k string) bool {
 // waitAnswers sends t's request until it is answered with a result for
 // every id, at most a minute: a worker that joined over TCP announces its
 // tools a moment after the ingress is ready.
-func waitAnswers(ctx context.Context, t bench.Target) error {
+func waitAnswers(ctx context.Context, t Target) error {
 	body := []byte(t.Body)
 	if t.Body == "" {
-		body = []byte(bench.EchoRequest)
+		body = []byte(EchoRequest)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		res, err := bench.Load(ctx, bench.LoadConfig{URL: t.URL, Body: body, Duration: time.Millisecond})
+		res, err := Load(ctx, LoadConfig{URL: t.URL, Body: body, Duration: time.Millisecond})
 		if err != nil {
 			return err
 		}
@@ -296,15 +268,15 @@ func waitAnswers(ctx context.Context, t bench.Target) error {
 	}
 }
 
-// childLoad returns a [bench.CompareConfig] Load that runs each round in a
+// childLoad returns a [CompareConfig] Load that runs each round in a
 // load generator process of its own.
-func (cs *children) childLoad() func(context.Context, bench.LoadConfig) (bench.Result, error) {
+func (cs *children) childLoad() func(context.Context, LoadConfig) (Result, error) {
 	var n int
-	return func(ctx context.Context, cfg bench.LoadConfig) (bench.Result, error) {
+	return func(ctx context.Context, cfg LoadConfig) (Result, error) {
 		n++
 		body := filepath.Join(cs.dir, fmt.Sprintf("body-%d.json", n))
 		if err := os.WriteFile(body, cfg.Body, 0o600); err != nil {
-			return bench.Result{}, err
+			return Result{}, err
 		}
 		defer os.Remove(body)
 		command := append(cs.command[:len(cs.command):len(cs.command)], "bench", "load", "--url", cfg.URL, "--body", body,
@@ -316,14 +288,14 @@ func (cs *children) childLoad() func(context.Context, bench.LoadConfig) (bench.R
 		var stdout, stderr bytes.Buffer
 		p, err := proc.Start(rctx, proc.Spec{Name: "load generator", Command: command, Env: cs.env, Stdout: &stdout, Stderr: &stderr})
 		if err != nil {
-			return bench.Result{}, fmt.Errorf("bench: %w", err)
+			return Result{}, fmt.Errorf("bench: %w", err)
 		}
 		if err := p.Wait(); err != nil {
-			return bench.Result{}, fmt.Errorf("load generator: %w: %s", errors.Join(err, rctx.Err()), strings.TrimSpace(stderr.String()))
+			return Result{}, fmt.Errorf("load generator: %w: %s", errors.Join(err, rctx.Err()), strings.TrimSpace(stderr.String()))
 		}
-		var res bench.Result
+		var res Result
 		if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-			return bench.Result{}, fmt.Errorf("load generator's result: %w", err)
+			return Result{}, fmt.Errorf("load generator's result: %w", err)
 		}
 		return res, nil
 	}
@@ -331,37 +303,38 @@ func (cs *children) childLoad() func(context.Context, bench.LoadConfig) (bench.R
 
 // runOutside runs the echo comparison measured from outside and reports it
 // on out.
-func runOutside(ctx context.Context, out io.Writer, p *bench.Progress, f benchFlags) (err error) {
-	cs, err := newChildren(f)
+func runOutside(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig) (err error) {
+	cs, err := newChildren(cfg)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, cs.stopAll(), os.RemoveAll(cs.dir)) }()
-	targets, err := cs.startTargets(ctx, f.targets)
+	targets, err := cs.startTargets(ctx, cfg.Targets)
 	if err != nil {
 		return err
 	}
-	rows, err := bench.Matrix(ctx, targets, bench.CompareConfig{Concurrency: f.concurrency, Rounds: f.rounds,
-		Duration: f.duration, Load: cs.childLoad(), Progress: p})
+	rows, err := Matrix(ctx, targets, CompareConfig{Concurrency: cfg.Concurrency, Rounds: cfg.Rounds,
+		Duration: cfg.Duration, Load: cs.childLoad(), Progress: p})
 	p.Stop()
 	if len(rows) > 0 {
-		bench.ReportMatrix(out, rows)
+		ReportMatrix(out, rows)
 	}
 	return err
 }
 
-// benchChildEnv marks the processes a bench starts. A process that has it
+// ChildEnv marks the processes a bench starts. A process that has it
 // refuses to start children of its own: were the program that a bench
 // starts not the toolbus command (a test binary, say), it could otherwise
 // start benches of its own, and they more, without end.
-const benchChildEnv = "TOOLBUS_BENCH_CHILD"
+const ChildEnv = "TOOLBUS_BENCH_CHILD"
 
-// newChildren prepares to start children of this program (or --binary).
-func newChildren(f benchFlags) (*children, error) {
-	if os.Getenv(benchChildEnv) != "" {
-		return nil, fmt.Errorf("bench: this process was started by a bench (%s is set) and starts no processes of its own", benchChildEnv)
+// newChildren prepares to start children of cfg.Command, or of this
+// program.
+func newChildren(cfg RunConfig) (*children, error) {
+	if os.Getenv(ChildEnv) != "" {
+		return nil, fmt.Errorf("bench: this process was started by a bench (%s is set) and starts no processes of its own", ChildEnv)
 	}
-	command := f.command
+	command := cfg.Command
 	if len(command) == 0 {
 		self, err := os.Executable()
 		if err != nil {
@@ -373,30 +346,30 @@ func newChildren(f benchFlags) (*children, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &children{command: command, env: []string{benchChildEnv + "=1"}, dir: dir}, nil
+	return &children{command: command, env: []string{ChildEnv + "=1"}, dir: dir}, nil
 }
 
 // runInFlight starts a `toolbus dev` child that admits the calls of the
 // in-flight scenario, runs it, and reports it on out.
-func runInFlight(ctx context.Context, out io.Writer, f benchFlags) (err error) {
-	cs, err := newChildren(f)
+func runInFlight(ctx context.Context, out io.Writer, cfg RunConfig) (err error) {
+	cs, err := newChildren(cfg)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, cs.stopAll(), os.RemoveAll(cs.dir)) }()
-	n := f.inflightBatches * f.inflightCalls
-	args := []string{"--concurrency", fmt.Sprint(n + 2000), "--batch-concurrency", fmt.Sprint(f.inflightCalls),
+	n := cfg.InFlightBatches * cfg.InFlightCalls
+	args := []string{"--concurrency", fmt.Sprint(n + 2000), "--batch-concurrency", fmt.Sprint(cfg.InFlightCalls),
 		"--max-in-flight", fmt.Sprint(n + 2000)}
 	c, u, err := cs.startDev(ctx, "dev-inflight", args...)
 	if err != nil {
 		return err
 	}
-	if err := waitAnswers(ctx, bench.Target{Name: "toolbus dev " + strings.Join(args, " "), URL: u}); err != nil {
+	if err := waitAnswers(ctx, Target{Name: "toolbus dev " + strings.Join(args, " "), URL: u}); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "in flight: toolbus dev %s, pid %d\n", strings.Join(args, " "), c.Pid())
-	r, err := bench.InFlight(ctx, bench.InFlightConfig{URL: u, Batches: f.inflightBatches, Calls: f.inflightCalls,
-		Sleep: f.inflightSleep, RSS: func() (uint64, error) { return processRSS(c.Pid()) }})
-	bench.ReportInFlight(out, r)
+	r, err := InFlight(ctx, InFlightConfig{URL: u, Batches: cfg.InFlightBatches, Calls: cfg.InFlightCalls,
+		Sleep: cfg.InFlightSleep, RSS: func() (uint64, error) { return processRSS(c.Pid()) }})
+	ReportInFlight(out, r)
 	return err
 }
