@@ -1,7 +1,9 @@
 // Package clientcli holds the client commands of the toolbus command
 // line: call, jobs, tools, health and a2a send, which talk to a running
 // ingress (or any A2A agent) as a user's program would, through the
-// client package and the protocols' own SDKs.
+// client package and the protocols' own SDKs; and [Status], which asks
+// the cluster's parts for their status over NATS, as an operator's
+// program would.
 package clientcli
 
 import "github.com/spf13/cobra"
