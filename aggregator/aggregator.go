@@ -83,9 +83,12 @@ type call struct {
 	// answers the batch itself.
 	sync chan struct{}
 
-	// On the bus: msg is published on queue (the method's subject) or on
-	// a direct subject; token ends its reply subject.
-	msg    *nats.Msg
+	// On the bus: data, its envelope, is published on queue (the
+	// method's subject) or on a direct subject; token ends its reply
+	// subject. Its message is made anew for each publication
+	// ([table.message]) rather than kept, so that a call in flight holds
+	// its envelope and not a message and its headers.
+	data   []byte
 	queue  string
 	token  string
 	callID string
@@ -219,6 +222,9 @@ type table struct {
 	// ackDelayHeader.
 	acks           ackHistory
 	ackDelayHeader []string
+	// heartbeatHeader and missesHeader are the values of the liveness
+	// headers every call carries, when liveness is on.
+	heartbeatHeader, missesHeader []string
 }
 
 // newTable returns a table of reply subjects under name, which hands its
@@ -324,10 +330,11 @@ func (t *table) dequeue(cl *call) bool {
 	return true
 }
 
-// start publishes cl, admitted, with msg, and enters it in the table.
+// start publishes cl, admitted, with its envelope data on subject, and
+// enters it in the table.
 // A call whose batch was canceled, or whose deadline passed, while it
 // was admitted is answered so.
-func (t *table) start(cl *call, msg *nats.Msg) {
+func (t *table) start(cl *call, subject string, data []byte) {
 	var out answers
 	t.mu.Lock()
 	now := t.now()
@@ -338,9 +345,8 @@ func (t *table) start(cl *call, msg *nats.Msg) {
 	case !now.Before(cl.deadline):
 		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), &out)
 	default:
-		cl.msg, cl.queue, cl.index = msg, msg.Subject, -1
+		cl.data, cl.queue, cl.index = data, subject, -1
 		cl.token = bus.ReplyToken()
-		msg.Reply = t.prefix + cl.token
 		t.calls[cl.token] = cl
 		cl.backoff, cl.namedBackoff = busyBackoffMin, busyBackoffMax
 		if t.policy.liveness && t.slots.pressed(cl.method, now) {
@@ -351,7 +357,6 @@ func (t *table) start(cl *call, msg *nats.Msg) {
 		// is noticed by its silence after it.
 		if t.ackDelayHeader != nil && t.acks.acknowledges(cl.method, now) {
 			cl.delayed = true
-			msg.Header[schema.HeaderAckDelay] = t.ackDelayHeader
 		}
 		cl.attempts = 1
 		if e := t.send(cl, now, ""); e != nil {
@@ -372,10 +377,7 @@ func (t *table) start(cl *call, msg *nats.Msg) {
 }
 
 // askFree makes cl ask its workers to name the slots their replies free.
-func (t *table) askFree(cl *call) {
-	cl.askedFree = true
-	cl.msg.Header[schema.HeaderNameFree] = nameFree
-}
+func (t *table) askFree(cl *call) { cl.askedFree = true }
 
 // nameFree is the value of [schema.HeaderNameFree].
 var nameFree = []string{"1"}
@@ -388,13 +390,41 @@ func (t *table) send(cl *call, now time.Time, to string) *schema.Error {
 		to, _ = t.slots.take(cl.method, now)
 	}
 	cl.direct = to
-	if to == "" {
-		cl.msg.Subject = cl.queue
-	} else {
-		cl.msg.Subject = to + "." + cl.method
+	subject := cl.queue
+	if to != "" {
+		subject = to + "." + cl.method
 	}
 	cl.sentAt = now
-	return t.wire.publish(cl.msg, cl.method)
+	return t.wire.publish(t.message(cl, subject), cl.method)
+}
+
+// message makes the message that publishes cl on subject: its envelope,
+// its reply subject, and the headers of what it is now (PROTOCOL.md,
+// section 2): every attempt carries the same deadline, call id, reply
+// subject and ask key.
+func (t *table) message(cl *call, subject string) *nats.Msg {
+	h := make(nats.Header, 8)
+	h[schema.HeaderDeadline] = []string{schema.FormatDeadline(cl.deadline)}
+	if tp := cl.c.TraceParent; tp != "" {
+		h[schema.HeaderTraceparent] = []string{tp}
+	}
+	if cl.callID != "" {
+		h[schema.HeaderCallID] = []string{cl.callID}
+	}
+	if t.heartbeatHeader != nil {
+		h[schema.HeaderHeartbeat] = t.heartbeatHeader
+		h[schema.HeaderHeartbeatMisses] = t.missesHeader
+	}
+	if cl.delayed {
+		h[schema.HeaderAckDelay] = t.ackDelayHeader
+	}
+	if cl.askedFree {
+		h[schema.HeaderNameFree] = nameFree
+	}
+	if cl.ask != nil {
+		h[schema.HeaderAskKey] = []string{cl.ask.key.String()}
+	}
+	return &nats.Msg{Subject: subject, Reply: t.prefix + cl.token, Header: h, Data: cl.data}
 }
 
 // resend publishes cl again, as send does, and makes it published: its

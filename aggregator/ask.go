@@ -24,11 +24,10 @@ type asking struct {
 	nc  *nats.Conn
 }
 
-// allowAsk gives cl a fresh key and puts it on msg: the attempts of the
-// call carry the same key, as they are one call.
-func (a *Aggregator) allowAsk(cl *call, msg *nats.Msg) {
+// allowAsk gives cl a fresh key, which its messages carry: the attempts
+// of the call carry the same key, as they are one call.
+func (a *Aggregator) allowAsk(cl *call) {
 	cl.ask = &asking{key: schema.NewAskKey(), nc: a.nc}
-	msg.Header[schema.HeaderAskKey] = []string{cl.ask.key.String()}
 }
 
 // answerer returns the function that answers a question whose answer

@@ -36,17 +36,13 @@ type Aggregator struct {
 	// table holds the calls in flight on the bus; every reply and
 	// progress message of the aggregator arrives on its one wildcard
 	// subscription.
-	table *table
-	// heartbeatHeader and missesHeader are the values of the liveness
-	// headers every call carries, when liveness is on; the table adds
-	// Toolbus-Ack-Delay to the calls that may have their ack held back.
-	heartbeatHeader, missesHeader []string
-	retrySafePatterns             []string
-	retrySafeFunc                 func(method string) bool
-	idem                          *IdempotencyStore
-	idemQuota                     *idemLedger
-	idemFailOpen                  bool
-	breakers                      *breakers
+	table             *table
+	retrySafePatterns []string
+	retrySafeFunc     func(method string) bool
+	idem              *IdempotencyStore
+	idemQuota         *idemLedger
+	idemFailOpen      bool
+	breakers          *breakers
 	// local runs calls in this process when it can; nil without
 	// [WithLocal].
 	local Local
@@ -114,8 +110,6 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	liveness := cfg.heartbeat > 0
 	var ackDelay time.Duration
 	if liveness {
-		a.heartbeatHeader = []string{strconv.FormatInt(cfg.heartbeat.Milliseconds(), 10)}
-		a.missesHeader = []string{strconv.Itoa(cfg.misses)}
 		// Held back no longer than half the ack timeout and half the
 		// heartbeat interval, so that an ack held back is never mistaken
 		// for a missing one.
@@ -129,6 +123,10 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		p.maxAttempts = 1
 	}
 	t := newTable(replyName(nc, cfg.replyPrefix), subjects, p, natsWire{a}, log, a.settled)
+	if liveness {
+		t.heartbeatHeader = []string{strconv.FormatInt(cfg.heartbeat.Milliseconds(), 10)}
+		t.missesHeader = []string{strconv.Itoa(cfg.misses)}
+	}
 	timer := time.AfterFunc(time.Hour, t.tick)
 	timer.Stop()
 	t.arm = func(d time.Duration) { timer.Reset(d) }
@@ -333,22 +331,19 @@ func (a *Aggregator) publish(cl *call, subject string) {
 		return
 	}
 	c := cl.c
-	msg, err := bus.CallMsg(subject, &schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller}, cl.deadline, c.TraceParent)
+	data, err := schema.MarshalCall(&schema.CallEnvelope{ID: c.ID, Method: c.Method, Params: c.Params, Caller: c.Caller})
 	if err != nil {
 		a.table.answerOutside(cl, nil, schema.Errorf(schema.CodeInternal, "internal error: encode call: %v", err))
 		return
 	}
 	cl.callID = nuid.Next()
-	msg.Header[schema.HeaderCallID] = []string{cl.callID}
-	if a.heartbeatHeader != nil {
-		msg.Header[schema.HeaderHeartbeat] = a.heartbeatHeader
-		msg.Header[schema.HeaderHeartbeatMisses] = a.missesHeader
+	if a.table.policy.liveness {
 		cl.safe = a.retrySafe(c.Method)
 		if c.Ask != nil {
-			a.allowAsk(cl, msg)
+			a.allowAsk(cl)
 		}
 	}
-	a.table.start(cl, msg)
+	a.table.start(cl, subject, data)
 }
 
 // keyed runs cl, a call with an idempotency key, through its

@@ -107,15 +107,18 @@ func (h *harness) newCall(ctx context.Context, method string, opts ...callOpt) *
 func (h *harness) start(method string, opts ...callOpt) *call {
 	h.t.Helper()
 	cl := h.newCall(context.Background(), method, opts...)
-	h.tb.start(cl, &nats.Msg{Subject: "toolbus.call." + method, Header: nats.Header{}})
+	h.tb.start(cl, "toolbus.call."+method, nil)
 	return cl
 }
 
 // msg delivers a message to cl's reply subject with headers hv (name,
 // value pairs) and body data.
 func (h *harness) msg(cl *call, data string, hv ...string) {
-	h.to(cl.msg.Reply, data, hv...)
+	h.to(h.subject(cl), data, hv...)
 }
+
+// subject is cl's reply subject.
+func (h *harness) subject(cl *call) string { return h.tb.prefix + cl.token }
 
 // to delivers a message to subject.
 func (h *harness) to(subject, data string, hv ...string) {
@@ -147,7 +150,7 @@ func (h *harness) reply(cl *call, r string, hv ...string) {
 // subject.
 func (h *harness) noResponders(cl *call) {
 	h.t.Helper()
-	h.tb.deliver(&nats.Msg{Subject: cl.msg.Reply, Header: nats.Header{"Status": []string{"503"}}})
+	h.tb.deliver(&nats.Msg{Subject: h.subject(cl), Header: nats.Header{"Status": []string{"503"}}})
 }
 
 func replyBytes(t *testing.T, r string) []byte {

@@ -122,7 +122,7 @@ func TestLateReplyCountedApart(t *testing.T) {
 	h := newHarness(t, testPolicy)
 	in, rec := h.tb, h.rec
 	cl := h.start("echo")
-	subject := cl.msg.Reply
+	subject := h.subject(cl)
 	h.reply(cl, `"ok"`)
 	h.answer(cl)
 	in.deliver(replyMsg(t, subject, nil))
@@ -180,8 +180,8 @@ func BenchmarkTableStartReply(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		cl := &call{c: &schema.Call{}, b: bt, method: "echo", timeout: time.Second, deadline: time.Now().Add(time.Second), index: -1}
-		tb.start(cl, &nats.Msg{Subject: "toolbus.call.echo", Header: nats.Header{}})
-		tb.deliver(&nats.Msg{Subject: cl.msg.Reply, Data: reply})
+		tb.start(cl, "toolbus.call.echo", nil)
+		tb.deliver(&nats.Msg{Subject: tb.prefix + cl.token, Data: reply})
 	}
 }
 
