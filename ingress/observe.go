@@ -88,10 +88,8 @@ func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []s
 				span.SetAttributes(attribute.String("rpc.jsonrpc.request_id", string(c.ID)))
 			}
 		}
-		if sc := span.SpanContext(); sc.IsValid() {
-			carrier := propagation.MapCarrier{}
-			traceContext.Inject(cctx, carrier)
-			c.TraceParent = carrier["traceparent"]
+		if tp := tracelog.TraceParent(span.SpanContext()); tp != "" {
+			c.TraceParent = tp
 		}
 		open[i] = watched{label: label, span: span, ctx: cctx, start: time.Now()}
 		if c.IsNotification() {

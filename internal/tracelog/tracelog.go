@@ -6,6 +6,7 @@ package tracelog
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"log/slog"
 	"math/rand/v2"
 
@@ -114,4 +115,23 @@ func newSpanID() trace.SpanID {
 		binary.BigEndian.PutUint64(id[:], rand.Uint64())
 	}
 	return id
+}
+
+// TraceParent returns the W3C traceparent header of sc, as
+// propagation.TraceContext writes it ("00-<trace id>-<span id>-<flags>",
+// with the sampled and random flags), or "" when sc is not valid. It makes one
+// string, where the propagator fills a map to be read back.
+func TraceParent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	var b [55]byte
+	copy(b[:3], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
+	return string(b[:])
 }

@@ -116,3 +116,24 @@ func BenchmarkIDs(b *testing.B) {
 		span.End()
 	}
 }
+
+func TestTraceParent(t *testing.T) {
+	tests := []struct {
+		name string
+		sc   trace.SpanContext
+	}{
+		{name: "sampled", sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0xab, 1}, SpanID: trace.SpanID{0xcd, 2}, TraceFlags: trace.FlagsSampled})},
+		{name: "unsampled", sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{15: 1}, SpanID: trace.SpanID{7: 1}})},
+		{name: "other flags", sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: 0xff})},
+		{name: "invalid", sc: trace.SpanContext{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			carrier := propagation.MapCarrier{}
+			propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), tt.sc), carrier)
+			if got, want := TraceParent(tt.sc), carrier["traceparent"]; got != want {
+				t.Errorf("TraceParent(%v) = %q, want %q as the propagator writes it", tt.sc, got, want)
+			}
+		})
+	}
+}
