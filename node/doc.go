@@ -3,11 +3,19 @@
 // the in-process test cluster (toolbustest) build the same object graph
 // from one place.
 //
+// A process has one typed config: [GatewayConfig] for an ingress,
+// [WorkerConfig] for a worker, each with its Default… constructor and a
+// Validate that names the flag to change. [GatewayFlags], [WorkerFlags]
+// and [TracingFlags] are the one table of their flags, which [Bind] binds
+// into a config; [NewGatewayFrom] and [NewWorkerFrom] build the process a
+// config describes.
+//
 // A [Gateway] is an ingress process: the aggregator, the ingress's HTTP
 // server, the registry of announced tools, the jobs service and the
 // idempotency store, its readiness and its status service. A [Worker] is a
-// worker process: a [worker.Runtime] with its tools, the job runner, and
-// its status service; [worker.ProbeHandler] serves its probes and metrics.
+// worker process: a [worker.Runtime] with its tools, the bridges to the
+// servers of other protocols it serves the tools of, and its status
+// service; [worker.ProbeHandler] serves its probes and metrics.
 //
 // Both start in any order with NATS: what needs JetStream (the jobs
 // service, the idempotency store, the job runner) is set up in the

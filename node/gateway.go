@@ -56,7 +56,7 @@ type Gateway struct {
 
 	nc   *nats.Conn
 	st   *bus.Startup
-	cfg  gatewayConfig
+	cfg  gatewaySettings
 	jobs *lazyJobs                    // nil without [WithJobs]
 	idem *aggregator.IdempotencyStore // nil without [WithIdempotency]
 	push *a2a.PushStore               // nil without [WithA2A]
@@ -68,7 +68,7 @@ type Gateway struct {
 	stopErr  error
 }
 
-type gatewayConfig struct {
+type gatewaySettings struct {
 	common
 	aggOpts    []aggregator.Option
 	ingOpts    []ingress.Option
@@ -96,7 +96,7 @@ type gatewayConfig struct {
 // stream), and reach loopback, private and link-local receivers only
 // when allow admits them (entries as for job callbacks). Default: no A2A.
 func WithA2A(allow []string, opts ...a2a.Option) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		if _, err := egress.New(egress.WithAllow(allow...)); err != nil {
 			return fmt.Errorf("node: A2A push allowlist: %w", err)
 		}
@@ -110,7 +110,7 @@ func WithA2A(allow []string, opts ...a2a.Option) GatewayOption {
 // WithAggregatorOptions passes opts to [aggregator.New], after the
 // gateway's own (prefix, logger, idempotency store, retry-safe tools).
 func WithAggregatorOptions(opts ...aggregator.Option) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.aggOpts = append(c.aggOpts, opts...)
 		return nil
 	})
@@ -121,7 +121,7 @@ func WithAggregatorOptions(opts ...aggregator.Option) GatewayOption {
 // readiness, jobs, registry, metrics): an [ingress.WithFairness] among
 // them replaces the gateway's.
 func WithIngressOptions(opts ...ingress.Option) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.ingOpts = append(c.ingOpts, opts...)
 		return nil
 	})
@@ -138,7 +138,7 @@ func WithIngressOptions(opts ...ingress.Option) GatewayOption {
 // worker has announced within the retention ([WithToolsRetention]) or
 // params that break its schema. Default: no registry.
 func WithRegistry() GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.registry = true
 		return nil
 	})
@@ -148,7 +148,7 @@ func WithRegistry() GatewayOption {
 // its last worker was seen (default [discovery.DefaultRetention]); with
 // [WithJobs] it is also how long the bucket of known tools keeps it.
 func WithToolsRetention(d time.Duration) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		if d < time.Minute {
 			return fmt.Errorf("node: tools retention must be at least 1m, got %v", d)
 		}
@@ -161,7 +161,7 @@ func WithToolsRetention(d time.Duration) GatewayOption {
 // schemas on or off (default on), for calls ([ingress.WithValidation])
 // and job submits alike.
 func WithValidation(on bool) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.validate = on
 		return nil
 	})
@@ -174,7 +174,7 @@ func WithValidation(on bool) GatewayOption {
 // background; until they are, the methods are refused -32003 with reason
 // jobs_not_ready. Default: no jobs.
 func WithJobs(opts ...jobs.Option) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.jobs = true
 		c.jobsOpts = append(c.jobsOpts, opts...)
 		return nil
@@ -186,7 +186,7 @@ func WithJobs(opts ...jobs.Option) GatewayOption {
 // logger, replicas): its lease, its concurrency (the jobs in flight on
 // this ingress), its longest run time.
 func WithJobRunner(opts ...jobs.RunnerOption) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		c.runnerOpts = append(c.runnerOpts, opts...)
 		return nil
 	})
@@ -198,7 +198,7 @@ func WithJobRunner(opts ...jobs.RunnerOption) GatewayOption {
 // bucket is opened in the background; until it is, calls with a key are
 // refused -32003. Default: keys are ignored.
 func WithIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		if ttl < 0 || maxBytes < 0 {
 			return fmt.Errorf("node: idempotency ttl %v and max bytes %d must not be negative", ttl, maxBytes)
 		}
@@ -211,7 +211,7 @@ func WithIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
 // and of the idempotency bucket (default [jobs.DefaultReplicas]): 3 on a
 // three-node cluster.
 func WithReplicas(n int) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		if n < 1 || n > 5 {
 			return fmt.Errorf("node: replicas must be 1 to 5, got %d", n)
 		}
@@ -224,7 +224,7 @@ func WithReplicas(n int) GatewayOption {
 // ([ingress.WithMetrics]) and registers the jobs service's there once it
 // is set up. Default: no metrics.
 func WithMetrics(reg *prometheus.Registry) GatewayOption {
-	return gatewayOption(func(c *gatewayConfig) error {
+	return gatewayOption(func(c *gatewaySettings) error {
 		if reg == nil {
 			return errors.New("node: nil metrics registry")
 		}
@@ -243,7 +243,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	// The service and the runner count into the same counters unless an
 	// option says otherwise.
 	counters := jobs.NewCounters()
-	cfg := gatewayConfig{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
+	cfg := gatewaySettings{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
 		jobsOpts: []jobs.Option{jobs.WithCounters(counters)}, runnerOpts: []jobs.RunnerOption{jobs.WithRunnerCounters(counters)}}
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
@@ -558,7 +558,7 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 // reach the jobs' longest run time and whose reply subjects are under
 // [bus.Subjects.JobReplies], with the gateway's aggregator options
 // (liveness, retry-safe tools) otherwise.
-func newJobRunner(nc *nats.Conn, cfg gatewayConfig, reg *discovery.Registry) (*jobs.Runner, error) {
+func newJobRunner(nc *nats.Conn, cfg gatewaySettings, reg *discovery.Registry) (*jobs.Runner, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

@@ -114,7 +114,7 @@ func TestGatewayAndWorker(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewWorker: %v", err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(t.Context()); err != nil {
 		t.Fatalf("worker Start: %v", err)
 	}
 	t.Cleanup(func() {

@@ -22,23 +22,23 @@ func defaultCommon() common {
 // both accept it.
 type Option func(*common) error
 
-func (o Option) applyGateway(c *gatewayConfig) error { return o(&c.common) }
-func (o Option) applyWorker(c *workerConfig) error   { return o(&c.common) }
+func (o Option) applyGateway(c *gatewaySettings) error { return o(&c.common) }
+func (o Option) applyWorker(c *workerSettings) error   { return o(&c.common) }
 
 // GatewayOption configures [NewGateway]: an [Option] or one of the
 // gateway's own.
 type GatewayOption interface {
-	applyGateway(*gatewayConfig) error
+	applyGateway(*gatewaySettings) error
 }
 
-type gatewayOption func(*gatewayConfig) error
+type gatewayOption func(*gatewaySettings) error
 
-func (o gatewayOption) applyGateway(c *gatewayConfig) error { return o(c) }
+func (o gatewayOption) applyGateway(c *gatewaySettings) error { return o(c) }
 
 // WorkerOption configures [NewWorker]: an [Option] or one of the worker's
 // own.
 type WorkerOption interface {
-	applyWorker(*workerConfig) error
+	applyWorker(*workerSettings) error
 }
 
 // WithPrefix sets the NATS subject prefix of the cluster (default

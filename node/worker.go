@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,13 @@ type Worker struct {
 
 	nc  *nats.Conn
 	st  *bus.Startup
-	cfg workerConfig
+	cfg workerSettings
+	// bridges serve the tools of servers of other protocols on the
+	// runtime; probes, when not nil, serves its probes and metrics on
+	// probesAddr ([NewWorkerFrom]).
+	bridges    []bridge
+	probes     *http.Server
+	probesAddr string
 
 	mu       sync.Mutex
 	started  bool                              // Start was called, or Shutdown
@@ -33,7 +40,7 @@ type Worker struct {
 	stopErr  error
 }
 
-type workerConfig struct {
+type workerSettings struct {
 	common
 }
 
@@ -44,7 +51,7 @@ func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...Worke
 	if nc == nil || rt == nil || st == nil {
 		return nil, errors.New("node: worker needs a NATS connection, a runtime and a startup")
 	}
-	cfg := workerConfig{common: defaultCommon()}
+	cfg := workerSettings{common: defaultCommon()}
 	for _, o := range opts {
 		if err := o.applyWorker(&cfg); err != nil {
 			return nil, err
@@ -63,20 +70,45 @@ func (w *Worker) Ready() error {
 	return w.Runtime.Ready()
 }
 
-// Start starts the runtime, which takes calls at once (its subscriptions
-// reach the server when the connection is up), and answers `toolbus
-// status` on the bus. When
-// it fails, what it began is stopped again. It may be called once, and
-// not after Shutdown.
-func (w *Worker) Start() error {
+// Start starts the bridges, which register their servers' tools before
+// the runtime subscribes, within ctx; then the probes, so that they say
+// why the worker is not ready while it drains; then the runtime, which
+// takes calls at once (its subscriptions reach the server when the
+// connection is up), and answers `toolbus status` on the bus. When it
+// fails, what it began is stopped again. It may be called once, and not
+// after Shutdown.
+func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
 		return errors.New("node: worker already started")
 	}
 	w.started = true
-	if err := w.Runtime.Start(); err != nil {
+	fail := func(err error) error {
+		stopAll(context.WithoutCancel(ctx), &w.stops)
 		return err
+	}
+	for _, b := range w.bridges {
+		if err := b.Start(ctx); err != nil {
+			return fail(err)
+		}
+		w.stops = append(w.stops, func(context.Context) error { return b.Close() })
+	}
+	if w.probes != nil {
+		l, err := listenProbes(w.probesAddr)
+		if err != nil {
+			return fail(err)
+		}
+		go func() {
+			if err := w.probes.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				w.cfg.log.Error("worker metrics server stopped", "err", err)
+			}
+		}()
+		w.cfg.log.Info("worker metrics and probes", "url", "http://"+l.Addr().String()+"/metrics")
+		w.stops = append(w.stops, w.probes.Shutdown)
+	}
+	if err := w.Runtime.Start(); err != nil {
+		return fail(err)
 	}
 	// The runtime answers `toolbus status` itself (worker.WithoutStatus
 	// turns it off), so that a worker built without node is listed too.
@@ -85,8 +117,9 @@ func (w *Worker) Start() error {
 }
 
 // Shutdown stops the worker: the status service stops, then the runtime
-// drains: it takes no new calls and finishes those it holds. ctx bounds the waiting; past it the handlers' contexts are
-// canceled. It does not close the NATS connection: drain it afterwards
+// drains: it takes no new calls and finishes those it holds; then the
+// probes and the bridges stop. ctx bounds the waiting; past it the
+// handlers' contexts are canceled. It does not close the NATS connection: drain it afterwards
 // ([bus.Drain]). Calling Shutdown again returns the first call's error.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.shutdown.Do(func() {

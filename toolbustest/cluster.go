@@ -371,7 +371,7 @@ func (c *Cluster) AddWorker(t testing.TB, register ...func(rt *worker.Runtime) e
 	if err != nil {
 		t.Fatalf("toolbustest: worker: %v", err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(t.Context()); err != nil {
 		t.Fatalf("toolbustest: start worker: %v", err)
 	}
 	t.Cleanup(func() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/node"
 )
 
 // TestAPIKey: the key printed once authenticates its caller through the
@@ -35,8 +36,7 @@ func TestAPIKey(t *testing.T) {
 	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("--auth-file mode = %v, %v, want 0600", st.Mode().Perm(), err)
 	}
-	sc := securityConfig{authFile: path}
-	cfg, err := sc.authConfig()
+	cfg, err := node.AuthConfig{Mode: "on", File: path}.Load()
 	if err != nil {
 		t.Fatalf("the written --auth-file does not load: %v", err)
 	}

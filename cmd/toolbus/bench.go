@@ -98,24 +98,23 @@ func startBenchCluster(ctx context.Context, spec bench.ClusterSpec) (string, fun
 	if spec.TCP {
 		natsModule = embeddedTCPModule()
 	}
-	ic := defaultIngressConfig()
+	gc, wc := devConfigs("127.0.0.1:0")
 	if spec.MaxInFlight > 0 {
-		ic.maxInFlight = spec.MaxInFlight
+		gc.MaxInFlight = spec.MaxInFlight
 	}
 	if spec.SleepCap > 0 {
-		ic.sec.methodCaps = []string{fmt.Sprintf("sleep=%d", spec.SleepCap)}
+		gc.MethodMaxInFlight = []string{fmt.Sprintf("sleep=%d", spec.SleepCap)}
 	}
-	wc := defaultWorkerConfig()
 	if spec.Concurrency > 0 {
-		wc.concurrency = spec.Concurrency
+		wc.Concurrency = spec.Concurrency
 	}
 	var addr ingressAddr
 	var st *bus.Startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		natsModule,
-		workerModule(wc),
-		ingressModule(ic),
+		workerModule(wc, nil),
+		ingressModule(gc),
 		fx.Populate(&addr, &st),
 	)
 	if err := startReady(ctx, app, st); err != nil {

@@ -53,15 +53,14 @@ and prints a table of id, method, outcome and latency. It exits 0 when every
 call had the outcome it should.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ic := defaultIngressConfig()
-			wc := defaultWorkerConfig()
+			gc, wc := devConfigs("127.0.0.1:0")
 			var addr ingressAddr
 			var st *bus.Startup
 			app := newApp(
 				fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 				embeddedModule(bus.EmbeddedConfig{}),
-				workerModule(wc),
-				ingressModule(ic),
+				workerModule(wc, nil),
+				ingressModule(gc),
 				fx.Populate(&addr, &st),
 			)
 			ctx := cmd.Context()

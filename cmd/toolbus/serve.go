@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,13 +15,23 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/listen"
+	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 )
 
+// devConfigs are the configs of the commands that run the whole cluster
+// in one process (dev, demo, bench): the ingress on listen with
+// authentication off, and a worker whose metrics the ingress serves.
+func devConfigs(listen string) (node.GatewayConfig, node.WorkerConfig) {
+	gc, wc := node.DefaultGatewayConfig(), node.DefaultWorkerConfig()
+	gc.Listen, gc.Auth.Mode = listen, "off"
+	wc.MetricsListen = ""
+	return gc, wc
+}
+
 func newDevCmd() *cobra.Command {
+	gc, wc := devConfigs("127.0.0.1:8080")
 	var (
-		ic         ingressConfig
-		wc         workerConfig
-		tc         tracingConfig
 		natsListen string
 		natsToken  string
 		dataDir    string
@@ -40,19 +51,10 @@ shared bus run the parts separately (toolbus nats). The ready lines print the
 command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := wc.validate(); err != nil {
-				return err
-			}
-			if err := tc.validate(); err != nil {
-				return err
-			}
-			if err := ic.obs.validate(); err != nil {
-				return err
-			}
-			if err := ic.sec.validate(); err != nil {
-				return err
-			}
-			if err := ic.validateCallbacks(); err != nil {
+			// The worker shares the ingress's prefix, and the process's
+			// tracing is the ingress's.
+			wc.Prefix = gc.Prefix
+			if err := errors.Join(wc.Validate(), gc.Validate()); err != nil {
 				return err
 			}
 			if natsListen != "" {
@@ -63,29 +65,29 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			if err := servePprof(); err != nil {
 				return err
 			}
-			wc.prefix = ic.prefix
+			var local *localWorker
 			if localCalls {
-				wc.local = &localWorker{}
-				ic.local = wc.local
+				local = &localWorker{}
+				gc.Local = local
 			}
 			var addr ingressAddr
 			var emb *bus.Embedded
 			var st *bus.Startup
-			app := newTracedApp(tc, tracingService(cmd),
+			app := newTracedApp(gc.Tracing, tracingService(cmd),
 				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, Token: natsToken, DataDir: dataDir}),
-				workerModule(wc),
-				ingressModule(ic),
+				workerModule(wc, local),
+				ingressModule(gc),
 				fx.Populate(&addr, &emb, &st),
 			)
 			return runUntilSignal(cmd.Context(), app, st, func() {
 				fmt.Fprintf(cmd.OutOrStdout(), "toolbus dev ready: http://%s/rpc\n", addr)
-				if ic.obs.dashboard {
+				if gc.Dashboard {
 					fmt.Fprintf(cmd.OutOrStdout(), "dashboard: http://%s/ui/\n", addr)
 				}
 				if u := emb.ClientURL(); u != "" {
 					prefix := ""
-					if ic.prefix != bus.DefaultPrefix {
-						prefix = " --prefix " + shellQuote(ic.prefix)
+					if gc.Prefix != bus.DefaultPrefix {
+						prefix = " --prefix " + shellQuote(gc.Prefix)
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "embedded NATS: %s\njoin a worker with:\n  toolbus worker --nats %s --nats-token %s%s\n%s;\n%s\n",
 						u, u, shellQuote(emb.Token()), prefix, allPowerful, devTokenUse)
@@ -93,21 +95,20 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			})
 		},
 	}
-	ic.flags(cmd, "127.0.0.1:8080")
-	ic.sec.flags(cmd, true)
-	wc.flags(cmd, false)
-	tc.flags(cmd)
-	cmd.Flags().StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
-	cmd.Flags().StringVar(&natsToken, "nats-token", "", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
-	cmd.Flags().BoolVar(&localCalls, "local-calls", true, "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)")
-	cmd.Flags().StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
+	f := cmd.Flags()
+	node.Bind(f, &gc, node.GatewayFlags)
+	node.Bind(f, &wc, node.WorkerFlags)
+	node.Bind(f, &gc.Tracing, node.TracingFlags)
+	f.StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
+	f.StringVar(&natsToken, "nats-token", "", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
+	f.BoolVar(&localCalls, "local-calls", true, "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)")
+	f.StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
 	return cmd
 }
 
 func newIngressCmd() *cobra.Command {
+	gc := node.DefaultGatewayConfig()
 	var (
-		ic      ingressConfig
-		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
 	)
@@ -120,38 +121,27 @@ func newIngressCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("ingress: %w", err)
 			}
-			if err := tc.validate(); err != nil {
-				return err
-			}
-			if err := ic.obs.validate(); err != nil {
-				return err
-			}
-			if err := ic.sec.validate(); err != nil {
-				return err
-			}
-			if err := ic.validateCallbacks(); err != nil {
+			if err := gc.Validate(); err != nil {
 				return err
 			}
 			var addr ingressAddr
 			var st *bus.Startup
-			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(ic), fx.Populate(&addr, &st))
+			app := newTracedApp(gc.Tracing, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(gc), fx.Populate(&addr, &st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
 				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
 			})
 		},
 	}
-	ic.flags(cmd, "0.0.0.0:8080")
-	ic.sec.flags(cmd, false)
-	tc.flags(cmd)
+	node.Bind(cmd.Flags(), &gc, node.GatewayFlags)
+	node.Bind(cmd.Flags(), &gc.Tracing, node.TracingFlags)
 	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	auth.flags(cmd)
 	return cmd
 }
 
 func newWorkerCmd() *cobra.Command {
+	wc := node.DefaultWorkerConfig()
 	var (
-		wc      workerConfig
-		tc      tracingConfig
 		natsURL string
 		auth    natsAuth
 		inbox   string
@@ -161,7 +151,7 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Run a worker serving toolsets against a NATS server or cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := wc.validate(); err != nil {
+			if err := wc.Validate(); err != nil {
 				return err
 			}
 			natsOpts, err := auth.options()
@@ -172,20 +162,28 @@ func newWorkerCmd() *cobra.Command {
 				return fmt.Errorf("worker: --nats-inbox-prefix: %w", err)
 			}
 			natsOpts = append(natsOpts, bus.WithInboxPrefix(inbox))
-			if err := tc.validate(); err != nil {
-				return err
-			}
 			var st *bus.Startup
-			app := newTracedApp(tc, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc), fx.Populate(&st))
+			app := newTracedApp(wc.Tracing, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc, nil), fx.Populate(&st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
-				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.tools)
+				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.Tools)
 			})
 		},
 	}
-	wc.flags(cmd, true)
-	tc.flags(cmd)
-	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	cmd.Flags().StringVar(&inbox, "nats-inbox-prefix", bus.WorkerInboxPrefix, "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies")
+	f := cmd.Flags()
+	node.Bind(f, &wc, node.StandaloneWorkerFlags)
+	node.Bind(f, &wc, node.WorkerFlags)
+	node.Bind(f, &wc.Tracing, node.TracingFlags)
+	// A worker runs jobs as calls, sent by the ingresses' runners; it
+	// still accepts the job flags of the workers that ran jobs
+	// themselves.
+	f.Bool("jobs", true, "")
+	f.Duration("job-lease", jobs.DefaultLease, "")
+	f.Int("job-concurrency", jobs.DefaultRunConcurrency, "")
+	for _, name := range []string{"jobs", "job-lease", "job-concurrency"} {
+		_ = f.MarkDeprecated(name, "a worker runs jobs as calls sent by the ingress, which has --job-lease and --job-concurrency; drop it from the worker's command line")
+	}
+	f.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	f.StringVar(&inbox, "nats-inbox-prefix", bus.WorkerInboxPrefix, "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies")
 	auth.flags(cmd)
 	return cmd
 }

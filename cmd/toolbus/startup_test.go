@@ -159,9 +159,7 @@ func reason(e *schema.Error) string {
 // ready by themselves once the server is there.
 func TestIngressStartsBeforeNATS(t *testing.T) {
 	g := newGate(t)
-	ic := defaultIngressConfig()
-	wc := defaultWorkerConfig()
-	wc.standalone, wc.metricsListen = true, ""
+	ic, wc := devConfigs("127.0.0.1:0")
 	var (
 		addr    ingressAddr
 		ingSt   *bus.Startup
@@ -171,7 +169,7 @@ func TestIngressStartsBeforeNATS(t *testing.T) {
 	ingress := newApp(fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
 		remoteModule(g.url()), ingressModule(ic), fx.Populate(&addr, &ingSt))
 	worker := newApp(fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
-		remoteModule(g.url()), workerModule(wc), fx.Populate(&wrkSt))
+		remoteModule(g.url()), workerModule(wc, nil), fx.Populate(&wrkSt))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, app := range []*fx.App{ingress, worker} {

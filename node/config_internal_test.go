@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
@@ -32,7 +32,7 @@ func TestSecurityConfigAuth(t *testing.T) {
 		wantErr error
 		wantOn  bool
 	}{
-		{name: "ingress without configuration", wantErr: errNoAuth},
+		{name: "ingress without configuration", wantErr: ErrNoAuth},
 		{name: "ingress explicitly open", args: []string{"--auth=off"}},
 		{name: "dev is open by default", dev: true},
 		{name: "keys", args: []string{"--auth-file", keys}, wantOn: true},
@@ -41,21 +41,28 @@ func TestSecurityConfigAuth(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var c securityConfig
-			cmd := &cobra.Command{}
-			c.flags(cmd, tc.dev)
-			if err := cmd.ParseFlags(tc.args); err != nil {
+			c := DefaultGatewayConfig()
+			if tc.dev {
+				c.Auth.Mode = "off"
+			}
+			fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
+			Bind(fs, &c, GatewayFlags)
+			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			opts, err := c.ingressOptions(discard)
+			a, err := c.Auth.Load()
 			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("ingressOptions(%q) error = %v, want %v", tc.args, err, tc.wantErr)
+				t.Fatalf("Auth.Load(%q) error = %v, want %v", tc.args, err, tc.wantErr)
 			}
 			if err != nil {
 				return
 			}
+			var opts []ingress.Option
+			if c.Auth.Mode == "on" {
+				opts = append(opts, ingress.WithAuth(a))
+			}
 			if got := len(opts) > 0; got != tc.wantOn {
-				t.Errorf("ingressOptions(%q) turns auth on = %v, want %v", tc.args, got, tc.wantOn)
+				t.Errorf("Auth.Load(%q) turns auth on = %v, want %v", tc.args, got, tc.wantOn)
 			}
 			if _, err := ingress.New(nopDispatcher{}, opts...); err != nil {
 				t.Errorf("ingress.New with the options: %v", err)
@@ -75,17 +82,17 @@ func TestSecurityConfigOperator(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var c securityConfig
-	cmd := &cobra.Command{}
-	c.flags(cmd, false)
+	c := DefaultGatewayConfig()
+	fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
+	Bind(fs, &c, GatewayFlags)
 	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
 		"--jwt-operator-role", "toolbus-operator", "--jwt-roles-claim", "groups"}
-	if err := cmd.ParseFlags(args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.authConfig()
+	a, err := c.Auth.Load()
 	if err != nil {
-		t.Fatalf("authConfig() error = %v", err)
+		t.Fatalf("Auth.Load() error = %v", err)
 	}
 	if len(a.Keys) != 2 || !a.Keys[0].Operator || a.Keys[1].Operator {
 		t.Errorf("keys = %+v, want ops alone an operator", a.Keys)
@@ -110,17 +117,17 @@ func TestSecurityConfigShares(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var c securityConfig
-	cmd := &cobra.Command{}
-	c.flags(cmd, false)
+	c := DefaultGatewayConfig()
+	fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
+	Bind(fs, &c, GatewayFlags)
 	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
 		"--jwt-weight-claim", "share", "--jwt-exempt-role", "probe"}
-	if err := cmd.ParseFlags(args); err != nil {
+	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.authConfig()
+	a, err := c.Auth.Load()
 	if err != nil {
-		t.Fatalf("authConfig() error = %v", err)
+		t.Fatalf("Auth.Load() error = %v", err)
 	}
 	got := map[string]auth.APIKey{}
 	for _, k := range a.Keys {
@@ -137,15 +144,15 @@ func TestSecurityConfigShares(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"keys":[{"name":"big","sha256":"`+auth.HashAPIKey("b")+`","weight":5000}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c = securityConfig{}
-	cmd = &cobra.Command{}
-	c.flags(cmd, false)
-	if err := cmd.ParseFlags([]string{"--auth-file", bad}); err != nil {
+	c = DefaultGatewayConfig()
+	fs = pflag.NewFlagSet("ingress", pflag.ContinueOnError)
+	Bind(fs, &c, GatewayFlags)
+	if err := fs.Parse([]string{"--auth-file", bad}); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := c.ingressOptions(discard)
+	a, err = c.Auth.Load()
 	if err == nil {
-		_, err = ingress.New(nopDispatcher{}, opts...)
+		_, err = ingress.New(nopDispatcher{}, ingress.WithAuth(a))
 	}
 	if err == nil {
 		t.Error("an ingress with a key of weight 5000 was made, want an error")
@@ -167,16 +174,16 @@ func TestParseMethodCaps(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseMethodCaps(tc.pairs)
+			got, err := GatewayConfig{MethodMaxInFlight: tc.pairs}.methodCaps()
 			if (err != nil) != tc.wantErr {
-				t.Fatalf("parseMethodCaps(%q) error = %v, want error %v", tc.pairs, err, tc.wantErr)
+				t.Fatalf("methodCaps(%q) error = %v, want error %v", tc.pairs, err, tc.wantErr)
 			}
 			if err == nil && len(got) != len(tc.want) {
-				t.Errorf("parseMethodCaps(%q) = %v, want %v", tc.pairs, got, tc.want)
+				t.Errorf("methodCaps(%q) = %v, want %v", tc.pairs, got, tc.want)
 			}
 			for m, n := range tc.want {
 				if got[m] != n {
-					t.Errorf("parseMethodCaps(%q)[%s] = %d, want %d", tc.pairs, m, got[m], n)
+					t.Errorf("methodCaps(%q)[%s] = %d, want %d", tc.pairs, m, got[m], n)
 				}
 			}
 		})
