@@ -1,6 +1,7 @@
 package natsd
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -17,20 +18,25 @@ const AllPowerful = "this token is all-powerful: a client with it can publish ca
 // WriteReady writes the ready lines to w: the server's URL, its store and
 // monitoring address, and the commands that join an ingress and a worker
 // to it, with the credentials each part presents: a role user's password
-// file, said to be made now or kept from an earlier start.
-func (s *Server) WriteReady(w io.Writer) {
+// file, said to be made now or kept from an earlier start. The lines go
+// to w in one write, so that whoever reads them as they come, a person's
+// terminal or a supervisor waiting for the first line, never sees the
+// ready line without the ones that say how to join.
+func (s *Server) WriteReady(out io.Writer) {
+	var w bytes.Buffer
+	defer func() { _, _ = out.Write(w.Bytes()) }()
 	a, opts := s.access, s.opts
 	url := s.URL()
-	fmt.Fprintf(w, "toolbus nats ready: %s\n", url)
+	fmt.Fprintf(&w, "toolbus nats ready: %s\n", url)
 	if store, err := filepath.Abs(opts.StoreDir); err == nil {
-		fmt.Fprintf(w, "JetStream store: %s\n", store)
+		fmt.Fprintf(&w, "JetStream store: %s\n", store)
 	}
 	if m := s.srv.MonitorAddr(); m != nil {
 		scheme := "http"
 		if opts.HTTPSPort != 0 {
 			scheme = "https"
 		}
-		fmt.Fprintf(w, "monitoring: %s://%s/healthz\n", scheme, reachable(m))
+		fmt.Fprintf(&w, "monitoring: %s://%s/healthz\n", scheme, reachable(m))
 	}
 	header, note := "join with:", ""
 	// auth is the flags of each part, by the user it joins as, or by ""
@@ -38,7 +44,7 @@ func (s *Server) WriteReady(w io.Writer) {
 	auth := map[string]string{}
 	switch {
 	case a.open:
-		fmt.Fprintln(w, "this bus is open (--no-auth): anyone who reaches it can act as any caller and any worker")
+		fmt.Fprintln(&w, "this bus is open (--no-auth): anyone who reaches it can act as any caller and any worker")
 	case a.users != "":
 		header = fmt.Sprintf("join as a user of %s (add --nats-user and --nats-password, --nats-nkey or --nats-creds):", a.users)
 	case len(a.roles) > 0:
@@ -70,16 +76,16 @@ func (s *Server) WriteReady(w io.Writer) {
 		auth[""] = " --nats-token " + ShellQuote(a.token)
 		note = AllPowerful
 	}
-	fmt.Fprintln(w, header)
+	fmt.Fprintln(&w, header)
 	for _, part := range []string{"ingress", "worker"} {
 		as, ok := auth[part]
 		if !ok {
 			as = auth[""]
 		}
-		fmt.Fprintf(w, "  toolbus %s --nats %s%s\n", part, url, as)
+		fmt.Fprintf(&w, "  toolbus %s --nats %s%s\n", part, url, as)
 	}
 	if note != "" {
-		fmt.Fprintln(w, note)
+		fmt.Fprintln(&w, note)
 	}
 }
 
