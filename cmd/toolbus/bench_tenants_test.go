@@ -56,11 +56,11 @@ func runShortTenants(t *testing.T, cfg bench.TenantsRunConfig) string {
 }
 
 // TestBenchTenants runs a very short tenants bench against the dev and
-// the split deployment, each started as child processes and loaded from a
-// load generator child, and checks what it reports, not how fast anything
-// was: every round, the three verdicts, the flood's answers, the server's
-// memory, where each process ran, the table of both deployments, and no
-// failed call of the victim. Which of the flood's requests are answered
+// the split deployment, each started as child processes and loaded from
+// load generator children, the victim's and the flood's apart, and checks
+// what it reports, not how fast anything was: every round, the three
+// verdicts, the flood's answers, the server's memory, where each process
+// ran, the table of both deployments, and no failed call of the victim. Which of the flood's requests are answered
 // within so short a round depends on the machine, so their classes are
 // not asserted.
 func TestBenchTenants(t *testing.T) {
@@ -72,7 +72,8 @@ func TestBenchTenants(t *testing.T) {
 		"not pinned (--pin=false)",
 		"== dev, --fair=true: toolbus dev --auth on --fair=true",
 		"== split, --fair=true: toolbus nats + toolbus worker + toolbus ingress --auth on --fair=true",
-		"toolbus dev (pid ", "toolbus nats (pid ", "toolbus worker (pid ", "toolbus ingress (pid ", "the load generator (pid ",
+		"toolbus dev (pid ", "toolbus nats (pid ", "toolbus worker (pid ", "toolbus ingress (pid ",
+		"the victim's load generator (pids ", "the flood's load generator (pid ",
 		"50-call echo batches on 2 connections, job submits",
 		"round  flood", "all    no", "all    yes",
 		"victim p99 under the flood ≤ 3× without it",
@@ -92,7 +93,7 @@ func TestBenchTenants(t *testing.T) {
 }
 
 // TestBenchTenantsPinned checks that the bench pins the server and the
-// load generator apart, as the kernel reports their affinity.
+// load generators apart, as the kernel reports their affinity.
 func TestBenchTenantsPinned(t *testing.T) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		t.Skip("pinning needs taskset, which is not in PATH")
@@ -108,9 +109,10 @@ func TestBenchTenantsPinned(t *testing.T) {
 	f.Pin, f.Deployments = true, []string{"dev"}
 	out := runShortTenants(t, f)
 	for _, w := range []string{
-		"pinned with taskset: the servers on CPUs 0, the load generator on CPUs 1",
-		") on CPUs 0, the load generator (pid ",
-		") on CPUs 1: the server and the load generator are pinned apart",
+		"pinned with taskset: the servers on CPUs 0, the load generators (the victim's and the flood's, in processes apart) on CPUs 1",
+		") on CPUs 0, the victim's load generator (pids ",
+		") on CPUs 1, the flood's load generator (pid ",
+		") on CPUs 1: the server and the load generators are pinned apart",
 	} {
 		if !strings.Contains(out, w) {
 			t.Errorf("bench tenants output lacks %q:\n%s", w, out)

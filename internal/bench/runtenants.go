@@ -10,10 +10,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/toolbus/toolbus/ingress/auth"
@@ -65,10 +67,13 @@ type TenantsRunConfig struct {
 	Env []string
 }
 
-// TenantsLoadChild is the load generator [RunTenants] starts as a process
-// of its own (the hidden `toolbus bench tenants load`): it runs [Tenants]
-// as the JSON file specFile says, draws its progress on stderr when the
-// file asks for it, and prints what it measured on stdout as JSON.
+// TenantsLoadChild is a load generator [RunTenants] starts as a process of
+// its own (the hidden `toolbus bench tenants load`) for one side of the
+// tenants scenario, as the JSON file specFile says: the victim's, which
+// runs one round of its calls, drawing its progress on stderr when the
+// file asks for it; or the flood's, which says on stderr once it floods,
+// and floods until it gets SIGTERM or an interrupt.
+// It prints what it measured on stdout as JSON.
 func TenantsLoadChild(ctx context.Context, stdout, stderr io.Writer, specFile string) error {
 	b, err := os.ReadFile(specFile)
 	if err != nil {
@@ -78,16 +83,45 @@ func TenantsLoadChild(ctx context.Context, stdout, stderr io.Writer, specFile st
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("bench tenants load: --spec: %w", err)
 	}
-	cfg := spec.Config
-	if spec.RSSPid > 0 {
-		cfg.RSS = func() (uint64, error) { return processRSS(spec.RSSPid) }
+	cfg, err := spec.Config.withDefaults()
+	if err != nil {
+		return fmt.Errorf("bench tenants load: %w", err)
 	}
-	if spec.Progress != "" {
-		cfg.Progress = StartProgress(stderr, spec.Progress)
+	out := tenantsLoadResult{Pid: os.Getpid()}
+	switch spec.Side {
+	case victimSide:
+		if spec.Progress != "" {
+			cfg.Progress = StartProgress(stderr, spec.Progress)
+			cfg.Progress.planTime(cfg.settle()+cfg.Duration, "req")
+		}
+		sides := newLocalSides(cfg)
+		var errs tally
+		out.Victim, err = sides.victimRound(ctx, &errs)
+		cfg.Progress.Stop()
+		sides.close()
+		var first error
+		if out.VictimErrors, first = errs.snapshot(); first != nil {
+			out.FirstVictimError = first.Error()
+		}
+	case floodSide:
+		// What the flood was answered is printed when it is stopped, so
+		// the signal that stops it ends the context, not the process.
+		sctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stopSignals()
+		sides := newLocalSides(cfg)
+		var answers tally
+		stop, ferr := sides.flood(sctx, spec.Round, &answers)
+		if ferr == nil {
+			fmt.Fprintln(stderr, tenantsFloodReady)
+			<-sctx.Done()
+			ferr = stop()
+		}
+		sides.close()
+		out.FloodAnswers, _ = answers.snapshot()
+		err = ferr
+	default:
+		return fmt.Errorf("bench tenants load: --spec: side %q: want %s or %s", spec.Side, victimSide, floodSide)
 	}
-	r, err := Tenants(ctx, cfg)
-	cfg.Progress.Stop()
-	out := tenantsLoadResult{Result: r, Pid: os.Getpid()}
 	var cerr error
 	if out.CPUs, cerr = ProcessCPUs(os.Getpid()); cerr != nil {
 		out.CPUsError = cerr.Error()
@@ -95,30 +129,51 @@ func TenantsLoadChild(ctx context.Context, stdout, stderr io.Writer, specFile st
 	return errors.Join(err, json.NewEncoder(stdout).Encode(out))
 }
 
-// tenantsLoadSpec is what the tenants load generator runs.
+// tenantsFloodReady is the line the flood's load generator prints on
+// stderr once it floods: from then on SIGTERM stops the flood, not the
+// process, which still has to print what the flood was answered.
+const tenantsFloodReady = "bench tenants load: flooding until stopped"
+
+// The sides of the tenants scenario a load generator runs.
+const (
+	victimSide = "victim"
+	floodSide  = "flood"
+)
+
+// tenantsLoadSpec is what a tenants load generator runs.
 type tenantsLoadSpec struct {
+	// Side is victimSide or floodSide.
+	Side   string
 	Config TenantsConfig
-	// RSSPid is the process whose resident memory is sampled; 0 for none.
-	RSSPid int
-	// Progress names the progress line drawn on standard error; empty for
-	// none.
+	// Round is the flood's round, which keeps its idempotency keys apart
+	// from those of the other rounds.
+	Round int
+	// Progress names the progress line the victim draws on standard
+	// error; empty for none.
 	Progress string
 }
 
-// tenantsLoadResult is what the tenants load generator measured, and
-// where it ran.
+// tenantsLoadResult is what a tenants load generator measured, and where
+// it ran.
 type tenantsLoadResult struct {
-	Result TenantsResult
-	Pid    int
+	// Victim is the victim's round, VictimErrors its failed calls by
+	// class and FirstVictimError one of them.
+	Victim           Result
+	VictimErrors     map[string]int64 `json:",omitempty"`
+	FirstVictimError string           `json:",omitempty"`
+	// FloodAnswers counts what the flood was answered, by class.
+	FloodAnswers map[string]int64 `json:",omitempty"`
+	Pid          int
 	// CPUs are those the load generator may run on, as the kernel reports
 	// its affinity; CPUsError says why they are empty.
 	CPUs, CPUsError string
 }
 
 // RunTenants starts each deployment and fairness cfg names in turn, runs
-// the tenants scenario against it from a load generator child, reports
-// it on out, and stops the deployment. It draws the load generator's
-// progress on progress unless it is nil.
+// the tenants scenario against it from load generator children, the
+// victim's and the flood's apart, reports it on out, and stops the
+// deployment. It draws the victim's progress on progress unless it is
+// nil.
 func RunTenants(ctx context.Context, out, progress io.Writer, cfg TenantsRunConfig) (err error) {
 	if os.Getenv(ChildEnv) != "" {
 		return fmt.Errorf("bench tenants: this process was started by a bench (%s is set) and starts no processes of its own", ChildEnv)
@@ -159,9 +214,9 @@ func RunTenants(ctx context.Context, out, progress io.Writer, cfg TenantsRunConf
 
 	fmt.Fprintf(out, "toolbus bench tenants: load average %s at the start\n", loadAverage())
 	if cfg.Pin {
-		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generator on CPUs %s\n\n", cfg.ServerCPUs, cfg.LoadCPUs)
+		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generators (the victim's and the flood's, in processes apart) on CPUs %s\n\n", cfg.ServerCPUs, cfg.LoadCPUs)
 	} else {
-		fmt.Fprintf(out, "not pinned (--pin=false): the servers and the load generator run where the kernel puts them\n\n")
+		fmt.Fprintf(out, "not pinned (--pin=false): the servers and the load generators run where the kernel puts them\n\n")
 	}
 	if cfg.Alone {
 		err = tb.runAlone(ctx)
@@ -178,7 +233,7 @@ type tenantsBench struct {
 	cfg      TenantsRunConfig
 	out      io.Writer
 	progress io.Writer
-	// server and load start this program as a server and as the load
+	// server and load start this program as a server and as a load
 	// generator: under taskset when pinned.
 	server, load []string
 	env          []string
@@ -237,15 +292,15 @@ func (tb *tenantsBench) runOne(ctx context.Context, d string, fair bool) (r Tena
 	}
 	defer func() { err = errors.Join(err, t.stopAll()) }()
 	fmt.Fprintf(tb.out, "== %s, --fair=%t: %s\n", d, fair, t.what)
-	lr, err := tb.measure(ctx, t, tb.config(t, false), d)
-	if len(lr.Result.Rounds) == 0 {
-		return lr.Result, err
+	r, loads, err := tb.tenants(ctx, t, tb.config(t, false), d)
+	if len(r.Rounds) == 0 {
+		return r, err
 	}
-	// A load generator that failed part way still reports its rounds.
-	fmt.Fprintf(tb.out, "%s\n", placement(t.placed, lr.placed()))
-	err = errors.Join(err, ReportTenants(tb.out, lr.Result))
+	// A run whose load generator failed part way still reports its rounds.
+	fmt.Fprintf(tb.out, "%s\n", placement(t.placed, loads))
+	err = errors.Join(err, ReportTenants(tb.out, r))
 	fmt.Fprintln(tb.out)
-	return lr.Result, err
+	return r, err
 }
 
 // runAlone measures the victim alone against two servers of each
@@ -292,14 +347,14 @@ func (tb *tenantsBench) aloneOne(ctx context.Context, d string) (a TenantsAlone,
 		}
 		for _, i := range order {
 			t, fair := ts[i], i == 0
-			lr, err := tb.measure(ctx, t, tb.config(t, true), fmt.Sprintf("%s alone", d))
+			r, loads, err := tb.tenants(ctx, t, tb.config(t, true), fmt.Sprintf("%s alone", d))
 			if err != nil {
 				return a, err
 			}
-			a.Add(fair, lr.Result)
-			q := lr.Result.Quiet
+			a.Add(fair, r)
+			q := r.Quiet
 			fmt.Fprintf(tb.out, "run %d, --fair=%t: %.0f calls/s, p50 %v, p99 %v, %d failed; %s\n", run+1, fair,
-				q.Throughput, q.P50.Round(time.Microsecond), q.P99.Round(time.Microsecond), q.Errors, placement(t.placed, lr.placed()))
+				q.Throughput, q.P50.Round(time.Microsecond), q.P99.Round(time.Microsecond), q.Errors, placement(t.placed, loads))
 		}
 	}
 	return a, nil
@@ -320,62 +375,166 @@ func (tb *tenantsBench) config(t *tenantsTarget, alone bool) TenantsConfig {
 		Hostile: cfg.Hostile, SlowConns: cfg.SlowConns, WSAnswerBytes: cfg.WSAnswer}
 }
 
-// measure runs the load generator against t with cfg and returns what it
-// measured; name titles its progress line.
-func (tb *tenantsBench) measure(ctx context.Context, t *tenantsTarget, cfg TenantsConfig, name string) (tenantsLoadResult, error) {
-	spec := tenantsLoadSpec{Config: cfg, RSSPid: t.serving.Pid()}
-	if tb.progress != nil {
-		spec.Progress = name
-	}
-	b, err := json.Marshal(spec)
+// tenants runs the scenario cfg against t, each side in load generator
+// processes of its own, and returns what it measured and where the load
+// generators ran; name titles the victim's progress line. The served
+// process's memory is read from here.
+func (tb *tenantsBench) tenants(ctx context.Context, t *tenantsTarget, cfg TenantsConfig, name string) (TenantsResult, []cpuPlacement, error) {
+	cfg, err := cfg.withDefaults()
 	if err != nil {
-		return tenantsLoadResult{}, err
+		return TenantsResult{}, nil, fmt.Errorf("bench tenants: %w", err)
 	}
-	specFile, err := os.CreateTemp(tb.dir, "load-*.json")
-	if err != nil {
-		return tenantsLoadResult{}, err
-	}
-	defer os.Remove(specFile.Name())
-	if _, err := specFile.Write(b); err != nil {
-		return tenantsLoadResult{}, errors.Join(err, specFile.Close())
-	}
-	if err := specFile.Close(); err != nil {
-		return tenantsLoadResult{}, err
-	}
-	// Each round is its settling quarter, its length and at most the
-	// loop's 5 s grace; a minute more covers the wait for the first echo.
-	within := time.Duration(2*max(cfg.Rounds, 1))*(cfg.Duration*5/4+5*time.Second) + 2*time.Minute
-	rctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	var errOut io.Writer = &stderr
-	if tb.progress != nil {
-		errOut = io.MultiWriter(tb.progress, &stderr)
-	}
-	p, err := proc.Start(rctx, proc.Spec{Name: "the load generator",
-		Command: append(tb.load[:len(tb.load):len(tb.load)], "bench", "tenants", "load", "--spec", specFile.Name()),
-		Env:     tb.env, Stdout: &stdout, Stderr: errOut})
-	if err != nil {
-		return tenantsLoadResult{}, fmt.Errorf("bench tenants: %w", err)
-	}
-	var lr tenantsLoadResult
-	werr := p.Wait()
-	if jerr := json.Unmarshal(stdout.Bytes(), &lr); jerr != nil && werr == nil {
-		return lr, fmt.Errorf("bench tenants: the load generator's result: %w", jerr)
-	}
-	if werr != nil {
-		return lr, fmt.Errorf("bench tenants: the load generator: %w: %s", errors.Join(werr, rctx.Err()), strings.TrimSpace(stderr.String()))
-	}
-	return lr, nil
+	pid := t.serving.Pid()
+	cfg.RSS = func() (uint64, error) { return processRSS(pid) }
+	sides := &loadSides{tb: tb, cfg: cfg, name: name}
+	r, err := tenants(ctx, cfg, sides)
+	return r, sides.placed, err
 }
 
-// placed is where the load generator ran.
-func (lr tenantsLoadResult) placed() cpuPlacement {
-	p := cpuPlacement{name: "the load generator", pid: lr.Pid, cpus: lr.CPUs}
+// loadSides runs each caller of the tenants scenario in load generator
+// processes of its own: the victim in one a round, the flood in one a
+// flooded round, which floods until it is stopped. The flood's client
+// work is many times the victim's: in one process, the two would share
+// its scheduler, and the victim's calls would wait on the flood's client
+// as well as on the server.
+type loadSides struct {
+	tb   *tenantsBench
+	cfg  TenantsConfig
+	name string
+	// rounds counts the victim's rounds, for its progress line.
+	rounds int
+	// placed is where the load generators ran, one entry for the
+	// processes of each side that ran on the same CPUs.
+	placed []cpuPlacement
+}
+
+var _ tenantSides = (*loadSides)(nil)
+
+// loadWithin bounds a load generator's life: its round's settling
+// quarter, its length and at most the loop's 5 s grace, and two minutes
+// more for the wait for the first echo and the start of the process.
+func (s *loadSides) loadWithin() time.Duration {
+	return s.cfg.settle() + s.cfg.Duration + 5*time.Second + 2*time.Minute
+}
+
+func (s *loadSides) victimRound(ctx context.Context, errs *tally) (Result, error) {
+	s.rounds++
+	spec := tenantsLoadSpec{Side: victimSide, Config: s.cfg}
+	if s.tb.progress != nil {
+		spec.Progress = fmt.Sprintf("%s, round %d of %d", s.name, s.rounds, 2*s.cfg.Rounds)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.loadWithin())
+	defer cancel()
+	l, err := s.tb.startLoad(rctx, "the victim's load generator", spec, nil)
+	if err != nil {
+		return Result{}, err
+	}
+	lr, err := l.result(rctx, false)
+	s.place(l.name, lr)
+	var first error
+	if lr.FirstVictimError != "" {
+		first = errors.New(lr.FirstVictimError)
+	}
+	errs.merge(lr.VictimErrors, first)
+	return lr.Victim, err
+}
+
+func (s *loadSides) flood(ctx context.Context, round int, answers *tally) (func() error, error) {
+	// The flood runs while the victim's round does, and is bounded as it.
+	fctx, cancel := context.WithTimeout(ctx, s.loadWithin()+time.Minute)
+	l, err := s.tb.startLoad(fctx, "the flood's load generator", tenantsLoadSpec{Side: floodSide, Config: s.cfg, Round: round}, floodReadyLine)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return func() error {
+		defer cancel()
+		lr, err := l.result(fctx, true)
+		s.place(l.name, lr)
+		answers.merge(lr.FloodAnswers, nil)
+		return err
+	}, nil
+}
+
+// place notes where the load generator name ran, as lr says.
+func (s *loadSides) place(name string, lr tenantsLoadResult) {
+	if lr.Pid == 0 {
+		return // it said nothing
+	}
+	p := cpuPlacement{name: name, pids: []int{lr.Pid}, cpus: lr.CPUs}
 	if lr.CPUsError != "" {
 		p.err = errors.New(lr.CPUsError)
 	}
-	return p
+	for i, q := range s.placed {
+		if q.name == p.name && q.cpus == p.cpus && (q.err == nil) == (p.err == nil) {
+			s.placed[i].pids = append(s.placed[i].pids, lr.Pid)
+			return
+		}
+	}
+	s.placed = append(s.placed, p)
+}
+
+// floodReadyLine is the line of the flood's load generator once it floods.
+var floodReadyLine = regexp.MustCompile(regexp.QuoteMeta(tenantsFloodReady))
+
+// loadChild is a load generator process and what it printed.
+type loadChild struct {
+	name           string
+	p              *proc.Process
+	specFile       string
+	stdout, stderr bytes.Buffer
+}
+
+// startLoad starts a load generator for spec, named name in errors, and
+// waits for its ready line when ready is not nil. ctx bounds its life.
+func (tb *tenantsBench) startLoad(ctx context.Context, name string, spec tenantsLoadSpec, ready *regexp.Regexp) (*loadChild, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(tb.dir, spec.Side+"-*.json")
+	if err != nil {
+		return nil, err
+	}
+	l := &loadChild{name: name, specFile: f.Name()}
+	if _, err := f.Write(b); err != nil {
+		return nil, errors.Join(err, f.Close(), os.Remove(l.specFile))
+	}
+	if err := f.Close(); err != nil {
+		return nil, errors.Join(err, os.Remove(l.specFile))
+	}
+	var errOut io.Writer = &l.stderr
+	if spec.Progress != "" {
+		errOut = io.MultiWriter(tb.progress, &l.stderr)
+	}
+	l.p, err = proc.Start(ctx, proc.Spec{Name: name,
+		Command: append(tb.load[:len(tb.load):len(tb.load)], "bench", "tenants", "load", "--spec", l.specFile),
+		Env:     tb.env, Stdout: &l.stdout, Stderr: errOut, Ready: ready})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("bench tenants: %w", err), os.Remove(l.specFile))
+	}
+	return l, nil
+}
+
+// result waits for the load generator to end, after asking it to when
+// stop is set, and reads what it measured; ctx is the one it was started
+// with.
+func (l *loadChild) result(ctx context.Context, stop bool) (tenantsLoadResult, error) {
+	defer os.Remove(l.specFile)
+	var werr error
+	if stop {
+		werr = l.p.Stop()
+	} else {
+		werr = l.p.Wait()
+	}
+	var lr tenantsLoadResult
+	if jerr := json.Unmarshal(l.stdout.Bytes(), &lr); jerr != nil && werr == nil {
+		return lr, fmt.Errorf("bench tenants: %s's result: %w", l.name, jerr)
+	}
+	if werr != nil {
+		return lr, fmt.Errorf("bench tenants: %s: %w: %s", l.name, errors.Join(werr, ctx.Err()), strings.TrimSpace(l.stderr.String()))
+	}
+	return lr, nil
 }
 
 // tenantsTarget is a deployment under measure: its processes, the URL of
@@ -444,42 +603,53 @@ func (tb *tenantsBench) start(ctx context.Context, d string, fair bool) (*tenant
 	}
 	for _, n := range named {
 		cpus, err := ProcessCPUs(n.p.Pid())
-		t.placed = append(t.placed, cpuPlacement{name: n.name, pid: n.p.Pid(), cpus: cpus, err: err})
+		t.placed = append(t.placed, cpuPlacement{name: n.name, pids: []int{n.p.Pid()}, cpus: cpus, err: err})
 	}
 	return t, nil
 }
 
-// cpuPlacement is where a process may run: the CPUs of its affinity as
+// cpuPlacement is where processes may run: the CPUs of their affinity as
 // the kernel reports it, or why they could not be read.
 type cpuPlacement struct {
 	name string
-	pid  int
+	pids []int
 	cpus string
 	err  error
 }
 
-// placement says on which CPUs each process of the server and the load
-// generator may run, and whether the two are apart: a figure taken with
-// both on every CPU measures the two competing for them.
-func placement(server []cpuPlacement, load cpuPlacement) string {
+// placement says on which CPUs each process of the server and each load
+// generator may run, and whether the two groups are apart: a figure taken
+// with both on every CPU measures the two competing for them.
+func placement(server, loads []cpuPlacement) string {
 	var parts []string
-	apart := true
-	all := append(server[:len(server):len(server)], load)
-	for i, p := range all {
+	apart := len(loads) > 0
+	for _, p := range append(server[:len(server):len(server)], loads...) {
+		pids := make([]string, len(p.pids))
+		for i, pid := range p.pids {
+			pids[i] = strconv.Itoa(pid)
+		}
+		which := "pid " + strings.Join(pids, ", ")
+		if len(pids) > 1 {
+			which = "pids " + strings.Join(pids, ", ")
+		}
 		if p.err != nil || p.cpus == "" {
-			parts = append(parts, fmt.Sprintf("%s (pid %d) on CPUs unknown", p.name, p.pid))
+			parts = append(parts, fmt.Sprintf("%s (%s) on CPUs unknown", p.name, which))
 			apart = false
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s (pid %d) on CPUs %s", p.name, p.pid, p.cpus))
-		// disjoint counts an unreadable list as sharing.
-		if i < len(server) && !disjoint(p.cpus, load.cpus) {
-			apart = false
+		parts = append(parts, fmt.Sprintf("%s (%s) on CPUs %s", p.name, which, p.cpus))
+	}
+	for _, sp := range server {
+		for _, lp := range loads {
+			// disjoint counts an unreadable list as sharing.
+			if !disjoint(sp.cpus, lp.cpus) {
+				apart = false
+			}
 		}
 	}
-	how := "the server and the load generator are pinned apart"
+	how := "the server and the load generators are pinned apart"
 	if !apart {
-		how = "the server and the load generator are not pinned apart: they may share CPUs"
+		how = "the server and the load generators are not pinned apart: they may share CPUs"
 	}
 	return "CPU affinity as the kernel reports it: " + strings.Join(parts, ", ") + ": " + how
 }

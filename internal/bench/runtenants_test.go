@@ -36,23 +36,31 @@ func TestDisjointCPUs(t *testing.T) {
 }
 
 func TestPlacement(t *testing.T) {
-	load := cpuPlacement{name: "the load generator", pid: 9, cpus: "1"}
+	loads := []cpuPlacement{
+		{name: "the victim's load generator", pids: []int{9, 11}, cpus: "1"},
+		{name: "the flood's load generator", pids: []int{10}, cpus: "1"},
+	}
 	for _, tc := range []struct {
 		name   string
 		server []cpuPlacement
-		load   cpuPlacement
+		loads  []cpuPlacement
 		want   string
 	}{
-		{"apart", []cpuPlacement{{name: "toolbus dev", pid: 7, cpus: "0"}}, load,
-			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs 0, the load generator (pid 9) on CPUs 1: the server and the load generator are pinned apart"},
-		{"one of three shares", []cpuPlacement{{name: "toolbus nats", pid: 5, cpus: "0"}, {name: "toolbus ingress", pid: 6, cpus: "0-1"}}, load,
-			"CPU affinity as the kernel reports it: toolbus nats (pid 5) on CPUs 0, toolbus ingress (pid 6) on CPUs 0-1, the load generator (pid 9) on CPUs 1: the server and the load generator are not pinned apart: they may share CPUs"},
-		{"unread", []cpuPlacement{{name: "toolbus dev", pid: 7, err: errors.New("no /proc")}}, load,
-			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs unknown, the load generator (pid 9) on CPUs 1: the server and the load generator are not pinned apart: they may share CPUs"},
+		{"apart", []cpuPlacement{{name: "toolbus dev", pids: []int{7}, cpus: "0"}}, loads,
+			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs 0, the victim's load generator (pids 9, 11) on CPUs 1, the flood's load generator (pid 10) on CPUs 1: the server and the load generators are pinned apart"},
+		{"one of three shares", []cpuPlacement{{name: "toolbus nats", pids: []int{5}, cpus: "0"}, {name: "toolbus ingress", pids: []int{6}, cpus: "0-1"}}, loads[:1],
+			"CPU affinity as the kernel reports it: toolbus nats (pid 5) on CPUs 0, toolbus ingress (pid 6) on CPUs 0-1, the victim's load generator (pids 9, 11) on CPUs 1: the server and the load generators are not pinned apart: they may share CPUs"},
+		{"a load generator shares", []cpuPlacement{{name: "toolbus dev", pids: []int{7}, cpus: "0"}},
+			[]cpuPlacement{loads[0], {name: "the flood's load generator", pids: []int{10}, cpus: "0-1"}},
+			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs 0, the victim's load generator (pids 9, 11) on CPUs 1, the flood's load generator (pid 10) on CPUs 0-1: the server and the load generators are not pinned apart: they may share CPUs"},
+		{"unread", []cpuPlacement{{name: "toolbus dev", pids: []int{7}, err: errors.New("no /proc")}}, loads[:1],
+			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs unknown, the victim's load generator (pids 9, 11) on CPUs 1: the server and the load generators are not pinned apart: they may share CPUs"},
+		{"no load generator said where it ran", []cpuPlacement{{name: "toolbus dev", pids: []int{7}, cpus: "0"}}, nil,
+			"CPU affinity as the kernel reports it: toolbus dev (pid 7) on CPUs 0: the server and the load generators are not pinned apart: they may share CPUs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := placement(tc.server, tc.load); got != tc.want {
-				t.Errorf("placement(%v, %v) = %q, want %q", tc.server, tc.load, got, tc.want)
+			if got := placement(tc.server, tc.loads); got != tc.want {
+				t.Errorf("placement(%v, %v) = %q, want %q", tc.server, tc.loads, got, tc.want)
 			}
 		})
 	}

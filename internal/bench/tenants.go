@@ -172,19 +172,32 @@ func (r *TenantsResult) UnmarshalJSON(b []byte) error {
 // Idempotency-Key each, echo calls with large answers on a WebSocket it
 // never reads (dialled again when the server closes it), and SlowConns
 // connections that send 100 KB of headers a kilobyte at a time. The flood
-// ignores retry_after_ms, as a hostile caller would.
+// ignores retry_after_ms, as a hostile caller would. Tenants runs both
+// callers in this process; `toolbus bench tenants` runs each in load
+// generator processes of its own.
 //
-// Before the first round Tenants waits, at most a minute, until the
-// victim's echo is answered: a worker that joined over TCP announces its
-// tools a moment after the ingress is ready. It returns an error when the
-// victim or the flood could not run at all; the victim's failed calls
-// after that are counted, not returned.
+// Before each round Tenants waits, at most a minute, until the victim's
+// echo is answered: a worker that joined over TCP announces its tools a
+// moment after the ingress is ready. It returns an error when the victim
+// or the flood could not run at all; the victim's failed calls after that
+// are counted, not returned.
 func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return TenantsResult{}, err
+	}
+	sides := newLocalSides(cfg)
+	defer sides.close()
+	return tenants(ctx, cfg, sides)
+}
+
+// withDefaults checks cfg and fills in the defaults its fields document.
+func (cfg TenantsConfig) withDefaults() (TenantsConfig, error) {
 	if err := checkURL(cfg.URL); err != nil {
-		return TenantsResult{}, fmt.Errorf("bench: tenants: %w", err)
+		return cfg, fmt.Errorf("bench: tenants: %w", err)
 	}
 	if cfg.VictimKey == "" || cfg.FloodKey == "" || cfg.VictimKey == cfg.FloodKey {
-		return TenantsResult{}, errors.New("bench: tenants: the victim and the flood need API keys of their own")
+		return cfg, errors.New("bench: tenants: the victim and the flood need API keys of their own")
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
@@ -207,23 +220,36 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 	if cfg.SlowConns <= 0 {
 		cfg.SlowConns = 100
 	}
+	return cfg, nil
+}
+
+// settle is the time before each round is measured: the victim calls, and
+// the flood of a flooded round runs, but nothing is counted.
+func (cfg TenantsConfig) settle() time.Duration { return cfg.Duration / 4 }
+
+// tenantSides are the two callers of the scenario. [Tenants] runs both in
+// its process (localSides); `toolbus bench tenants` runs each in load
+// generator processes of its own (loadSides), so that the flood's client
+// work never delays the victim's calls.
+type tenantSides interface {
+	// victimRound waits until the victim's echo is answered, then runs
+	// one round of its calls, and counts its failed calls on errs.
+	victimRound(ctx context.Context, errs *tally) (Result, error)
+	// flood starts the flood of round; stop ends it, waits for its end
+	// and counts its answers on answers.
+	flood(ctx context.Context, round int, answers *tally) (stop func() error, err error)
+}
+
+// tenants runs the rounds of cfg, checked and with its defaults, on sides.
+func tenants(ctx context.Context, cfg TenantsConfig, sides tenantSides) (TenantsResult, error) {
 	res := TenantsResult{Concurrency: cfg.Concurrency, FloodConns: cfg.FloodConns, BatchSize: cfg.BatchSize,
 		Hostile: cfg.Hostile, Alone: cfg.Alone, Duration: cfg.Duration,
 		Quiet: Result{hist: new(histogram)}, Flooded: Result{hist: new(histogram)}}
 	if cfg.Hostile {
 		res.SlowConns, res.WSAnswerBytes = cfg.SlowConns, cfg.WSAnswerBytes
 	}
-	victim := newTenant(cfg.URL, cfg.VictimKey, cfg.VictimAddr, cfg.Concurrency)
-	defer victim.close()
-	flood := newTenant(cfg.URL, cfg.FloodKey, cfg.FloodAddr, cfg.FloodConns+4)
-	defer flood.close()
-	if err := victim.waitEcho(ctx, time.Minute); err != nil {
-		return res.finish(new(tally), new(tally)), err
-	}
 	var victimErrs, floodAnswers tally
-
-	settle := cfg.Duration / 4
-	cfg.Progress.planTime(time.Duration(2*cfg.Rounds)*(cfg.Duration+settle), "req")
+	cfg.Progress.planTime(time.Duration(2*cfg.Rounds)*(cfg.Duration+cfg.settle()), "req")
 	for i := range 2 * cfg.Rounds {
 		flooded := i%2 == 1 && !cfg.Alone
 		rctx, endRound := context.WithCancel(ctx)
@@ -232,11 +258,17 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		if cfg.RSS != nil {
 			bg.Go(func() { rss.sample(rctx, cfg.RSS) })
 		}
+		stopFlood := func() error { return nil }
+		var err error
 		if flooded {
-			runFlood(rctx, &bg, flood, cfg, i, &floodAnswers)
+			if stopFlood, err = sides.flood(rctx, i, &floodAnswers); err != nil {
+				endRound()
+				bg.Wait()
+				return res.finish(&victimErrs, &floodAnswers), err
+			}
 		}
-		r, err := Loop(ctx, LoopConfig{Concurrency: cfg.Concurrency, Duration: cfg.Duration, Warmup: settle, progress: cfg.Progress},
-			victim.echoOp(&victimErrs))
+		r, err := sides.victimRound(ctx, &victimErrs)
+		err = errors.Join(err, stopFlood())
 		endRound()
 		bg.Wait()
 		res.Rounds = append(res.Rounds, TenantsRound{Flood: flooded, Victim: r, RSS: rss.max})
@@ -258,6 +290,45 @@ func Tenants(ctx context.Context, cfg TenantsConfig) (TenantsResult, error) {
 		}
 	}
 	return res.finish(&victimErrs, &floodAnswers), nil
+}
+
+// localSides runs both callers of the scenario in this process, each with
+// connections of its own.
+type localSides struct {
+	cfg             TenantsConfig
+	victim, flooder *tenant
+}
+
+var _ tenantSides = (*localSides)(nil)
+
+func newLocalSides(cfg TenantsConfig) *localSides {
+	return &localSides{cfg: cfg,
+		victim:  newTenant(cfg.URL, cfg.VictimKey, cfg.VictimAddr, cfg.Concurrency),
+		flooder: newTenant(cfg.URL, cfg.FloodKey, cfg.FloodAddr, cfg.FloodConns+4)}
+}
+
+func (s *localSides) close() {
+	s.victim.close()
+	s.flooder.close()
+}
+
+func (s *localSides) victimRound(ctx context.Context, errs *tally) (Result, error) {
+	if err := s.victim.waitEcho(ctx, time.Minute); err != nil {
+		return Result{}, err
+	}
+	return Loop(ctx, LoopConfig{Concurrency: s.cfg.Concurrency, Duration: s.cfg.Duration, Warmup: s.cfg.settle(), progress: s.cfg.Progress},
+		s.victim.echoOp(errs))
+}
+
+func (s *localSides) flood(ctx context.Context, round int, answers *tally) (func() error, error) {
+	fctx, cancel := context.WithCancel(ctx)
+	var bg sync.WaitGroup
+	runFlood(fctx, &bg, s.flooder, s.cfg, round, answers)
+	return func() error {
+		cancel()
+		bg.Wait()
+		return nil
+	}, nil
 }
 
 func (r TenantsResult) finish(victimErrs, floodAnswers *tally) TenantsResult {
@@ -300,6 +371,21 @@ func (t *tally) add(class string, n int64, err error) {
 	t.n[class] += n
 	if t.first == nil && err != nil {
 		t.first = err
+	}
+}
+
+// merge adds the counts of m, and first when no error was kept yet.
+func (t *tally) merge(m map[string]int64, first error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = make(map[string]int64)
+	}
+	for class, n := range m {
+		t.n[class] += n
+	}
+	if t.first == nil {
+		t.first = first
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -177,5 +178,71 @@ func TestTenantsAlone(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "dev         on/off  1.000×") {
 		t.Errorf("ReportTenantsAlone lacks the ratio row:\n%s", out.String())
+	}
+}
+
+// fakeSides records what [tenants] asks of the two callers, in order.
+type fakeSides struct {
+	log []string
+}
+
+func (f *fakeSides) victimRound(_ context.Context, errs *tally) (Result, error) {
+	f.log = append(f.log, "victim")
+	errs.merge(map[string]int64{"transport": 1}, errors.New("reset"))
+	h := new(histogram)
+	h.record(time.Millisecond)
+	r := Result{Requests: 1, Elapsed: time.Second, hist: h}
+	r.setLatencies()
+	return r, nil
+}
+
+func (f *fakeSides) flood(_ context.Context, round int, answers *tally) (func() error, error) {
+	f.log = append(f.log, fmt.Sprintf("flood %d", round))
+	return func() error {
+		f.log = append(f.log, fmt.Sprintf("stop %d", round))
+		answers.merge(map[string]int64{"batch call: ok": 500}, nil)
+		return nil
+	}, nil
+}
+
+// TestTenantsRounds checks that each flooded round starts the flood before
+// the victim's round and stops it after, that quiet rounds and a victim
+// alone have no flood, and that what each side counted is merged.
+func TestTenantsRounds(t *testing.T) {
+	cfg, err := TenantsConfig{URL: "http://127.0.0.1:1/rpc", VictimKey: "v", FloodKey: "f"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		alone   bool
+		want    []string
+		answers int64
+	}{
+		{"flood", false, []string{"victim", "flood 1", "victim", "stop 1", "victim", "flood 3", "victim", "stop 3"}, 1000},
+		{"alone", true, []string{"victim", "victim", "victim", "victim"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var f fakeSides
+			cfg.Alone = tc.alone
+			r, err := tenants(context.Background(), cfg, &f)
+			if err != nil {
+				t.Fatalf("tenants: %v", err)
+			}
+			if !slices.Equal(f.log, tc.want) {
+				t.Errorf("tenants asked %q, want %q", f.log, tc.want)
+			}
+			if len(r.Rounds) != 4 || r.VictimErrors["transport"] != 4 || r.FirstVictimError == nil || r.FloodAnswers["batch call: ok"] != tc.answers {
+				t.Errorf("tenants = %d rounds, victim errors %v (first %v), flood answers %v; want 4 rounds, 4 transport errors, %d answered",
+					len(r.Rounds), r.VictimErrors, r.FirstVictimError, r.FloodAnswers, tc.answers)
+			}
+			quiet := int64(2)
+			if tc.alone {
+				quiet = 4
+			}
+			if r.Quiet.Requests != quiet || r.Flooded.Requests != 4-quiet {
+				t.Errorf("tenants merged %d quiet and %d flooded calls, want %d and %d", r.Quiet.Requests, r.Flooded.Requests, quiet, 4-quiet)
+			}
+		})
 	}
 }
