@@ -28,6 +28,12 @@
 // WebSocket connection, and for the same calls over HTTP, in alternating
 // rounds.
 //
+// [Tenants] measures what one caller's flood of batches costs another's
+// echo calls, in rounds without and with the flood. It runs both callers
+// in its process; [RunTenants] runs the same rounds with each caller in
+// load generator processes of its own, so that the flood's client work
+// never delays the victim's calls.
+//
 // The Report functions print the measurements as tables, with a [Verdict]
 // per goal of the bench command (see the Goal constants); those of scenarios
 // that measure latencies then draw them as a text histogram, log-spaced

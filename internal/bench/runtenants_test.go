@@ -2,10 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBenchTenantsRefusesUnknownDeployment(t *testing.T) {
@@ -63,5 +67,51 @@ func TestPlacement(t *testing.T) {
 				t.Errorf("placement(%v, %v) = %q, want %q", tc.server, tc.loads, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTenantsLoadResultJSON checks that what a load generator measured
+// reaches the bench whole: the victim's latencies, to merge with its other
+// rounds, its failures and the flood's answers.
+func TestTenantsLoadResultJSON(t *testing.T) {
+	h := new(histogram)
+	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 40 * time.Millisecond} {
+		h.record(d)
+	}
+	victim := Result{Concurrency: 1, Requests: 3, Elapsed: time.Second, Throughput: 3, hist: h}
+	victim.setLatencies()
+	in := tenantsLoadResult{Victim: victim, VictimErrors: map[string]int64{"-32002 caller_max_in_flight": 2}, FirstVictimError: "refused",
+		FloodAnswers: map[string]int64{"batch call: ok": 1000}, Pid: 7, CPUs: "1"}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	var out tenantsLoadResult
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("Unmarshal(%s): %v", b, err)
+	}
+	merged := Result{hist: new(histogram)}
+	merged.merge(out.Victim)
+	if merged.P99 != victim.P99 || merged.Max != victim.Max || out.VictimErrors["-32002 caller_max_in_flight"] != 2 ||
+		out.FirstVictimError != "refused" || out.FloodAnswers["batch call: ok"] != 1000 || out.Pid != 7 || out.CPUs != "1" {
+		t.Errorf("after a round trip = %+v (merged p99 %v, max %v), want %+v", out, merged.P99, merged.Max, in)
+	}
+}
+
+func TestTenantsLoadChildRefusesUnknownSide(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "spec.json")
+	b, err := json.Marshal(tenantsLoadSpec{Side: "both", Config: TenantsConfig{URL: "http://127.0.0.1:1/rpc", VictimKey: "v", FloodKey: "f"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := TenantsLoadChild(context.Background(), &out, io.Discard, spec); err == nil || !strings.Contains(err.Error(), `"both"`) {
+		t.Errorf("TenantsLoadChild with side both = %v, want an error naming it", err)
+	}
+	if out.Len() > 0 {
+		t.Errorf("TenantsLoadChild with side both printed %q, want nothing", out.String())
 	}
 }

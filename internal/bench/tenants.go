@@ -96,8 +96,7 @@ type TenantsRound struct {
 	RSS uint64
 }
 
-// TenantsResult is what [Tenants] measured. It travels as JSON from a load
-// generator process, its errors as their text.
+// TenantsResult is what [Tenants] measured.
 type TenantsResult struct {
 	Concurrency, FloodConns, BatchSize, SlowConns, WSAnswerBytes int
 	Hostile, Alone                                               bool
@@ -121,46 +120,6 @@ type TenantsResult struct {
 	// seen in the rounds with the flood. RSSError says why they are 0.
 	RSSQuiet, RSSFlood uint64
 	RSSError           error
-}
-
-// tenantsResultJSON is a [TenantsResult] with its errors as text: an error
-// value does not survive JSON.
-type tenantsResultJSON struct {
-	tenantsResultFields
-	FirstVictimError string `json:",omitempty"`
-	RSSError         string `json:",omitempty"`
-}
-
-// tenantsResultFields has the fields of [TenantsResult] but not its
-// methods, so that encoding it does not call them again.
-type tenantsResultFields TenantsResult
-
-// MarshalJSON encodes r, its errors as their text.
-func (r TenantsResult) MarshalJSON() ([]byte, error) {
-	j := tenantsResultJSON{tenantsResultFields: tenantsResultFields(r)}
-	if r.FirstVictimError != nil {
-		j.FirstVictimError = r.FirstVictimError.Error()
-	}
-	if r.RSSError != nil {
-		j.RSSError = r.RSSError.Error()
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON decodes what [TenantsResult.MarshalJSON] wrote.
-func (r *TenantsResult) UnmarshalJSON(b []byte) error {
-	var j tenantsResultJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*r = TenantsResult(j.tenantsResultFields)
-	if j.FirstVictimError != "" {
-		r.FirstVictimError = errors.New(j.FirstVictimError)
-	}
-	if j.RSSError != "" {
-		r.RSSError = errors.New(j.RSSError)
-	}
-	return nil
 }
 
 // Tenants measures how much a flooding caller costs another: the victim

@@ -100,35 +100,6 @@ func TestTenantsVerdictGoals(t *testing.T) {
 	}
 }
 
-func TestTenantsResultJSON(t *testing.T) {
-	h := new(histogram)
-	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 40 * time.Millisecond} {
-		h.record(d)
-	}
-	flooded := Result{Concurrency: 1, Requests: 3, Elapsed: time.Second, Throughput: 3, hist: h}
-	flooded.setLatencies()
-	in := TenantsResult{Concurrency: 1, FloodConns: 4, BatchSize: 500, Duration: 3 * time.Second,
-		Rounds: []TenantsRound{{Flood: true, Victim: flooded, RSS: 40 << 20}},
-		Quiet:  Result{hist: new(histogram)}, Flooded: flooded,
-		VictimErrors: map[string]int64{"-32002 caller_max_in_flight": 2}, FirstVictimError: errors.New("refused"),
-		FloodAnswers: map[string]int64{"batch call: ok": 1000}, RSSError: errors.New("no /proc")}
-	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatalf("Marshal: %v", err)
-	}
-	var out TenantsResult
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("Unmarshal(%s): %v", b, err)
-	}
-	if out.FirstVictimError == nil || out.FirstVictimError.Error() != "refused" || out.RSSError == nil || out.RSSError.Error() != "no /proc" {
-		t.Errorf("errors after a round trip = %v, %v, want refused, no /proc", out.FirstVictimError, out.RSSError)
-	}
-	if out.Flooded.P99 != in.Flooded.P99 || out.Rounds[0].Victim.Max != in.Rounds[0].Victim.Max || out.BatchSize != 500 ||
-		out.VictimErrors["-32002 caller_max_in_flight"] != 2 || out.FloodAnswers["batch call: ok"] != 1000 {
-		t.Errorf("after a round trip = %+v, want %+v", out, in)
-	}
-}
-
 func TestReportTenantsRuns(t *testing.T) {
 	quiet := Result{Requests: 3000, Throughput: 1000, P99: time.Millisecond}
 	var out strings.Builder
