@@ -51,7 +51,7 @@ type TenantsRunConfig struct {
 	// Alone measures the victim alone against each deployment with
 	// fairness on and off, alternating, instead of the flood.
 	Alone bool
-	// Pin runs the servers on ServerCPUs and the load generator on
+	// Pin runs the servers on ServerCPUs and the load generators on
 	// LoadCPUs (taskset -c lists) with taskset.
 	Pin        bool
 	ServerCPUs string
@@ -60,8 +60,8 @@ type TenantsRunConfig struct {
 	ServerArgs []string
 
 	// Command starts the toolbus program (a program and its first
-	// arguments) as the servers and the load generator; empty means this
-	// program (os.Executable).
+	// arguments) as the servers and the load generators; empty means
+	// this program (os.Executable).
 	Command []string
 	// Env is added to this process's environment for the children.
 	Env []string
@@ -72,8 +72,8 @@ type TenantsRunConfig struct {
 // tenants scenario, as the JSON file specFile says: the victim's, which
 // runs one round of its calls, drawing its progress on stderr when the
 // file asks for it; or the flood's, which says on stderr once it floods,
-// and floods until it gets SIGTERM or an interrupt.
-// It prints what it measured on stdout as JSON.
+// and floods until it gets SIGTERM or an interrupt. It prints what it
+// measured on stdout as JSON.
 func TenantsLoadChild(ctx context.Context, stdout, stderr io.Writer, specFile string) error {
 	b, err := os.ReadFile(specFile)
 	if err != nil {
@@ -360,7 +360,7 @@ func (tb *tenantsBench) aloneOne(ctx context.Context, d string) (a TenantsAlone,
 	return a, nil
 }
 
-// config is the scenario the load generator runs against t.
+// config is the scenario the load generators run against t.
 func (tb *tenantsBench) config(t *tenantsTarget, alone bool) TenantsConfig {
 	cfg := tb.cfg
 	rounds := cfg.Rounds
