@@ -22,16 +22,17 @@ calls. For each deployment of --deployments (dev: 'toolbus dev'; split:
 'toolbus nats', 'toolbus ingress' and 'toolbus worker', three processes over
 loopback TCP) and each value of --fair, it starts the deployment as child
 processes with authentication on and two API keys, a victim allowed echo and a
-flooder allowed echo and the rpc.jobs methods, and a load generator as a child
-process of its own. The victim calls echo from --concurrency callers, one call
-in flight each, in rounds that alternate without and with the flood:
+flooder allowed echo and the rpc.jobs methods, and two load generators, the
+victim's and the flood's, each a child process of its own. The victim calls
+echo from --concurrency callers, one call in flight each, in rounds that
+alternate without and with the flood:
 batches of --flood-batch echo calls on --flood-connections connections, each the
 next as soon as the last is answered (--hostile adds job submits, calls with a
 new Idempotency-Key each, large answers on a WebSocket that is never read, and
 connections that send 100 KB of headers slowly).
 
 The deployment's processes run under taskset on --server-cpus and the load
-generator on --load-cpus (--pin=false runs them where the kernel likes); the
+generators on --load-cpus (--pin=false runs them where the kernel likes); the
 output says on which CPUs each may run, as the kernel reports its affinity.
 Each run prints the victim's figures round by round, PASS or MISS against
 each goal (p99 under the flood at most 3× without it, at least 40% of the
@@ -76,10 +77,10 @@ flags; everything is stopped at the end.`,
 	fl.StringSliceVar(&cfg.Deployments, "deployments", []string{"dev", "split"}, "deployments measured, in turn: dev, split")
 	fl.BoolSliceVar(&cfg.Fair, "fair", []bool{true}, "the ingress's --fair, one run of each deployment per value (true,false compares the two)")
 	fl.BoolVar(&cfg.Alone, "alone", false, "measure the victim alone against each deployment with fairness on and off, alternating, instead of the flood")
-	fl.BoolVar(&cfg.Pin, "pin", true, "run the servers and the load generator on CPUs of their own with taskset")
+	fl.BoolVar(&cfg.Pin, "pin", true, "run the servers and the load generators on CPUs of their own with taskset")
 	fl.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "CPUs the servers run on with --pin (a taskset -c list)")
-	fl.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "CPUs the load generator runs on with --pin (a taskset -c list)")
-	fl.StringVar(&binary, "binary", "", "toolbus program run as the servers and the load generator (default: this one)")
+	fl.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "CPUs the load generators run on with --pin (a taskset -c list)")
+	fl.StringVar(&binary, "binary", "", "toolbus program run as the servers and the load generators (default: this one)")
 	fl.StringSliceVar(&cfg.ServerArgs, "server-arg", nil, "extra flag of the dev or ingress command, repeatable (e.g. --server-arg=--max-in-flight=2000)")
 	fl.StringVar(&progress, "progress", "auto", "progress line on standard error: auto (when standard error is a terminal), on or off")
 	return cmd
