@@ -367,7 +367,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"zero batch concurrency", aggregator.WithBatchConcurrency(0)},
 		{"zero max in flight", aggregator.WithMaxInFlight(0)},
 		{"zero caller max in flight", aggregator.WithCallerMaxInFlight(0)},
-		{"bad prefix", aggregator.WithPrefix("a b")},
+		{"zero subjects", aggregator.WithSubjects(bus.Subjects{})},
 		{"nil logger", aggregator.WithLogger(nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

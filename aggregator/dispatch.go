@@ -58,7 +58,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		return nil, errors.New("aggregator: nil connection")
 	}
 	cfg := config{
-		prefix:         bus.DefaultPrefix,
+		subjects:       bus.DefaultSubjects(),
 		defaultTimeout: DefaultTimeout,
 		maxTimeout:     DefaultMaxTimeout,
 		batchCap:       DefaultBatchConcurrency,
@@ -78,10 +78,7 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 			return nil, err
 		}
 	}
-	subjects, err := bus.NewSubjects(cfg.prefix)
-	if err != nil {
-		return nil, fmt.Errorf("aggregator: %w", err)
-	}
+	subjects := cfg.subjects
 	log := cfg.log.With("component", "aggregator")
 	var brk *breakers
 	if cfg.breaker != nil {

@@ -26,7 +26,7 @@ func TestIdempotencyFullBucketRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultPrefix, time.Minute, 1, 64<<10)
+	kv, err := aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultSubjects(), time.Minute, 1, 64<<10)
 	if err != nil {
 		t.Fatal(err)
 	}

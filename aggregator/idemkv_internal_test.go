@@ -50,7 +50,7 @@ func newIdemBench(t *testing.T) *idemBench {
 	if b.js, err = jetstream.New(b.ac); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := IdempotencyBucket(context.Background(), b.js, bus.DefaultPrefix, time.Minute, 1, 0)
+	kv, err := IdempotencyBucket(context.Background(), b.js, bus.DefaultSubjects(), time.Minute, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

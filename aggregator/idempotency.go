@@ -69,7 +69,7 @@ const (
 const recordSlack = 64
 
 // IdempotencyBucket creates, or opens, the JetStream key-value bucket of
-// idempotency records of the cluster with subject prefix prefix: every
+// idempotency records of the cluster of subjects: every
 // ingress replica of the cluster must use the same one. A record expires
 // ttl after its last write (zero means [DefaultIdempotencyTTL]); choose a
 // ttl longer than the longest call. replicas is the bucket's JetStream
@@ -77,7 +77,10 @@ const recordSlack = 64
 // the bucket (zero means [DefaultIdempotencyMaxBytes]): once it is full a
 // call with a new idempotency key is refused -32003 rather than run
 // without its record, and the rest of the JetStream store stays for jobs.
-func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix string, ttl time.Duration, replicas int, maxBytes int64) (jetstream.KeyValue, error) {
+func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, ttl time.Duration, replicas int, maxBytes int64) (jetstream.KeyValue, error) {
+	if subjects.IsZero() {
+		return nil, errors.New("aggregator: idempotency bucket of zero subjects")
+	}
 	if ttl < 0 || replicas < 0 || maxBytes < 0 {
 		return nil, fmt.Errorf("aggregator: idempotency ttl, replicas and max bytes must not be negative, got %v, %d and %d", ttl, replicas, maxBytes)
 	}
@@ -87,12 +90,8 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, prefix strin
 	if maxBytes == 0 {
 		maxBytes = DefaultIdempotencyMaxBytes
 	}
-	s, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return nil, err
-	}
 	kv, err := bus.KeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      s.Token() + "_idem",
+		Bucket:      subjects.Token() + "_idem",
 		Description: "toolbus idempotency records of sync calls",
 		TTL:         ttl,
 		History:     1,

@@ -20,7 +20,7 @@ func TestIdempotency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultPrefix, time.Minute, 1, 0)
+	kv, err := aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultSubjects(), time.Minute, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

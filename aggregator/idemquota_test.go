@@ -27,7 +27,7 @@ func idemSetup(t *testing.T, maxBytes int64, size int) (ac *nats.Conn, kv jetstr
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err = aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultPrefix, time.Minute, 1, maxBytes)
+	kv, err = aggregator.IdempotencyBucket(context.Background(), js, bus.DefaultSubjects(), time.Minute, 1, maxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -22,7 +23,7 @@ const (
 )
 
 type config struct {
-	prefix         string
+	subjects       bus.Subjects
 	defaultTimeout time.Duration
 	maxTimeout     time.Duration
 	methodTimeouts map[string]time.Duration
@@ -55,9 +56,16 @@ type config struct {
 // Option configures [New].
 type Option func(*config) error
 
-// WithPrefix sets the subject prefix (default [bus.DefaultPrefix]).
-func WithPrefix(prefix string) Option {
-	return func(c *config) error { c.prefix = prefix; return nil }
+// WithSubjects sets the subjects of the cluster the calls are published
+// under (default [bus.DefaultSubjects]); the zero value is refused.
+func WithSubjects(s bus.Subjects) Option {
+	return func(c *config) error {
+		if s.IsZero() {
+			return errors.New("aggregator: zero subjects: make them with bus.NewSubjects")
+		}
+		c.subjects = s
+		return nil
+	}
 }
 
 // WithDefaultTimeout sets the deadline of a method with no timeout of its own

@@ -193,6 +193,12 @@ func TestSubjects(t *testing.T) {
 	if m, ok := s.Method("toolbus.call.math.add"); !ok || m != "math.add" {
 		t.Errorf("Method = %q, %v", m, ok)
 	}
+	if d := bus.DefaultSubjects(); d != s || d.IsZero() {
+		t.Errorf("DefaultSubjects() = %+v (zero %v), want %+v", d, d.IsZero(), s)
+	}
+	if !(bus.Subjects{}).IsZero() {
+		t.Error("Subjects{}.IsZero() = false, want true")
+	}
 }
 
 func TestEmbeddedDataDir(t *testing.T) {

@@ -28,8 +28,15 @@ func NewSubjects(prefix string) (Subjects, error) {
 	return Subjects{prefix: prefix}, nil
 }
 
-// Prefix returns the prefix.
+// DefaultSubjects returns the subjects under [DefaultPrefix].
+func DefaultSubjects() Subjects { return Subjects{prefix: DefaultPrefix} }
+
+// Prefix returns the prefix; it is empty only for the zero value.
 func (s Subjects) Prefix() string { return s.prefix }
+
+// IsZero reports whether s is the zero value, which names nothing: an
+// option that takes a Subjects refuses it.
+func (s Subjects) IsZero() bool { return s.prefix == "" }
 
 // Token returns the prefix as JetStream stream and bucket names may hold
 // it, with every character outside A-Z a-z 0-9 _ - made '_', so that the

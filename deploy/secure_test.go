@@ -199,17 +199,17 @@ func startSecured(t *testing.T) *securedCluster {
 	}
 	t.Cleanup(func() { c.jobs.Shutdown(context.Background()) })
 	startRunner(t, ctx, c.ingress)
-	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
+	idem, err := aggregator.IdempotencyBucket(ctx, ingressJS, bus.DefaultSubjects(), 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress idempotency bucket: %v", err)
 	}
-	tools, err := discovery.ToolsBucket(ctx, ingressJS, bus.DefaultPrefix, 0, 1, 0)
+	tools, err := discovery.ToolsBucket(ctx, ingressJS, bus.DefaultSubjects(), 0, 1, 0)
 	if err != nil {
 		t.Fatalf("ingress bucket of known tools: %v", err)
 	}
 	// The A2A front door is on by default: the ingress keeps its push
 	// notification configs.
-	if _, err := a2a.PushBucket(ctx, ingressJS, bus.DefaultPrefix, 1, 0, 0); err != nil {
+	if _, err := a2a.PushBucket(ctx, ingressJS, bus.DefaultSubjects(), 1, 0, 0); err != nil {
 		t.Fatalf("ingress bucket of A2A push notification configs: %v", err)
 	}
 	if c.registry, err = discovery.New(); err != nil {

@@ -23,19 +23,19 @@ const DefaultToolsMaxBytes int64 = 64 << 20
 const storeTimeout = 10 * time.Second
 
 // ToolsBucket creates the JetStream key-value bucket of the known tools of
-// the cluster with subject prefix prefix, named "<prefix>_tools", or
+// the cluster of subjects, named after their [bus.Subjects.Token]
+// ("<prefix>_tools"), or
 // brings an existing one to this configuration when it differs: every
 // registry of the cluster shares it ([Registry.Persist]). A tool's record
 // expires retention after its last write (zero means [DefaultRetention]);
 // replicas is its JetStream replica count (zero means 1; 3 on a three-node
 // cluster); maxBytes caps it (zero means [DefaultToolsMaxBytes]).
-func ToolsBucket(ctx context.Context, js jetstream.JetStream, prefix string, retention time.Duration, replicas int, maxBytes int64) (jetstream.KeyValue, error) {
+func ToolsBucket(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, retention time.Duration, replicas int, maxBytes int64) (jetstream.KeyValue, error) {
 	if retention < 0 || replicas < 0 || maxBytes < 0 {
 		return nil, fmt.Errorf("discovery: tools retention, replicas and max bytes must not be negative, got %v, %d and %d", retention, replicas, maxBytes)
 	}
-	s, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return nil, err
+	if subjects.IsZero() {
+		return nil, errors.New("discovery: tools bucket of zero subjects")
 	}
 	if retention == 0 {
 		retention = DefaultRetention
@@ -44,7 +44,7 @@ func ToolsBucket(ctx context.Context, js jetstream.JetStream, prefix string, ret
 		maxBytes = DefaultToolsMaxBytes
 	}
 	cfg := jetstream.KeyValueConfig{
-		Bucket:      s.Token() + "_tools",
+		Bucket:      subjects.Token() + "_tools",
 		Description: "toolbus known tools: each tool's descriptor and when a worker of it was last seen",
 		TTL:         retention,
 		History:     1,

@@ -34,7 +34,7 @@ func toolsBucket(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := ToolsBucket(t.Context(), js, "toolbus", 0, 0, 0)
+	kv, err := ToolsBucket(t.Context(), js, bus.DefaultSubjects(), 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,14 +250,14 @@ func TestPersistSharesTheIncumbent(t *testing.T) {
 
 func TestToolsBucket(t *testing.T) {
 	js, kv := toolsBucket(t)
-	again, err := ToolsBucket(t.Context(), js, "toolbus", 0, 0, 0)
+	again, err := ToolsBucket(t.Context(), js, bus.DefaultSubjects(), 0, 0, 0)
 	if err != nil {
 		t.Fatalf("ToolsBucket again: %v", err)
 	}
 	if kv.Bucket() != "toolbus_tools" || again.Bucket() != kv.Bucket() {
 		t.Errorf("buckets %q, %q; want toolbus_tools", kv.Bucket(), again.Bucket())
 	}
-	changed, err := ToolsBucket(t.Context(), js, "toolbus", 48*time.Hour, 0, 0)
+	changed, err := ToolsBucket(t.Context(), js, bus.DefaultSubjects(), 48*time.Hour, 0, 0)
 	if err != nil {
 		t.Fatalf("ToolsBucket with another retention: %v", err)
 	}

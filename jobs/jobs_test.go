@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -648,7 +649,7 @@ func TestOptions(t *testing.T) {
 		name string
 		opt  jobs.Option
 	}{
-		{"prefix", jobs.WithPrefix("a.*")},
+		{"zero subjects", jobs.WithSubjects(bus.Subjects{})},
 		{"replicas", jobs.WithReplicas(0)},
 		{"ttl", jobs.WithTTL(10 * time.Millisecond)},
 		{"attempts", jobs.WithMaxAttempts(0)},
@@ -680,7 +681,7 @@ func TestOptions(t *testing.T) {
 		{"progress", jobs.WithProgressInterval(0)},
 		{"run time", jobs.WithMaxRunTime(0)},
 		{"fetch", jobs.WithFetchWait(0)},
-		{"prefix", jobs.WithRunnerPrefix("")},
+		{"zero subjects", jobs.WithRunnerSubjects(bus.Subjects{})},
 	} {
 		t.Run("runner "+tc.name, func(t *testing.T) {
 			if _, err := jobs.NewRunner(js, rt, tc.opt); err == nil {

@@ -67,7 +67,7 @@ const (
 const MaxHistoryBytes = 64 << 10
 
 type config struct {
-	prefix         string
+	subjects       bus.Subjects
 	logger         *slog.Logger
 	store          storeConfig
 	ttl            time.Duration
@@ -103,7 +103,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		prefix:           bus.DefaultPrefix,
+		subjects:         bus.DefaultSubjects(),
 		logger:           slog.Default(),
 		store:            defaultStoreConfig(),
 		ttl:              DefaultTTL,
@@ -121,6 +121,9 @@ func defaultConfig() config {
 		callbackMax:      DefaultCallbackMaxBackoff,
 	}
 }
+
+// errZeroSubjects refuses the zero [bus.Subjects], which name nothing.
+var errZeroSubjects = errors.New("jobs: zero subjects: make them with bus.NewSubjects")
 
 // Option configures [New].
 type Option func(*config) error
@@ -158,14 +161,15 @@ func WithMethodCheck(check MethodCheck) Option {
 	}
 }
 
-// WithPrefix sets the cluster's subject prefix (default [bus.DefaultPrefix]);
-// the stream, bucket and subjects are named after it.
-func WithPrefix(prefix string) Option {
+// WithSubjects sets the cluster's subjects (default
+// [bus.DefaultSubjects]); the stream, bucket and subjects of jobs are
+// named after their prefix. The zero value is refused.
+func WithSubjects(s bus.Subjects) Option {
 	return func(c *config) error {
-		if _, err := newNames(prefix); err != nil {
-			return err
+		if s.IsZero() {
+			return errZeroSubjects
 		}
-		c.prefix = prefix
+		c.subjects = s
 		return nil
 	}
 }

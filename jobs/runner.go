@@ -95,7 +95,7 @@ const (
 )
 
 type runnerConfig struct {
-	prefix           string
+	subjects         bus.Subjects
 	logger           *slog.Logger
 	store            storeConfig
 	lease            time.Duration
@@ -112,14 +112,15 @@ type runnerConfig struct {
 // RunnerOption configures [NewRunner].
 type RunnerOption func(*runnerConfig) error
 
-// WithRunnerPrefix sets the cluster's subject prefix (default
-// [bus.DefaultPrefix]); it must match the services'.
-func WithRunnerPrefix(prefix string) RunnerOption {
+// WithRunnerSubjects sets the cluster's subjects (default
+// [bus.DefaultSubjects]); they must be the services'. The zero value is
+// refused.
+func WithRunnerSubjects(s bus.Subjects) RunnerOption {
 	return func(c *runnerConfig) error {
-		if _, err := newNames(prefix); err != nil {
-			return err
+		if s.IsZero() {
+			return errZeroSubjects
 		}
-		c.prefix = prefix
+		c.subjects = s
 		return nil
 	}
 }
@@ -292,7 +293,7 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 		return nil, errors.New("jobs: NewRunner needs a JetStream and an Invoker")
 	}
 	cfg := runnerConfig{
-		prefix:           bus.DefaultPrefix,
+		subjects:         bus.DefaultSubjects(),
 		logger:           slog.Default(),
 		store:            defaultStoreConfig(),
 		lease:            DefaultLease,
@@ -409,10 +410,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	if r.started {
 		return errors.New("jobs: runner already started")
 	}
-	n, err := newNames(r.cfg.prefix)
-	if err != nil {
-		return err
-	}
+	n := newNames(r.cfg.subjects)
 	for _, pattern := range r.inv.Methods() {
 		if _, err := n.runFilter(pattern); err != nil {
 			return fmt.Errorf("jobs: serve %q: %w", pattern, err)

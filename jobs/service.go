@@ -72,10 +72,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Service
 			return nil, err
 		}
 	}
-	n, err := newNames(cfg.prefix)
-	if err != nil {
-		return nil, err
-	}
+	n := newNames(cfg.subjects)
 	guard, err := egress.New(append([]egress.Option{egress.WithAllow(cfg.callbackAllow...)}, cfg.egress...)...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: callbacks: %w", err)

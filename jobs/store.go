@@ -43,8 +43,10 @@ const (
 )
 
 // names are the JetStream names of one cluster's jobs, all derived from the
-// subject prefix so that several clusters can share a NATS.
+// cluster's subjects so that several clusters can share a NATS.
 type names struct {
+	subjects bus.Subjects
+	// prefix is subjects' prefix, which begins every subject of jobs.
 	prefix string
 	// stream is the work-queue stream of pending jobs and callbacks.
 	stream string
@@ -52,13 +54,9 @@ type names struct {
 	bucket string
 }
 
-func newNames(prefix string) (names, error) {
-	s, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return names{}, err
-	}
+func newNames(s bus.Subjects) names {
 	token := s.Token()
-	return names{prefix: prefix, stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}, nil
+	return names{subjects: s, prefix: s.Prefix(), stream: strings.ToUpper(token) + "_JOBS", bucket: token + "_jobs"}
 }
 
 // runSubject is the subject a job of method was queued on before jobs
@@ -69,8 +67,7 @@ func (n names) runSubject(method string) string { return n.prefix + ".jobs.run."
 
 // runFilter is the subject a runner serving pattern ("math.*") fetches from.
 func (n names) runFilter(pattern string) (string, error) {
-	s, _ := bus.NewSubjects(n.prefix)
-	call, err := s.CallPattern(pattern)
+	call, err := n.subjects.CallPattern(pattern)
 	if err != nil {
 		return "", err
 	}

@@ -55,10 +55,7 @@ func testStore(t *testing.T) *store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := newNames("toolbus")
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newNames(bus.DefaultSubjects())
 	st, err := openStore(t.Context(), js, n, storeConfig{replicas: 1, maxQueued: 10}, true)
 	if err != nil {
 		t.Fatal(err)

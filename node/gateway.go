@@ -252,7 +252,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	}
 	g := &Gateway{nc: nc, st: st, cfg: cfg}
 
-	aggOpts := []aggregator.Option{aggregator.WithPrefix(cfg.prefix), aggregator.WithLogger(cfg.log)}
+	aggOpts := []aggregator.Option{aggregator.WithSubjects(cfg.subjects), aggregator.WithLogger(cfg.log)}
 	if cfg.idem {
 		g.idem = &aggregator.IdempotencyStore{}
 		aggOpts = append(aggOpts, aggregator.WithIdempotencyStore(g.idem))
@@ -268,11 +268,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	// The workers answer under the call replies' subject, not the
 	// connection's inbox: there a worker that reconnects through another
 	// NATS node can still answer (PROTOCOL.md, revision 10).
-	names, err := bus.NewSubjects(cfg.prefix)
-	if err != nil {
-		return nil, err
-	}
-	aggOpts = append(aggOpts, aggregator.WithReplyPrefix(names.Replies()))
+	aggOpts = append(aggOpts, aggregator.WithReplyPrefix(cfg.subjects.Replies()))
 	agg, err := aggregator.New(nc, append(aggOpts, cfg.aggOpts...)...)
 	if err != nil {
 		return nil, err
@@ -289,10 +285,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		}
 	}
 
-	subjects, err := bus.NewSubjects(cfg.prefix)
-	if err != nil {
-		return nil, err
-	}
+	subjects := cfg.subjects
 	ingOpts := []ingress.Option{
 		// Fairness is on unless an option of the caller's says otherwise.
 		ingress.WithFairness(ingress.Fairness{}),
@@ -301,7 +294,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		// it.
 		ingress.WithDeadline(agg.Timeout),
 		ingress.WithLogger(cfg.log),
-		ingress.WithOrigin(bus.Origin(nc, cfg.prefix)),
+		ingress.WithOrigin(bus.Origin(nc, cfg.subjects.Prefix())),
 		ingress.WithReadiness(func(context.Context) error { return g.Ready() }),
 		ingress.WithStatusGather(func(ctx context.Context) ([]bus.Status, error) {
 			return bus.GatherStatus(ctx, nc, subjects, dashboardGatherWait)
@@ -327,7 +320,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 			return nil, err
 		}
 		g.push = &a2a.PushStore{}
-		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.prefix), a2a.WithPush(g.push, guard)}, cfg.a2aOpts...)...))
+		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.subjects.Prefix()), a2a.WithPush(g.push, guard)}, cfg.a2aOpts...)...))
 	}
 	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
 		return nil, err
@@ -373,21 +366,14 @@ func (g *Gateway) Start(l net.Listener) error {
 		stopAll(context.Background(), &g.stops)
 		return err
 	}
-	stopCheck, err := checkReplyGrant(g.st, g.nc, g.cfg.prefix)
-	if err != nil {
-		return err
-	}
+	stopCheck := checkReplyGrant(g.st, g.nc, g.cfg.subjects)
 	g.stops = append(g.stops, func(context.Context) error { stopCheck(); return nil })
 	if g.idem != nil {
 		stop := g.st.SetUp(partIdempotency, g.nc, g.cfg.replicas, g.openIdempotency)
 		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
 	}
 	if g.Registry != nil {
-		subjects, err := bus.NewSubjects(g.cfg.prefix)
-		if err != nil {
-			return fail(err)
-		}
-		feed, err := bus.NewAnnouncements(g.nc, subjects)
+		feed, err := bus.NewAnnouncements(g.nc, g.cfg.subjects)
 		if err != nil {
 			return fail(err)
 		}
@@ -425,7 +411,7 @@ func (g *Gateway) Start(l net.Listener) error {
 		stopSampling := g.sampleJobsQueued(callstats.TrendStep)
 		g.stops = append(g.stops, func(context.Context) error { stopSampling(); return nil })
 	}
-	svc, err := serveStatus(g.nc, g.cfg.prefix, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
+	svc, err := serveStatus(g.nc, g.cfg.subjects, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
 	if err != nil {
 		return fail(err)
 	}
@@ -473,7 +459,7 @@ func (g *Gateway) openIdempotency(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kv, err := aggregator.IdempotencyBucket(ctx, js, g.cfg.prefix, g.cfg.idemTTL, g.cfg.replicas, g.cfg.idemBytes)
+	kv, err := aggregator.IdempotencyBucket(ctx, js, g.cfg.subjects, g.cfg.idemTTL, g.cfg.replicas, g.cfg.idemBytes)
 	if err != nil {
 		g.idem.Waiting("JetStream: " + err.Error())
 		return err
@@ -488,7 +474,7 @@ func (g *Gateway) openPush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kv, err := a2a.PushBucket(ctx, js, g.cfg.prefix, g.cfg.replicas, 0, 0)
+	kv, err := a2a.PushBucket(ctx, js, g.cfg.subjects, g.cfg.replicas, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -502,7 +488,7 @@ func (g *Gateway) openTools(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kv, err := discovery.ToolsBucket(ctx, js, g.cfg.prefix, g.cfg.retention, g.cfg.replicas, 0)
+	kv, err := discovery.ToolsBucket(ctx, js, g.cfg.subjects, g.cfg.retention, g.cfg.replicas, 0)
 	if err != nil {
 		return err
 	}
@@ -531,7 +517,7 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 		return err
 	}
 	// A caller may submit as a job only a method it may call.
-	opts := append([]jobs.Option{jobs.WithPrefix(g.cfg.prefix), jobs.WithLogger(g.cfg.log), jobs.WithReplicas(g.cfg.replicas),
+	opts := append([]jobs.Option{jobs.WithSubjects(g.cfg.subjects), jobs.WithLogger(g.cfg.log), jobs.WithReplicas(g.cfg.replicas),
 		jobs.WithAuthorize(ingress.Allowed)}, g.cfg.jobsOpts...)
 	if g.Registry != nil {
 		// A submit that cannot run is refused at once.
@@ -565,23 +551,19 @@ func newJobRunner(nc *nats.Conn, cfg gatewaySettings, reg *discovery.Registry) (
 	}
 	d := &lateDispatcher{}
 	inv := jobs.NewBusInvoker(d, func(method string) bool { return d.agg.RetrySafe(method) })
-	ropts := append([]jobs.RunnerOption{jobs.WithRunnerPrefix(cfg.prefix), jobs.WithRunnerLogger(cfg.log),
+	ropts := append([]jobs.RunnerOption{jobs.WithRunnerSubjects(cfg.subjects), jobs.WithRunnerLogger(cfg.log),
 		jobs.WithRunnerReplicas(cfg.replicas)}, cfg.runnerOpts...)
 	runner, err := jobs.NewRunner(js, inv, ropts...)
 	if err != nil {
 		return nil, err
 	}
-	aggOpts := []aggregator.Option{aggregator.WithPrefix(cfg.prefix), aggregator.WithLogger(cfg.log)}
+	aggOpts := []aggregator.Option{aggregator.WithSubjects(cfg.subjects), aggregator.WithLogger(cfg.log)}
 	if reg != nil {
 		aggOpts = append(aggOpts, aggregator.WithRetrySafeFunc(reg.RetrySafe))
 	}
-	subjects, err := bus.NewSubjects(cfg.prefix)
-	if err != nil {
-		return nil, err
-	}
 	aggOpts = append(append(aggOpts, cfg.aggOpts...),
 		aggregator.WithDefaultTimeout(runner.MaxRunTime()), aggregator.WithMaxTimeout(runner.MaxRunTime()),
-		aggregator.WithReplyPrefix(subjects.JobReplies()))
+		aggregator.WithReplyPrefix(cfg.subjects.JobReplies()))
 	if d.agg, err = aggregator.New(nc, aggOpts...); err != nil {
 		return nil, fmt.Errorf("node: the job runner's aggregator: %w", err)
 	}
@@ -611,11 +593,7 @@ func ingressStatus(srv *ingress.Server) bus.Status {
 }
 
 // serveStatus answers `toolbus status` for one part of the process.
-func serveStatus(nc *nats.Conn, prefix, kind, version string, snapshot func() bus.Status) (micro.Service, error) {
-	subjects, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return nil, err
-	}
+func serveStatus(nc *nats.Conn, subjects bus.Subjects, kind, version string, snapshot func() bus.Status) (micro.Service, error) {
 	svc, err := bus.ServeStatus(nc, subjects, kind, version, snapshot)
 	if err != nil {
 		return nil, fmt.Errorf("%s: status service: %w", kind, err)

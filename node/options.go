@@ -9,13 +9,15 @@ import (
 
 // common holds the settings a gateway and a worker share.
 type common struct {
-	prefix  string
-	log     *slog.Logger
-	version string
+	// subjects are the process's subject names, made once from its
+	// prefix and handed to every part.
+	subjects bus.Subjects
+	log      *slog.Logger
+	version  string
 }
 
 func defaultCommon() common {
-	return common{prefix: bus.DefaultPrefix, log: slog.Default(), version: "dev"}
+	return common{subjects: bus.DefaultSubjects(), log: slog.Default(), version: "dev"}
 }
 
 // Option configures a gateway or a worker: [NewGateway] and [NewWorker]
@@ -46,10 +48,11 @@ type WorkerOption interface {
 // and idempotency records.
 func WithPrefix(prefix string) Option {
 	return func(c *common) error {
-		if _, err := bus.NewSubjects(prefix); err != nil {
+		s, err := bus.NewSubjects(prefix)
+		if err != nil {
 			return err
 		}
-		c.prefix = prefix
+		c.subjects = s
 		return nil
 	}
 }

@@ -20,17 +20,13 @@ var errReplyNotConnected = errors.New("not connected to NATS")
 
 // checkReplyGrant checks in the background, once nc is connected, that
 // its NATS user may subscribe where the gateway's aggregator hears the
-// answers of its calls, under the [bus.Subjects.Replies] of prefix
+// answers of its calls, under subjects' [bus.Subjects.Replies]
 // (PROTOCOL.md, revision 10). An ingress without that grant would send
 // every call and lose every answer, so a refusal stops the process
 // ([bus.Startup.Fail]) with a sentence naming the grant to add; until the
 // check passes, partReplies waits. The returned function ends the check
 // if it still runs and waits for it.
-func checkReplyGrant(st *bus.Startup, nc *nats.Conn, prefix string) (stop func(), err error) {
-	subjects, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return nil, err
-	}
+func checkReplyGrant(st *bus.Startup, nc *nats.Conn, subjects bus.Subjects) (stop func()) {
 	st.Wait(partReplies, "waiting for NATS")
 	// The form of the aggregator's own subscription: a token, then one
 	// token per call.
@@ -57,7 +53,7 @@ func checkReplyGrant(st *bus.Startup, nc *nats.Conn, prefix string) (stop func()
 	return func() {
 		cancel()
 		<-finished
-	}, nil
+	}
 }
 
 // replyGrantError is the sentence that stops an ingress whose NATS user

@@ -58,12 +58,25 @@ func WithoutStatus() Option {
 type Option func(*config) error
 
 // WithPrefix sets the subject prefix of the cluster (default
-// [bus.DefaultPrefix]); it must follow the method-name grammar.
+// [bus.DefaultPrefix]); it must follow the method-name grammar. It is
+// [WithSubjects] for a program that has only its prefix.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		s, err := bus.NewSubjects(prefix)
 		if err != nil {
 			return err
+		}
+		return WithSubjects(s)(c)
+	}
+}
+
+// WithSubjects sets the subjects of the cluster (default
+// [bus.DefaultSubjects]), for a process that made them once for all its
+// parts. The zero value is refused.
+func WithSubjects(s bus.Subjects) Option {
+	return func(c *config) error {
+		if s.IsZero() {
+			return errors.New("worker: zero subjects: make them with bus.NewSubjects")
 		}
 		c.subjects = s
 		return nil

@@ -150,11 +150,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	if nc == nil {
 		return nil, errors.New("worker: nil nats connection")
 	}
-	subjects, err := bus.NewSubjects(bus.DefaultPrefix)
-	if err != nil {
-		return nil, err
-	}
-	cfg := config{subjects: subjects, logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
+	cfg := config{subjects: bus.DefaultSubjects(), logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
@@ -162,6 +158,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	}
 	var m *metrics
 	if cfg.registerer != nil {
+		var err error
 		if m, err = newMetrics(cfg.registerer); err != nil {
 			return nil, err
 		}

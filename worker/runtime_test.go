@@ -760,6 +760,7 @@ func TestNewOptions(t *testing.T) {
 	}{
 		{"nil connection", nil, worker.WithConcurrency(1)},
 		{"invalid prefix", nc, worker.WithPrefix("a.*")},
+		{"zero subjects", nc, worker.WithSubjects(bus.Subjects{})},
 		{"zero concurrency", nc, worker.WithConcurrency(0)},
 		{"zero result bytes", nc, worker.WithMaxResultBytes(0)},
 		{"nil logger", nc, worker.WithLogger(nil)},

@@ -122,10 +122,13 @@ func (p *PushStore) bucket() (jetstream.KeyValue, error) {
 }
 
 // PushBucket creates or updates the bucket of push configs of the cluster
-// of prefix, <prefix>_a2a_push, with replicas, a byte cap of maxBytes
+// of subjects, <prefix>_a2a_push, with replicas, a byte cap of maxBytes
 // (zero: [DefaultPushMaxBytes]) and configs kept ttl (zero:
 // [DefaultPushTTL]).
-func PushBucket(ctx context.Context, js jetstream.JetStream, prefix string, replicas int, maxBytes int64, ttl time.Duration) (jetstream.KeyValue, error) {
+func PushBucket(ctx context.Context, js jetstream.JetStream, subjects bus.Subjects, replicas int, maxBytes int64, ttl time.Duration) (jetstream.KeyValue, error) {
+	if subjects.IsZero() {
+		return nil, errors.New("a2a: push bucket of zero subjects")
+	}
 	if maxBytes < 0 || ttl < 0 {
 		return nil, fmt.Errorf("a2a: push bucket max bytes %d and ttl %v must not be negative", maxBytes, ttl)
 	}
@@ -135,12 +138,8 @@ func PushBucket(ctx context.Context, js jetstream.JetStream, prefix string, repl
 	if ttl == 0 {
 		ttl = DefaultPushTTL
 	}
-	s, err := bus.NewSubjects(prefix)
-	if err != nil {
-		return nil, err
-	}
 	kv, err := bus.KeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      s.Token() + "_a2a_push",
+		Bucket:      subjects.Token() + "_a2a_push",
 		Description: "toolbus A2A push notification configs",
 		History:     1,
 		TTL:         ttl,
