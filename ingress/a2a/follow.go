@@ -2,11 +2,11 @@ package a2a
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/a2aproject/a2a-go/a2a"
 
+	"github.com/toolbus/toolbus/ingress/door"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -26,13 +26,6 @@ func (s *Server) follow(ctx context.Context, r request, id string, held func(), 
 	if e != nil {
 		return a2aError(e)
 	}
-	var rec schema.JobRecord
-	if err := json.Unmarshal(first, &rec); err != nil {
-		return refuse(a2a.ErrInternalError, "the record of task %s cannot be read", id)
-	}
-	if err := visit(&rec); err != nil || rec.State.Final() {
-		return stopped(err)
-	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -42,23 +35,15 @@ func (s *Server) follow(ctx context.Context, r request, id string, held func(), 
 		case <-sctx.Done():
 		}
 	}()
-	// stream calls notify on this goroutine, one record after the other.
-	var err error
-	final := false
-	stream(sctx, func(_ string, params json.RawMessage) {
-		if err != nil || final {
-			return
+	final, err := door.Follow(sctx, first, stream, func(rec *schema.JobRecord) (bool, error) {
+		if err := visit(rec); err != nil {
+			return true, err
 		}
-		var cur schema.JobRecord
-		if json.Unmarshal(params, &cur) != nil {
-			err = refuse(a2a.ErrInternalError, "the record of task %s cannot be read", id)
-		} else if err = visit(&cur); err == nil {
-			final = cur.State.Final()
-		}
-		if err != nil {
-			cancel()
-		}
+		return rec.State.Final(), nil
 	})
+	if errors.Is(err, door.ErrRecord) {
+		return refuse(a2a.ErrInternalError, "the record of task %s cannot be read", id)
+	}
 	select {
 	case <-s.quit:
 		if err == nil && !final {

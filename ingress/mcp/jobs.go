@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolbus/toolbus/ingress/door"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -131,14 +131,10 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 	var question *schema.JobQuestion
 	// see reports the progress of a record and answers or puts its
 	// question; it reports whether following is over (end or question
-	// set). stream calls it on this goroutine, one record after the
-	// other, skipping versions when it is slow (or waits for the
+	// set). [door.Follow] calls it on this goroutine, one record after
+	// the other, skipping versions when it is slow (or waits for the
 	// client's answer).
-	see := func(raw json.RawMessage) (bool, error) {
-		var cur schema.JobRecord
-		if err := json.Unmarshal(raw, &cur); err != nil {
-			return true, err
-		}
+	see := func(cur *schema.JobRecord) (bool, error) {
 		if token != nil && cur.Progress != nil && cur.Progress.Percent > last {
 			last = cur.Progress.Percent
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
@@ -157,7 +153,7 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 		}
 		switch {
 		case cur.State.Final():
-			end = &cur
+			end = cur
 			return true, nil
 		case q == nil || q.ID == asked:
 		case inResult:
@@ -169,19 +165,7 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 		}
 		return false, nil
 	}
-	done, err := see(first)
-	if !done {
-		sctx, stop := context.WithCancel(ctx)
-		defer stop()
-		stream(sctx, func(method string, params json.RawMessage) {
-			if !strings.HasSuffix(method, ".progress") || done {
-				return
-			}
-			if done, err = see(params); done {
-				stop()
-			}
-		})
-	}
+	_, err := door.Follow(ctx, first, stream, see)
 	switch {
 	case err != nil:
 		return toolError(internalError())
