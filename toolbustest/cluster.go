@@ -136,8 +136,12 @@ func WithIdempotency(ttl time.Duration) Option {
 
 // DiscoveryInterval is how often the workers of a cluster started
 // [WithDiscovery] announce their tools: short, so that a test sees a
-// vanished worker's tools go within a second.
-const DiscoveryInterval = 200 * time.Millisecond
+// vanished worker's tools go within a few seconds (three missed
+// intervals), and long enough that a worker kept from the CPU for a
+// moment on a loaded machine is not forgotten: at 200 ms, a worker
+// silent for 600 ms under the race detector and other tests lost its
+// tools in the middle of a test.
+const DiscoveryInterval = time.Second
 
 // WithDiscovery turns discovery on: every worker announces its tools
 // (every [DiscoveryInterval]) and every ingress keeps a registry of them,
