@@ -72,8 +72,11 @@ const (
 const JobLease = 5 * time.Second
 
 // JobConcurrency is the jobs one ingress's runner sends to workers at
-// once: low, so that a queue of them waits while the workers hold some.
-const JobConcurrency = 4
+// once: low, so that a queue of them waits while the workers hold some,
+// and high enough that a worker killed while both runners have all their
+// jobs out holds some of them, unless the queue group gave every one to
+// the other workers ((2/3)^16 with three workers).
+const JobConcurrency = 8
 
 // DrainTimeout is how long a worker drains on SIGTERM.
 const DrainTimeout = 20 * time.Second

@@ -566,6 +566,10 @@ func TestJobsSurviveWorkerKillAndIngressRestart(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
+	// The kill must hit running jobs: wait until both runners have all
+	// their jobs out, so that worker-1 holds some of them unless every
+	// one went to the other two workers (a chance of (2/3)^16).
+	waitRunning(t, c, ids, Ingresses*JobConcurrency)
 	cfg := steady(c, "jobs-sync")
 	load := StartLoad(t, cfg)
 	runFor(1500 * time.Millisecond)
@@ -600,5 +604,28 @@ func TestJobsSurviveWorkerKillAndIngressRestart(t *testing.T) {
 	}
 	if most := Ingresses * JobConcurrency; interrupted > most {
 		t.Errorf("%d jobs were interrupted, want at most the %d the ingresses' runners had in flight", interrupted, most)
+	}
+}
+
+// waitRunning waits until at least n of the jobs ids are running, read
+// through the ingress replicas in turn, or fails the test after a minute.
+func waitRunning(t *testing.T, c *Cluster, ids []string, n int) {
+	t.Helper()
+	giveUp := time.Now().Add(time.Minute)
+	for {
+		running := 0
+		for i, id := range ids {
+			if rec, err := GetJob(context.Background(), c.URL(i%Ingresses), id); err == nil && rec.State == "running" {
+				running++
+			}
+		}
+		if running >= n {
+			t.Logf("%d jobs running", running)
+			return
+		}
+		if time.Now().After(giveUp) {
+			t.Fatalf("%d of %d jobs running after a minute, want at least %d", running, len(ids), n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
