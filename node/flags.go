@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Flag binds one field of a config C to its command-line flag: its name
@@ -176,4 +178,26 @@ var TracingFlags = []Flag[TracingConfig]{
 	{"trace-exporter", "where spans go: off, stdout (JSON lines) or otlp (OTLP over HTTP)", func(c *TracingConfig) any { return &c.Exporter }},
 	{"trace-endpoint", "base URL of the OTLP/HTTP collector, e.g. http://collector:4318 (spans go to /v1/traces under it); empty: the standard OTEL_EXPORTER_OTLP_ENDPOINT variable, else localhost:4318", func(c *TracingConfig) any { return &c.Endpoint }},
 	{"trace-sample", "share of new traces recorded, 0 to 1; a call whose caller's trace is sampled is always recorded", func(c *TracingConfig) any { return &c.Sample }},
+}
+
+// RemoteFlags are the flags of a [bus.RemoteConfig] but its inbox prefix,
+// which every command that joins NATS over the network has.
+var RemoteFlags = []Flag[bus.RemoteConfig]{
+	{"nats", "NATS server URL(s), comma-separated", func(c *bus.RemoteConfig) any { return &c.URL }},
+	{"nats-user", "NATS user name (with --nats-password or --nats-password-file; a user and password in the --nats URL work too)", func(c *bus.RemoteConfig) any { return &c.User }},
+	{"nats-password", "NATS password of --nats-user", func(c *bus.RemoteConfig) any { return &c.Password }},
+	{"nats-password-file", "file holding the NATS password of --nats-user, so that it is on no command line (white space around it is ignored); toolbus nats keeps its users' passwords in such files", func(c *bus.RemoteConfig) any { return &c.PasswordFile }},
+	{"nats-token", "NATS authentication token", func(c *bus.RemoteConfig) any { return &c.Token }},
+	{"token-file", "file holding the NATS authentication token, so that it is on no command line (white space around it is ignored): the file `toolbus nats --token-file` keeps", func(c *bus.RemoteConfig) any { return &c.TokenFile }},
+	{"nats-nkey", "file holding the NATS user nkey seed (SU...) to authenticate with", func(c *bus.RemoteConfig) any { return &c.NKey }},
+	{"nats-creds", "NATS credentials file (user JWT and seed) to authenticate with", func(c *bus.RemoteConfig) any { return &c.Creds }},
+	{"nats-tls-ca", "PEM file of the CA that signs the NATS servers' certificates; turns TLS on", func(c *bus.RemoteConfig) any { return &c.TLSCA }},
+	{"nats-tls-cert", "PEM client certificate presented to NATS (with --nats-tls-key); turns TLS on", func(c *bus.RemoteConfig) any { return &c.TLSCert }},
+	{"nats-tls-key", "PEM key of --nats-tls-cert", func(c *bus.RemoteConfig) any { return &c.TLSKey }},
+}
+
+// WorkerRemoteFlags are the flags of a [bus.RemoteConfig] that only
+// `toolbus worker` has.
+var WorkerRemoteFlags = []Flag[bus.RemoteConfig]{
+	{"nats-inbox-prefix", "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies", func(c *bus.RemoteConfig) any { return &c.InboxPrefix }},
 }

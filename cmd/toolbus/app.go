@@ -60,7 +60,7 @@ func embedded(cfg bus.EmbeddedConfig, connect func(e *bus.Embedded, name string)
 }
 
 // remoteModule connects to NATS servers over the network, with opts (the
-// authentication and TLS of [natsAuth]) after the client name. A
+// authentication and TLS of a [bus.RemoteConfig]) after the client name. A
 // connection is returned at once even when no server answers yet: it keeps
 // trying in the background, and the process's [bus.Startup] says what it waits
 // for until it is connected, or stops the process when the server refuses

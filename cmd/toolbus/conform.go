@@ -15,12 +15,12 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/conform"
 	"github.com/toolbus/toolbus/internal/clientcli"
+	"github.com/toolbus/toolbus/node"
 )
 
 // conformFlags are the flags of `toolbus conform`.
 type conformFlags struct {
-	natsURL      string
-	auth         natsAuth
+	remote       bus.RemoteConfig
 	prefix       string
 	only         []string
 	startTimeout time.Duration
@@ -28,7 +28,7 @@ type conformFlags struct {
 }
 
 func newConformCmd() *cobra.Command {
-	var f conformFlags
+	f := conformFlags{remote: bus.DefaultRemoteConfig()}
 	cmd := &cobra.Command{
 		Use:   "conform [flags] -- command [args...]",
 		Short: "Check that a worker, in any language, speaks the bus protocol",
@@ -61,12 +61,13 @@ environment. Use a NATS server that no other worker of the toolset joins.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated, that the worker joins too")
 	fl.StringVar(&f.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster the worker serves")
 	fl.StringSliceVar(&f.only, "only", nil, "run only these rules (keys as printed, comma-separated); the worker still starts and stops")
 	fl.DurationVar(&f.startTimeout, "start-timeout", conform.DefaultStartTimeout, "how long to wait for the worker's first answer")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", conform.DefaultDrainTimeout, "how long to wait for the worker to exit after SIGTERM")
-	f.auth.flags(cmd)
+	node.Bind(fl, &f.remote, node.RemoteFlags)
+	// The worker joins the same servers: its help says so.
+	fl.Lookup("nats").Usage = "NATS server URL(s), comma-separated, that the worker joins too"
 	return cmd
 }
 
@@ -74,15 +75,15 @@ func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []strin
 	if f.startTimeout <= 0 || f.drainTimeout <= 0 {
 		return errors.New("conform: --start-timeout and --drain-timeout must be positive durations, such as 30s")
 	}
-	opts, err := f.auth.options()
+	opts, err := f.remote.Options()
 	if err != nil {
 		return fmt.Errorf("conform: %w", err)
 	}
 	opts = append([]bus.Option{bus.WithName("toolbus-conform"), bus.WithLogger(discard)},
 		append(opts, bus.WithNATSOptions(nats.Timeout(bus.DefaultConnectTimeout)))...)
-	nc, err := bus.Connect(f.natsURL, opts...)
+	nc, err := bus.Connect(f.remote.URL, opts...)
 	if err != nil {
-		return fmt.Errorf("conform: NATS not reachable at %s: %w (start one with `toolbus nats`, or give --nats and its credentials)", bus.RedactURL(f.natsURL), err)
+		return fmt.Errorf("conform: NATS not reachable at %s: %w (start one with `toolbus nats`, or give --nats and its credentials)", bus.RedactURL(f.remote.URL), err)
 	}
 	defer nc.Close()
 	// SIGINT stops the check, and with it the worker.
@@ -110,16 +111,4 @@ func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []strin
 
 // env passes the kit's credentials on to the worker in the variables
 // `toolbus worker` reads, so that a worker may take them from there.
-func (f *conformFlags) env() []string {
-	env := []string{envName("nats") + "=" + f.natsURL}
-	for _, v := range []struct{ flag, value string }{
-		{"nats-token", f.auth.token}, {"token-file", f.auth.tokenFile}, {"nats-user", f.auth.user}, {"nats-password", f.auth.password},
-		{"nats-password-file", f.auth.passwordFile},
-		{"nats-creds", f.auth.creds}, {"nats-nkey", f.auth.nkey},
-	} {
-		if v.value != "" {
-			env = append(env, envName(v.flag)+"="+v.value)
-		}
-	}
-	return env
-}
+func (f *conformFlags) env() []string { return f.remote.Env(envName) }

@@ -58,26 +58,26 @@ func joinCommand(t *testing.T, r *running, url, part string) *cobra.Command {
 func joinAs(t *testing.T, r *running, url, data, part string) (user, password string) {
 	t.Helper()
 	cmd := joinCommand(t, r, url, part)
-	var a natsAuth
+	var a bus.RemoteConfig
 	var err error
-	for flag, v := range map[string]*string{"nats-user": &a.user, "nats-password-file": &a.passwordFile, "nats-token": &a.token} {
+	for flag, v := range map[string]*string{"nats-user": &a.User, "nats-password-file": &a.PasswordFile, "nats-token": &a.Token} {
 		if *v, err = cmd.Flags().GetString(flag); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if a.user != part || a.token != "" {
-		t.Errorf("toolbus %s joins as --nats-user %q --nats-token %q, want the user %s and no token", part, a.user, a.token, part)
+	if a.User != part || a.Token != "" {
+		t.Errorf("toolbus %s joins as --nats-user %q --nats-token %q, want the user %s and no token", part, a.User, a.Token, part)
 	}
-	if dir := filepath.Dir(a.passwordFile); !filepath.IsAbs(a.passwordFile) || dir != data {
-		t.Errorf("toolbus %s --nats-password-file %s, want an absolute path in %s", part, a.passwordFile, data)
+	if dir := filepath.Dir(a.PasswordFile); !filepath.IsAbs(a.PasswordFile) || dir != data {
+		t.Errorf("toolbus %s --nats-password-file %s, want an absolute path in %s", part, a.PasswordFile, data)
 	}
-	if fi, err := os.Stat(a.passwordFile); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("--nats-password-file %s mode = %v (%v), want -rw-------", a.passwordFile, fi.Mode(), err)
+	if fi, err := os.Stat(a.PasswordFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("--nats-password-file %s mode = %v (%v), want -rw-------", a.PasswordFile, fi.Mode(), err)
 	}
-	if password, err = a.readPasswordFile(); err != nil {
+	if password, err = a.ReadPasswordFile(); err != nil {
 		t.Fatalf("toolbus %s: %v", part, err)
 	}
-	return a.user, password
+	return a.User, password
 }
 
 // permissionErrors connects to url as user and returns the connection

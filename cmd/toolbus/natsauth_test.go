@@ -134,29 +134,6 @@ func TestWorkerWrongPasswordFileFails(t *testing.T) {
 	}
 }
 
-func TestReadPasswordFile(t *testing.T) {
-	tests := []struct {
-		name string
-		text string
-		want string
-	}{
-		{name: "final newline", text: "s3cret\n", want: "s3cret"},
-		{name: "no newline", text: "s3cret", want: "s3cret"},
-		{name: "carriage return", text: "s3cret\r\n", want: "s3cret"},
-		{name: "white space around", text: "  s3cret \n\n", want: "s3cret"},
-		{name: "inner space kept", text: "s3 cret\n", want: "s3 cret"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a := natsAuth{user: "worker", passwordFile: writePassword(t, tt.text)}
-			got, err := a.readPasswordFile()
-			if err != nil || got != tt.want {
-				t.Errorf("readPasswordFile(%q) = %q, %v, want %q", tt.text, got, err, tt.want)
-			}
-		})
-	}
-}
-
 func TestWorkerWrongPasswordFails(t *testing.T) {
 	url := startUserNATS(t, "w0rker-pass")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

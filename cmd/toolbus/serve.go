@@ -107,17 +107,13 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 }
 
 func newIngressCmd() *cobra.Command {
-	gc := node.DefaultGatewayConfig()
-	var (
-		natsURL string
-		auth    natsAuth
-	)
+	gc, remote := node.DefaultGatewayConfig(), bus.DefaultRemoteConfig()
 	cmd := &cobra.Command{
 		Use:   "ingress",
 		Short: "Run the HTTP ingress against a NATS server or cluster",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			natsOpts, err := auth.options()
+			natsOpts, err := remote.Options()
 			if err != nil {
 				return fmt.Errorf("ingress: %w", err)
 			}
@@ -126,26 +122,21 @@ func newIngressCmd() *cobra.Command {
 			}
 			var addr ingressAddr
 			var st *bus.Startup
-			app := newTracedApp(gc.Tracing, tracingService(cmd), remoteModule(natsURL, natsOpts...), ingressModule(gc), fx.Populate(&addr, &st))
+			app := newTracedApp(gc.Tracing, tracingService(cmd), remoteModule(remote.URL, natsOpts...), ingressModule(gc), fx.Populate(&addr, &st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
-				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(natsURL))
+				slog.Info("ingress ready", "url", fmt.Sprintf("http://%s/rpc", addr), "nats", bus.RedactURL(remote.URL))
 			})
 		},
 	}
 	node.Bind(cmd.Flags(), &gc, node.GatewayFlags)
 	node.Bind(cmd.Flags(), &gc.Tracing, node.TracingFlags)
-	cmd.Flags().StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	auth.flags(cmd)
+	node.Bind(cmd.Flags(), &remote, node.RemoteFlags)
 	return cmd
 }
 
 func newWorkerCmd() *cobra.Command {
-	wc := node.DefaultWorkerConfig()
-	var (
-		natsURL string
-		auth    natsAuth
-		inbox   string
-	)
+	wc, remote := node.DefaultWorkerConfig(), bus.DefaultRemoteConfig()
+	remote.InboxPrefix = bus.WorkerInboxPrefix
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a worker serving toolsets against a NATS server or cluster",
@@ -154,18 +145,14 @@ func newWorkerCmd() *cobra.Command {
 			if err := wc.Validate(); err != nil {
 				return err
 			}
-			natsOpts, err := auth.options()
+			natsOpts, err := remote.Options()
 			if err != nil {
 				return fmt.Errorf("worker: %w", err)
 			}
-			if err := bus.CheckInboxPrefix(inbox); err != nil {
-				return fmt.Errorf("worker: --nats-inbox-prefix: %w", err)
-			}
-			natsOpts = append(natsOpts, bus.WithInboxPrefix(inbox))
 			var st *bus.Startup
-			app := newTracedApp(wc.Tracing, tracingService(cmd), remoteModule(natsURL, natsOpts...), workerModule(wc, nil), fx.Populate(&st))
+			app := newTracedApp(wc.Tracing, tracingService(cmd), remoteModule(remote.URL, natsOpts...), workerModule(wc, nil), fx.Populate(&st))
 			return runUntilSignal(cmd.Context(), app, st, func() {
-				slog.Info("worker ready", "nats", bus.RedactURL(natsURL), "tools", wc.Tools)
+				slog.Info("worker ready", "nats", bus.RedactURL(remote.URL), "tools", wc.Tools)
 			})
 		},
 	}
@@ -182,9 +169,8 @@ func newWorkerCmd() *cobra.Command {
 	for _, name := range []string{"jobs", "job-lease", "job-concurrency"} {
 		_ = f.MarkDeprecated(name, "a worker runs jobs as calls sent by the ingress, which has --job-lease and --job-concurrency; drop it from the worker's command line")
 	}
-	f.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	f.StringVar(&inbox, "nats-inbox-prefix", bus.WorkerInboxPrefix, "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies")
-	auth.flags(cmd)
+	node.Bind(f, &remote, node.RemoteFlags)
+	node.Bind(f, &remote, node.WorkerRemoteFlags)
 	return cmd
 }
 

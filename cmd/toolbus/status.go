@@ -8,13 +8,12 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/clientcli"
+	"github.com/toolbus/toolbus/node"
 )
 
 func newStatusCmd() *cobra.Command {
-	var (
-		cfg  clientcli.StatusConfig
-		auth natsAuth
-	)
+	var cfg clientcli.StatusConfig
+	remote := bus.DefaultRemoteConfig()
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the NATS servers, the ingresses and workers of a cluster, and their methods",
@@ -32,20 +31,19 @@ medians weighted by their calls, a merged P99 the largest of their P99s.`,
   toolbus status --json | jq '.instances[] | select(.kind == "worker")'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := auth.options()
+			opts, err := remote.Options()
 			if err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
-			cfg.Options = opts
+			cfg.NATS, cfg.Options = remote.URL, opts
 			return clientcli.Status(clientcli.CommandContext(cmd), cmd.OutOrStdout(), cfg)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.NATS, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	fl.StringVar(&cfg.Prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster")
 	fl.DurationVar(&cfg.Wait, "wait", time.Second, "how long to listen for ingresses and workers")
 	fl.DurationVar(&cfg.ConnectTimeout, "connect-timeout", bus.DefaultConnectTimeout, "how long to wait for each NATS server to accept the connection, and for its round trip")
 	fl.BoolVar(&cfg.JSON, "json", false, "print the gathered data as JSON instead of tables")
-	auth.flags(cmd)
+	node.Bind(fl, &remote, node.RemoteFlags)
 	return cmd
 }
