@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/clientcli"
 )
 
 func TestDemo(t *testing.T) {
@@ -20,8 +22,8 @@ func TestDemo(t *testing.T) {
 		regexp.MustCompile(`(?m)^10 +sleep +error -32001: `),
 		regexp.MustCompile(`the same 10 calls as one batch \(Toolbus-Timeout: 1s\): 10 answers \(8 results, 2 errors\)`),
 	}
-	for id := 1; id <= len(showcase); id++ {
-		want = append(want, regexp.MustCompile(fmt.Sprintf(`(?m)^%d +%s `, id, regexp.QuoteMeta(showcase[id-1].method))))
+	for i, method := range clientcli.ShowcaseMethods() {
+		want = append(want, regexp.MustCompile(fmt.Sprintf(`(?m)^%d +%s `, i+1, regexp.QuoteMeta(method))))
 	}
 	for _, re := range want {
 		if !re.MatchString(out) {
