@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -92,16 +91,3 @@ const (
 // shellQuote quotes the words of `toolbus dev`'s join line as `toolbus
 // nats` quotes its own.
 func shellQuote(s string) string { return natsd.ShellQuote(s) }
-
-// rootCause returns the innermost error of err, such as "permission
-// denied" of "mkdir /x: permission denied", for sentences that name the
-// path or address themselves.
-func rootCause(err error) error {
-	for {
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return err
-		}
-		err = inner
-	}
-}
