@@ -1,7 +1,9 @@
 // Package conform is the worker conformance kit: it checks that a worker,
 // written in any language, speaks the bus protocol of schema/PROTOCOL.md.
-// `toolbus conform` is its command line; [Run] is the same check for Go
-// tests.
+// `toolbus conform` is its command line, which runs [RunRemote]: the
+// check against a worker that joins a NATS server over the network, with
+// the credentials the kit passes on to it; [Run] is the same check, on a
+// connection of the caller's, for Go tests.
 //
 // The kit starts the worker's command, waits until it answers, then drives
 // it through the rules of PROTOCOL.md one after the other as the

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/bus"
@@ -18,17 +14,9 @@ import (
 	"github.com/toolbus/toolbus/node"
 )
 
-// conformFlags are the flags of `toolbus conform`.
-type conformFlags struct {
-	remote       bus.RemoteConfig
-	prefix       string
-	only         []string
-	startTimeout time.Duration
-	drainTimeout time.Duration
-}
-
 func newConformCmd() *cobra.Command {
-	f := conformFlags{remote: bus.DefaultRemoteConfig()}
+	remote := bus.DefaultRemoteConfig()
+	cfg := conform.Config{Prefix: bus.DefaultPrefix, StartTimeout: conform.DefaultStartTimeout, DrainTimeout: conform.DefaultDrainTimeout}
 	cmd := &cobra.Command{
 		Use:   "conform [flags] -- command [args...]",
 		Short: "Check that a worker, in any language, speaks the bus protocol",
@@ -57,58 +45,27 @@ environment. Use a NATS server that no other worker of the toolset joins.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(clientcli.CommandContext(cmd), cmd, args)
+			// SIGINT stops the check, and with it the worker.
+			ctx, stop := signal.NotifyContext(clientcli.CommandContext(cmd), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cfg.Command, cfg.Out, cfg.WorkerOutput = args, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			rep, err := conform.RunRemote(ctx, remote, envName, cfg)
+			if err != nil {
+				return err
+			}
+			if rep.Failed() {
+				return clientcli.ErrReported
+			}
+			return nil
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.prefix, "prefix", bus.DefaultPrefix, "NATS subject prefix of the cluster the worker serves")
-	fl.StringSliceVar(&f.only, "only", nil, "run only these rules (keys as printed, comma-separated); the worker still starts and stops")
-	fl.DurationVar(&f.startTimeout, "start-timeout", conform.DefaultStartTimeout, "how long to wait for the worker's first answer")
-	fl.DurationVar(&f.drainTimeout, "drain-timeout", conform.DefaultDrainTimeout, "how long to wait for the worker to exit after SIGTERM")
-	node.Bind(fl, &f.remote, node.RemoteFlags)
+	fl.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "NATS subject prefix of the cluster the worker serves")
+	fl.StringSliceVar(&cfg.Only, "only", nil, "run only these rules (keys as printed, comma-separated); the worker still starts and stops")
+	fl.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait for the worker's first answer")
+	fl.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "how long to wait for the worker to exit after SIGTERM")
+	node.Bind(fl, &remote, node.RemoteFlags)
 	// The worker joins the same servers: its help says so.
 	fl.Lookup("nats").Usage = "NATS server URL(s), comma-separated, that the worker joins too"
 	return cmd
 }
-
-func (f *conformFlags) run(ctx context.Context, cmd *cobra.Command, argv []string) error {
-	if f.startTimeout <= 0 || f.drainTimeout <= 0 {
-		return errors.New("conform: --start-timeout and --drain-timeout must be positive durations, such as 30s")
-	}
-	opts, err := f.remote.Options()
-	if err != nil {
-		return fmt.Errorf("conform: %w", err)
-	}
-	opts = append([]bus.Option{bus.WithName("toolbus-conform"), bus.WithLogger(discard)},
-		append(opts, bus.WithNATSOptions(nats.Timeout(bus.DefaultConnectTimeout)))...)
-	nc, err := bus.Connect(f.remote.URL, opts...)
-	if err != nil {
-		return fmt.Errorf("conform: NATS not reachable at %s: %w (start one with `toolbus nats`, or give --nats and its credentials)", bus.RedactURL(f.remote.URL), err)
-	}
-	defer nc.Close()
-	// SIGINT stops the check, and with it the worker.
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rep, err := conform.Run(ctx, conform.Config{
-		Conn:         nc,
-		Prefix:       f.prefix,
-		Command:      argv,
-		Env:          f.env(),
-		Out:          cmd.OutOrStdout(),
-		WorkerOutput: cmd.ErrOrStderr(),
-		Only:         f.only,
-		StartTimeout: f.startTimeout,
-		DrainTimeout: f.drainTimeout,
-	})
-	if err != nil {
-		return err
-	}
-	if rep.Failed() {
-		return clientcli.ErrReported
-	}
-	return nil
-}
-
-// env passes the kit's credentials on to the worker in the variables
-// `toolbus worker` reads, so that a worker may take them from there.
-func (f *conformFlags) env() []string { return f.remote.Env(envName) }
