@@ -42,10 +42,12 @@ type Telemetry struct {
 }
 
 // NewGatewayFrom makes the gateway cfg describes on nc, whose background
-// setups and readiness go through st, once cfg is valid. It logs a
-// warning when authentication is off. Nothing runs before
-// [Gateway.Start].
-func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telemetry) (*Gateway, error) {
+// setups and readiness go through st, once cfg is valid, with opts
+// applied after what cfg asks: node's own, for what a config does not
+// hold, such as keys held in memory ([WithAuth]) or the options of a
+// jobs service. It logs a warning when authentication is off. Nothing
+// runs before [Gateway.Start].
+func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telemetry, opts ...GatewayOption) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -127,28 +129,27 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	if cfg.MCPStateKey != "" {
 		ingOpts = append(ingOpts, ingress.WithMCPStateKey([]byte(cfg.MCPStateKey)))
 	}
-	if cfg.Auth.Mode == "off" {
-		tel.Log.Warn("authentication is off: every caller reaches every tool")
-	} else {
+	if cfg.Auth.Mode != "off" {
 		ingOpts = append(ingOpts, ingress.WithAuth(a))
 	}
 	if cfg.RateLimit > 0 {
 		ingOpts = append(ingOpts, ingress.WithRateLimit(quota.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst}))
 	}
-	opts := []GatewayOption{
+	own := []GatewayOption{
+		withParts(aggOpts, ingOpts, cfg.Auth.Mode == "off"),
 		WithPrefix(cfg.Prefix),
 		WithLogger(tel.Log),
 		WithVersion(cfg.Version),
 		WithReplicas(cfg.Jobs.Replicas),
 	}
 	if cfg.Metrics {
-		opts = append(opts, WithMetrics(tel.Metrics))
+		own = append(own, WithMetrics(tel.Metrics))
 	}
 	if cfg.Idempotency.On {
-		opts = append(opts, WithIdempotency(cfg.Idempotency.TTL, cfg.Idempotency.MaxBytes))
+		own = append(own, WithIdempotency(cfg.Idempotency.TTL, cfg.Idempotency.MaxBytes))
 	}
 	if cfg.Discovery {
-		opts = append(opts, WithRegistry(), WithValidation(cfg.ValidateParams), WithToolsRetention(cfg.ToolsRetention))
+		own = append(own, WithRegistry(), WithValidation(cfg.ValidateParams), WithToolsRetention(cfg.ToolsRetention))
 	}
 	if j := cfg.Jobs; j.On {
 		jobOpts := []jobs.Option{
@@ -162,7 +163,7 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 		if j.CallbackSecret != "" {
 			jobOpts = append(jobOpts, jobs.WithCallbackSecret([]byte(j.CallbackSecret)), jobs.WithCallbackAllow(j.CallbackAllow...))
 		}
-		opts = append(opts, WithJobs(jobOpts...), WithJobRunner(
+		own = append(own, WithJobs(jobOpts...), WithJobRunner(
 			jobs.WithLease(j.Lease),
 			jobs.WithRunConcurrency(j.Concurrency),
 			jobs.WithRunnerCounters(tel.Counters)))
@@ -172,11 +173,10 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 			if cfg.A2A.TextMethod != "" {
 				a2aOpts = append(a2aOpts, a2a.WithTextMethod(cfg.A2A.TextMethod))
 			}
-			opts = append(opts, WithA2A(j.CallbackAllow, a2aOpts...))
+			own = append(own, WithA2A(j.CallbackAllow, a2aOpts...))
 		}
 	}
-	opts = append(opts, WithAggregatorOptions(aggOpts...), WithIngressOptions(ingOpts...))
-	return NewGateway(nc, st, opts...)
+	return NewGateway(nc, st, append(own, opts...)...)
 }
 
 // toolsets maps the names [WorkerConfig.Tools] accepts to what registers

@@ -5,10 +5,13 @@
 //
 // A process has one typed config: [GatewayConfig] for an ingress,
 // [WorkerConfig] for a worker, each with its Default… constructor and a
-// Validate that names the flag to change. [GatewayFlags], [WorkerFlags]
-// and [TracingFlags] are the one table of their flags, which [Bind] binds
-// into a config; [NewGatewayFrom] and [NewWorkerFrom] build the process a
-// config describes.
+// Validate that names the flag to change. [GatewayFlags], [WorkerFlags],
+// [TracingFlags] and [RemoteFlags] (of a [bus.RemoteConfig]) are the one
+// table of their flags, which [Bind] binds into a config;
+// [NewGatewayFrom] and [NewWorkerFrom] build the process a config
+// describes, the test cluster's included: the aggregator and the ingress
+// take their settings from the config, and keys held in memory from
+// [WithAuth], never another package's options passed through.
 //
 // A [Gateway] is an ingress process: the aggregator, the ingress's HTTP
 // server, the registry of announced tools, the jobs service and the

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/internal/callstats"
 	"github.com/toolbus/toolbus/internal/egress"
@@ -70,8 +71,11 @@ type Gateway struct {
 
 type gatewaySettings struct {
 	common
+	// aggOpts and ingOpts are what a config asks of the aggregator and
+	// the ingress ([withParts], [WithAuth]), after the gateway's own.
 	aggOpts    []aggregator.Option
 	ingOpts    []ingress.Option
+	authOff    bool
 	registry   bool
 	retention  time.Duration
 	validate   bool
@@ -107,22 +111,26 @@ func WithA2A(allow []string, opts ...a2a.Option) GatewayOption {
 	})
 }
 
-// WithAggregatorOptions passes opts to [aggregator.New], after the
-// gateway's own (prefix, logger, idempotency store, retry-safe tools).
-func WithAggregatorOptions(opts ...aggregator.Option) GatewayOption {
+// WithAuth authenticates the gateway's callers with a
+// ([ingress.WithAuth]), in place of what a config's [AuthConfig] loads:
+// for a program that holds its keys itself, such as a test. Default: no
+// authentication, every caller reaches every tool.
+func WithAuth(a auth.Config) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
-		c.aggOpts = append(c.aggOpts, opts...)
+		c.ingOpts = append(c.ingOpts, ingress.WithAuth(a))
+		c.authOff = false
 		return nil
 	})
 }
 
-// WithIngressOptions passes opts to [ingress.New], after the gateway's own
-// (fairness on at its defaults, the aggregator's deadline policy, logger,
-// readiness, jobs, registry, metrics): an [ingress.WithFairness] among
-// them replaces the gateway's.
-func WithIngressOptions(opts ...ingress.Option) GatewayOption {
+// withParts builds the aggregator and the ingress with aggOpts and
+// ingOpts after the gateway's own: [NewGatewayFrom] gives those its
+// config makes; authOff says that it turns authentication off.
+func withParts(aggOpts []aggregator.Option, ingOpts []ingress.Option, authOff bool) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
-		c.ingOpts = append(c.ingOpts, opts...)
+		c.aggOpts = append(c.aggOpts, aggOpts...)
+		c.ingOpts = append(c.ingOpts, ingOpts...)
+		c.authOff = authOff
 		return nil
 	})
 }
@@ -234,8 +242,9 @@ func WithMetrics(reg *prometheus.Registry) GatewayOption {
 }
 
 // NewGateway makes a gateway on nc whose background setups and readiness
-// go through st; opts are applied in order. Nothing runs before
-// [Gateway.Start].
+// go through st; opts are applied in order. Its aggregator and ingress
+// take their packages' defaults; [NewGatewayFrom] builds them from a
+// config. Nothing runs before [Gateway.Start].
 func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway, error) {
 	if nc == nil || st == nil {
 		return nil, errors.New("node: gateway needs a NATS connection and a startup")
@@ -249,6 +258,9 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		if err := o.applyGateway(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.authOff {
+		cfg.log.Warn("authentication is off: every caller reaches every tool")
 	}
 	g := &Gateway{nc: nc, st: st, cfg: cfg}
 

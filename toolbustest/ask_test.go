@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/schema"
@@ -127,12 +126,12 @@ func TestConfirmUnansweredFails(t *testing.T) {
 }
 
 func TestConfirmAnswerOfAnotherCallerRefused(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil), toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+	c := toolbustest.Start(t, toolbustest.WithJobs(nil), toolbustest.WithAuth(auth.Config{
 		Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"confirm", "rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"confirm", "rpc.jobs.*"}},
 		},
-	})))
+	}))
 	alice := []string{"Authorization", "Bearer alice-key"}
 	id := submitConfirm(t, c, alice...)
 	waitAsked(t, c, id, alice...)

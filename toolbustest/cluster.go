@@ -15,12 +15,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -71,8 +74,9 @@ func (w *Worker) Kill() { w.Conn.Close() }
 type options struct {
 	register   []func(*worker.Runtime) error
 	noWorker   bool
-	aggOpts    []aggregator.Option
-	ingOpts    []ingress.Option
+	gateway    []func(*node.GatewayConfig)
+	auth       *auth.Config
+	tracer     trace.TracerProvider
 	workerOpts []worker.Option
 	logger     *slog.Logger
 	jobs       bool
@@ -100,14 +104,24 @@ func WithTools(register func(rt *worker.Runtime) error) Option {
 // WithoutWorker starts no worker; add them with [Cluster.AddWorker].
 func WithoutWorker() Option { return func(o *options) { o.noWorker = true } }
 
-// WithAggregatorOptions passes options to [aggregator.New].
-func WithAggregatorOptions(opts ...aggregator.Option) Option {
-	return func(o *options) { o.aggOpts = append(o.aggOpts, opts...) }
+// WithGateway changes the config every ingress of the cluster is built
+// from ([node.NewGatewayFrom]): its limits, deadlines, liveness, caps and
+// fairness. It may be given more than once; the changes apply in order.
+// The config starts as [node.DefaultGatewayConfig] with authentication
+// off and no jobs, idempotency, discovery, A2A or metrics, which the
+// cluster's own options turn on.
+func WithGateway(change func(c *node.GatewayConfig)) Option {
+	return func(o *options) { o.gateway = append(o.gateway, change) }
 }
 
-// WithIngressOptions passes options to [ingress.New].
-func WithIngressOptions(opts ...ingress.Option) Option {
-	return func(o *options) { o.ingOpts = append(o.ingOpts, opts...) }
+// WithAuth has every ingress authenticate its callers with a
+// ([node.WithAuth]). Default: authentication off.
+func WithAuth(a auth.Config) Option { return func(o *options) { o.auth = &a } }
+
+// WithTracerProvider has every ingress make its spans with tp (default
+// the global provider).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
 }
 
 // WithWorkerOptions passes options to [worker.New] for every worker.
@@ -261,24 +275,18 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	t.Cleanup(nc.Close)
 	st := startup(t, o.logger)
-	opts := []node.GatewayOption{node.WithLogger(o.logger),
-		node.WithAggregatorOptions(o.aggOpts...), node.WithIngressOptions(o.ingOpts...)}
-	if o.idem {
-		opts = append(opts, node.WithIdempotency(o.idemTTL, 0))
-	}
+	cfg, tel := c.gatewayConfig()
+	var opts []node.GatewayOption
 	if o.jobs {
 		opts = append(opts, node.WithJobs(o.jobsOpts...), node.WithJobRunner(o.runnerOpts...))
-	}
-	if o.discovery {
-		opts = append(opts, node.WithRegistry())
 	}
 	if o.a2a {
 		opts = append(opts, node.WithA2A(o.a2aAllow, o.a2aOpts...))
 	}
-	if o.metrics != nil && len(c.ingresses) == 0 {
-		opts = append(opts, node.WithMetrics(o.metrics))
+	if o.auth != nil {
+		opts = append(opts, node.WithAuth(*o.auth))
 	}
-	g, err := node.NewGateway(nc, st, opts...)
+	g, err := node.NewGatewayFrom(nc, st, cfg, tel, opts...)
 	if err != nil {
 		t.Fatalf("toolbustest: %v", err)
 	}
@@ -309,6 +317,31 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	}
 	c.ingresses = append(c.ingresses, ing)
 	return ing
+}
+
+// gatewayConfig returns the config and the telemetry of the cluster's
+// next ingress: [node.DefaultGatewayConfig] on a free loopback port,
+// with what the cluster's options turn on and change. The metrics go to
+// the registry of [WithMetrics] for the first ingress only.
+func (c *Cluster) gatewayConfig() (node.GatewayConfig, node.Telemetry) {
+	o := c.opts
+	cfg := node.DefaultGatewayConfig()
+	cfg.Listen, cfg.Version, cfg.Auth.Mode = "127.0.0.1:0", "dev", "off"
+	cfg.Jobs.On, cfg.A2A.On = false, false
+	cfg.Idempotency.On = o.idem
+	if o.idemTTL != 0 {
+		cfg.Idempotency.TTL = o.idemTTL
+	}
+	cfg.Discovery = o.discovery
+	cfg.Metrics = o.metrics != nil && len(c.ingresses) == 0
+	for _, change := range o.gateway {
+		change(&cfg)
+	}
+	tel := node.Telemetry{Log: o.logger, Metrics: o.metrics, Tracer: o.tracer}
+	if tel.Tracer == nil {
+		tel.Tracer = otel.GetTracerProvider()
+	}
+	return cfg, tel
 }
 
 // hear waits until ing's registry lists every tool of w as live, so that

@@ -33,9 +33,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -794,12 +794,14 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 	// six calls that hold their seat has one let in at once, two queued
 	// behind it and three refused.
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithMetrics(prometheus.NewRegistry()),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{
 				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "sleep"}},
 				{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Allow: []string{"echo", "fail"}, Operator: true},
 			},
-		}), ingress.WithFairness(ingress.Fairness{Seats: 1, HoldMin: time.Minute, HoldMax: time.Minute, CallerMaxQueued: 2})))
+		}), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.FairSeats, c.FairHoldMin, c.FairHoldMax, c.CallerMaxQueued = 1, time.Minute, time.Minute, 2
+		}))
 	waitForTool(t, c, "echo")
 	waitForTool(t, c, "sleep")
 	if r := c.Call(t, "echo", `["hi"]`, "Authorization", "Bearer alice-key"); r.Error != nil {
@@ -995,13 +997,13 @@ func echoTool(rt *worker.Runtime) error {
 func TestDashboardShowsConflicts(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
 		toolbustest.WithTools(echoTool), toolbustest.WithTools(addTool("Adds a and b.")),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{
 				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "math.add"}},
 				{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"echo"}},
 				{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Operator: true},
 			},
-		})))
+		}))
 	waitForTool(t, c, "math.add")
 	c.AddWorker(t, addTool("Adds a and b, as integers."))
 	var others []string

@@ -16,7 +16,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
-	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -128,7 +128,9 @@ func TestValidationAtTheIngress(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			calls.Store(0)
 			c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithTools(mathTools(&calls)),
-				toolbustest.WithIngressOptions(ingress.WithValidation(tt.validate)))
+				toolbustest.WithGateway(func(c *node.GatewayConfig) {
+					c.ValidateParams = tt.validate
+				}))
 			toolbustest.Eventually(t, func() bool { return workersOf(c.Registry, "math.add") == 1 }, "math.add appears")
 			r := c.Call(t, "math.add", tt.params)
 			if !tt.wantErr {

@@ -14,8 +14,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/internal/fair"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -281,9 +282,11 @@ func TestToolErrorsPassThrough(t *testing.T) {
 }
 
 func TestLimitsNameThemselves(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithIngressOptions(ingress.WithLimits(ingress.Limits{
-		MaxBodyBytes: 2048, MaxBatchItems: 3, MaxDepth: 5,
-	})))
+	c := toolbustest.Start(t, toolbustest.WithGateway(func(c *node.GatewayConfig) {
+		c.Limits = ingress.Limits{
+			MaxBodyBytes: 2048, MaxBatchItems: 3, MaxDepth: 5,
+		}
+	}))
 	call := `{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}`
 	for _, tc := range []struct {
 		name   string
@@ -336,7 +339,12 @@ func TestFanOutOfSleepingCalls(t *testing.T) {
 }
 
 func TestOverloadIsRefusedWithRetryHint(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithAggregatorOptions(aggregator.WithMaxInFlight(2)))
+	c := toolbustest.Start(t, toolbustest.WithGateway(func(c *node.GatewayConfig) {
+		c.MaxInFlight = 2
+		// A caller's queue stays as long as the fair scheduler's own
+		// default, not --max-in-flight's.
+		c.CallerMaxQueued = fair.DefaultFlowMaxQueued
+	}))
 	rs := c.Batch(t, `[
 		{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":300}},
 		{"jsonrpc":"2.0","id":2,"method":"sleep","params":{"ms":300}},

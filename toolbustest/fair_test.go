@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -78,12 +79,14 @@ func (l *ledger) started() int {
 func fairCluster(t *testing.T, f ingress.Fairness) (*toolbustest.Cluster, *ledger) {
 	t.Helper()
 	l := &ledger{ids: map[string]bool{}}
-	c := toolbustest.Start(t, toolbustest.WithTools(l.tools), toolbustest.WithIngressOptions(
-		ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
-			{Name: "flood", SHA256: auth.HashAPIKey("flood-key"), Allow: []string{"work"}},
-			{Name: "victim", SHA256: auth.HashAPIKey("victim-key"), Allow: []string{"work"}},
-		}}),
-		ingress.WithFairness(f)))
+	c := toolbustest.Start(t, toolbustest.WithTools(l.tools), toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
+		{Name: "flood", SHA256: auth.HashAPIKey("flood-key"), Allow: []string{"work"}},
+		{Name: "victim", SHA256: auth.HashAPIKey("victim-key"), Allow: []string{"work"}},
+	}}), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+		c.Fair = !f.Off
+		c.FairSeats, c.FairHoldMin, c.FairHoldMax = f.Seats, f.HoldMin, f.HoldMax
+		c.FairCPUTarget, c.CallerMaxQueued = f.CPUTarget, f.CallerMaxQueued
+	}))
 	return c, l
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -118,8 +118,11 @@ func TestJobOfALostWorker(t *testing.T) {
 			// The aggregator publishes a call once, so that the runner is
 			// the one to run the job again.
 			c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithJobs(nil),
-				toolbustest.WithAggregatorOptions(aggregator.WithHeartbeat(50*time.Millisecond, 3),
-					aggregator.WithRetrySafe("idem.*"), aggregator.WithMaxAttempts(1)))
+				toolbustest.WithGateway(func(c *node.GatewayConfig) {
+					c.Heartbeat, c.HeartbeatMisses = 50*time.Millisecond, 3
+					c.RetrySafe = []string{"idem.*"}
+					c.MaxAttempts = 1
+				}))
 			started := make(chan struct{}, 1)
 			release := make(chan struct{})
 			first := c.AddWorker(t, func(rt *worker.Runtime) error {

@@ -13,8 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -146,11 +146,12 @@ func TestMCPConfirmElicited(t *testing.T) {
 // gets its result; and the same retry again gets the same result.
 func TestMCPConfirmInputRequests(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithMCPStateKey([]byte("the replicas' shared state key")),
-			ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
-				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},
-				{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},
-			}})))
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},
+			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},
+		}}), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.MCPStateKey = "the replicas' shared state key"
+		}))
 	other := c.AddIngress(t)
 	toolbustest.Eventually(t, func() bool { return c.Jobs.Promotable(context.Background(), "confirm") }, "a job runner serves confirm")
 

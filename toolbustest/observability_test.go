@@ -13,7 +13,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -26,7 +25,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
 	c := toolbustest.Start(t,
-		toolbustest.WithIngressOptions(ingress.WithTracerProvider(tp)),
+		toolbustest.WithTracerProvider(tp),
 		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
 
 	const agentTrace = "0af7651916cd43dd8448eb211c80319c"
@@ -79,7 +78,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 func TestMetricsAcrossTheCluster(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
-		toolbustest.WithIngressOptions(ingress.WithMetrics(reg)),
+		toolbustest.WithMetrics(reg),
 		toolbustest.WithWorkerOptions(worker.WithMetrics(reg)))
 	toolbustest.Eventually(t, func() bool { return c.Registry.Known("echo") }, "the registry knows echo")
 	for range 3 {
@@ -118,7 +117,7 @@ func TestJobJoinsSubmittersTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
 	c := toolbustest.Start(t, toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithTracerProvider(tp)),
+		toolbustest.WithTracerProvider(tp),
 		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
 
 	const agentTrace = "5b8aa5a2d2c872e8321cf37308d69df2"

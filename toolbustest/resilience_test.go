@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/aggregator"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -32,7 +32,9 @@ func hanging(method string, entered chan<- struct{}, release <-chan struct{}) fu
 
 func TestDeadWorkerIsNoticedLongBeforeTheDeadline(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithoutWorker(),
-		toolbustest.WithAggregatorOptions(aggregator.WithHeartbeat(50*time.Millisecond, 3)))
+		toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Heartbeat, c.HeartbeatMisses = 50*time.Millisecond, 3
+		}))
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	w := c.AddWorker(t, hanging("work.hang", entered, release))
@@ -60,7 +62,10 @@ func TestDeadWorkerIsNoticedLongBeforeTheDeadline(t *testing.T) {
 
 func TestRetrySafeCallMovesToAnotherWorker(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithoutWorker(),
-		toolbustest.WithAggregatorOptions(aggregator.WithHeartbeat(50*time.Millisecond, 3), aggregator.WithRetrySafe("work.*")))
+		toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Heartbeat, c.HeartbeatMisses = 50*time.Millisecond, 3
+			c.RetrySafe = []string{"work.*"}
+		}))
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
 	w := c.AddWorker(t, hanging("work.idem", entered, release))
@@ -188,7 +193,9 @@ func TestIdempotencyKeyAcrossIngresses(t *testing.T) {
 func TestOverloadIsRefusedQuickly(t *testing.T) {
 	const slots = 4
 	c := toolbustest.Start(t,
-		toolbustest.WithAggregatorOptions(aggregator.WithBusyWait(100*time.Millisecond)),
+		toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.BusyWait = 100 * time.Millisecond
+		}),
 		toolbustest.WithTools(func(rt *worker.Runtime) error {
 			return rt.HandleFunc("work.slow", func(ctx context.Context, _ *worker.Request) (any, error) {
 				select {

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/discovery"
-	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/ingress/dashboard"
 	"github.com/toolbus/toolbus/schema"
@@ -37,12 +36,12 @@ func securedCluster(t *testing.T) *toolbustest.Cluster {
 	return toolbustest.Start(t,
 		toolbustest.WithTools(whoami),
 		toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{
 				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
 				{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.jobs.*"}},
 			},
-		})))
+		}))
 }
 
 func TestCallerReachesTheWorker(t *testing.T) {
@@ -130,9 +129,9 @@ func TestJobsBelongToTheirCaller(t *testing.T) {
 
 func TestMCPNeedsCredentials(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{
+		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{">"}}},
-		})))
+		}))
 	status, body := c.PostURL(t, c.BaseURL+"/mcp", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
 		"Accept", "application/json, text/event-stream")
 	if status != http.StatusUnauthorized {
@@ -223,11 +222,11 @@ func getJSON(t *testing.T, url string, v any, header ...string) {
 // caller sees its own, an operator everyone's.
 func TestDashboardShowsOwnJobs(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithJobs(nil),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
 			{Name: "ops", SHA256: auth.HashAPIKey("ops-key"), Operator: true},
-		}})))
+		}}))
 	r := c.Call(t, "rpc.jobs.submit", `{"method":"who.ami"}`, "X-Api-Key", "alice-key")
 	var job struct{ ID string }
 	if r.Error != nil || json.Unmarshal(r.Result, &job) != nil {
@@ -260,9 +259,9 @@ func TestDashboardShowsOwnJobs(t *testing.T) {
 // show bob the one tool he may call.
 func TestDiscoveryShowsWhatTheCallerMayCall(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithDiscovery(),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.ami", "rpc.discover"}},
-		}})))
+		}}))
 	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("secret"); return ok }, "tools appear")
 
 	r := c.Call(t, discovery.Method, "", "X-Api-Key", "bob-key")

@@ -20,10 +20,11 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -290,21 +291,24 @@ func TestHostileTenant(t *testing.T) {
 		toolbustest.WithTools(tenantTools),
 		toolbustest.WithJobs([]jobs.Option{jobs.WithCallerMaxQueued(tenantQueuedJobs)}, jobs.WithRunConcurrency(tenantRunSlots)),
 		toolbustest.WithIdempotency(time.Hour),
-		toolbustest.WithAggregatorOptions(
-			aggregator.WithMaxInFlight(tenantMaxInFlight),
-			aggregator.WithIdempotencyCallerLimits(tenantIdemRecords, 64<<20)),
-		toolbustest.WithIngressOptions(
-			ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
-				{Name: "flood", SHA256: auth.HashAPIKey("flood-key"), Allow: []string{"echo", "hold", "big", "work", "rpc.jobs.*"}},
-				{Name: "quiet", SHA256: auth.HashAPIKey("quiet-key"), Allow: []string{"echo", "work", "rpc.jobs.*"}},
-			}}),
-			ingress.WithLimits(ingress.Limits{MaxBodyBytes: tenantMaxBody}),
-			ingress.WithMaxBytesInFlight(tenantMaxBytes),
-			ingress.WithWebSocketMaxUnsentBytes(tenantWSUnsent),
-			ingress.WithWebSocketWriteTimeout(2*time.Second),
-			ingress.WithMaxHeaderBytes(tenantMaxHeader),
-			ingress.WithMaxConnsPerAddr(tenantConnsPerAddr),
-			ingress.WithMetrics(reg)))
+		toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.MaxInFlight = tenantMaxInFlight
+			// A caller's queue stays as long as the fair scheduler's own
+			// default, not --max-in-flight's.
+			c.CallerMaxQueued = fair.DefaultFlowMaxQueued
+			c.Idempotency.CallerMaxRecords, c.Idempotency.CallerMaxBytes = tenantIdemRecords, 64<<20
+			c.Limits = ingress.Limits{MaxBodyBytes: tenantMaxBody}
+			c.MaxBytesInFlight = tenantMaxBytes
+			c.WSMaxUnsentBytes = tenantWSUnsent
+			c.WSWriteTimeout = 2 * time.Second
+			c.MaxHeaderBytes = tenantMaxHeader
+			c.MaxConnsPerAddr = tenantConnsPerAddr
+		}),
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
+			{Name: "flood", SHA256: auth.HashAPIKey("flood-key"), Allow: []string{"echo", "hold", "big", "work", "rpc.jobs.*"}},
+			{Name: "quiet", SHA256: auth.HashAPIKey("quiet-key"), Allow: []string{"echo", "work", "rpc.jobs.*"}},
+		}}),
+		toolbustest.WithMetrics(reg))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	quiet := newTenantClient(t, c.URL, "quiet-key", "127.0.0.1")

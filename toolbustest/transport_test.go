@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/toolbus/toolbus/ingress"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -179,7 +180,9 @@ func TestRESTCluster(t *testing.T) {
 // off.
 func TestJSONRPC1Cluster(t *testing.T) {
 	const body = `{"method":"subtract","params":[42,23],"id":1}`
-	on := toolbustest.Start(t, toolbustest.WithIngressOptions(ingress.WithJSONRPC1(true)))
+	on := toolbustest.Start(t, toolbustest.WithGateway(func(c *node.GatewayConfig) {
+		c.JSONRPC1 = true
+	}))
 	if _, got := on.Post(t, body); string(got) != `{"result":19,"error":null,"id":1}` {
 		t.Errorf("1.0 on: answer %s, want the 1.0 form", got)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
 	"go.uber.org/goleak"
 
-	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
@@ -90,10 +89,10 @@ func secured(t *testing.T, g *gate) *toolbustest.Cluster {
 	jobsRPC := []string{"rpc.jobs.*"}
 	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
 		toolbustest.WithA2A([]string{"127.0.0.1"}, toolbusa2a.WithPublicSkills("echo")),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: append(jobsRPC, "echo", "slow", "fail")},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: append(jobsRPC, "echo")},
-		}})))
+		}}))
 	t.Cleanup(g.open)
 	waitForTools(t, c, "echo", "slow", "fail", "secret")
 	return c

@@ -15,7 +15,6 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 
-	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
@@ -47,10 +46,10 @@ func asking(t *testing.T) *toolbustest.Cluster {
 	allow := []string{"rpc.jobs.*", "confirm", "name"}
 	c := toolbustest.Start(t, toolbustest.WithTools(toolbustest.Demo), toolbustest.WithTools(nameTool),
 		toolbustest.WithJobs(nil), toolbustest.WithDiscovery(), toolbustest.WithA2A([]string{"127.0.0.1"}),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: allow},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: allow},
-		}})))
+		}}))
 	waitForTools(t, c, "confirm", "name")
 	return c
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
@@ -205,10 +204,10 @@ func TestOneCallersSubscriptionsLeaveOthersAlone(t *testing.T) {
 			var h holds
 			c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithJobs(tc.opts), toolbustest.WithDiscovery(),
 				toolbustest.WithA2A(nil),
-				toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+				toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 					{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*", "hold"}},
 					{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"rpc.jobs.*", "hold"}},
-				}})))
+				}}))
 			t.Cleanup(h.openAll)
 			waitForTools(t, c, "hold")
 			nc, err := c.NATS.Connect()
@@ -346,9 +345,9 @@ func TestAtItsBoundNoTaskIsMade(t *testing.T) {
 	var h holds
 	c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithDiscovery(),
 		toolbustest.WithJobs([]jobs.Option{jobs.WithMaxSubscriptions(100, 2)}), toolbustest.WithA2A(nil),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*", "hold"}},
-		}})))
+		}}))
 	t.Cleanup(h.openAll) // before the cluster stops: its jobs end
 	waitForTools(t, c, "hold")
 	ctx := bounded(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/toolbustest"
 )
 
@@ -23,7 +24,9 @@ func nested(depth int) string {
 func TestRequestLimits(t *testing.T) {
 	const maxDepth, maxBody = 8, 64 << 10
 	c := toolbustest.Start(t, toolbustest.WithTools(tools(newGate())), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A(nil), toolbustest.WithIngressOptions(ingress.WithLimits(ingress.Limits{MaxDepth: maxDepth, MaxBodyBytes: maxBody})))
+		toolbustest.WithA2A(nil), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Limits = ingress.Limits{MaxDepth: maxDepth, MaxBodyBytes: maxBody}
+		}))
 	// The request object and its params are two levels; the metadata
 	// brings the rest.
 	get := func(metadata string) string {

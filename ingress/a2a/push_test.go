@@ -12,7 +12,6 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 
-	"github.com/toolbus/toolbus/ingress"
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/schema"
@@ -33,11 +32,11 @@ func limited(t *testing.T, g *gate) *toolbustest.Cluster {
 	allow := []string{"rpc.jobs.*", "echo", "slow"}
 	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
 		toolbustest.WithA2A([]string{"127.0.0.1"}, toolbusa2a.WithPushCallerLimits(testMaxConfigs, testMaxBytes)),
-		toolbustest.WithIngressOptions(ingress.WithAuth(auth.Config{Keys: []auth.APIKey{
+		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: allow},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: allow},
 			{Name: "carol", SHA256: auth.HashAPIKey("carol-key"), Allow: allow},
-		}})))
+		}}))
 	t.Cleanup(g.open)
 	waitForTools(t, c, "echo", "slow")
 	return c
