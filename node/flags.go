@@ -180,6 +180,15 @@ var TracingFlags = []Flag[TracingConfig]{
 	{"trace-sample", "share of new traces recorded, 0 to 1; a call whose caller's trace is sampled is always recorded", func(c *TracingConfig) any { return &c.Sample }},
 }
 
+// DevFlags are the flags of a [DevConfig] of its own, which `toolbus dev`
+// has beside its gateway's and its worker's.
+var DevFlags = []Flag[DevConfig]{
+	{"nats-listen", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)", func(c *DevConfig) any { return &c.NATS.Listen }},
+	{"nats-token", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none", func(c *DevConfig) any { return &c.NATS.Token }},
+	{"local-calls", "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)", func(c *DevConfig) any { return &c.LocalCalls }},
+	{"data", "directory of the embedded JetStream store (default: a temporary directory removed at exit)", func(c *DevConfig) any { return &c.NATS.DataDir }},
+}
+
 // RemoteFlags are the flags of a [bus.RemoteConfig] but its inbox prefix,
 // which every command that joins NATS over the network has.
 var RemoteFlags = []Flag[bus.RemoteConfig]{

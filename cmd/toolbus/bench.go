@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/bench"
+	"github.com/toolbus/toolbus/node"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -98,7 +99,9 @@ func startBenchCluster(ctx context.Context, spec bench.ClusterSpec) (string, fun
 	if spec.TCP {
 		natsModule = embeddedTCPModule()
 	}
-	gc, wc := devConfigs("127.0.0.1:0")
+	dc := node.DefaultDevConfig()
+	dc.Gateway.Listen = "127.0.0.1:0"
+	gc, wc := dc.Gateway, dc.Worker
 	if spec.MaxInFlight > 0 {
 		gc.MaxInFlight = spec.MaxInFlight
 	}

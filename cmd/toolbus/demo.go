@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/clientcli"
+	"github.com/toolbus/toolbus/node"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -22,7 +23,9 @@ and prints a table of id, method, outcome and latency. It exits 0 when every
 call had the outcome it should.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gc, wc := devConfigs("127.0.0.1:0")
+			dc := node.DefaultDevConfig()
+			dc.Gateway.Listen = "127.0.0.1:0"
+			gc, wc := dc.Gateway, dc.Worker
 			var addr ingressAddr
 			var st *bus.Startup
 			app := newApp(

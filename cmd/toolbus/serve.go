@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,29 +13,12 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/listen"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 )
 
-// devConfigs are the configs of the commands that run the whole cluster
-// in one process (dev, demo, bench): the ingress on listen with
-// authentication off, and a worker whose metrics the ingress serves.
-func devConfigs(listen string) (node.GatewayConfig, node.WorkerConfig) {
-	gc, wc := node.DefaultGatewayConfig(), node.DefaultWorkerConfig()
-	gc.Listen, gc.Auth.Mode = listen, "off"
-	wc.MetricsListen = ""
-	return gc, wc
-}
-
 func newDevCmd() *cobra.Command {
-	gc, wc := devConfigs("127.0.0.1:8080")
-	var (
-		natsListen string
-		natsToken  string
-		dataDir    string
-		localCalls bool
-	)
+	dc := node.DefaultDevConfig()
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process: embedded NATS, ingress and demo workers",
@@ -53,20 +35,16 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The worker shares the ingress's prefix, and the process's
 			// tracing is the ingress's.
-			wc.Prefix = gc.Prefix
-			if err := errors.Join(wc.Validate(), gc.Validate()); err != nil {
+			dc.Worker.Prefix = dc.Gateway.Prefix
+			if err := dc.Validate(); err != nil {
 				return err
-			}
-			if natsListen != "" {
-				if err := listen.Check(natsListen, `choose another address with --nats-listen, or --nats-listen "" for none`); err != nil {
-					return err
-				}
 			}
 			if err := servePprof(); err != nil {
 				return err
 			}
+			gc, wc := dc.Gateway, dc.Worker
 			var local *localWorker
-			if localCalls {
+			if dc.LocalCalls {
 				local = &localWorker{}
 				gc.Local = local
 			}
@@ -74,7 +52,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			var emb *bus.Embedded
 			var st *bus.Startup
 			app := newTracedApp(gc.Tracing, tracingService(cmd),
-				embeddedModule(bus.EmbeddedConfig{Listen: natsListen, Token: natsToken, DataDir: dataDir}),
+				embeddedModule(dc.NATS),
 				workerModule(wc, local),
 				ingressModule(gc),
 				fx.Populate(&addr, &emb, &st),
@@ -96,13 +74,10 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 		},
 	}
 	f := cmd.Flags()
-	node.Bind(f, &gc, node.GatewayFlags)
-	node.Bind(f, &wc, node.WorkerFlags)
-	node.Bind(f, &gc.Tracing, node.TracingFlags)
-	f.StringVar(&natsListen, "nats-listen", "127.0.0.1:4222", "TCP address of the embedded NATS server for outside clients (port 0 picks a free port, empty for none)")
-	f.StringVar(&natsToken, "nats-token", "", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none")
-	f.BoolVar(&localCalls, "local-calls", true, "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)")
-	f.StringVar(&dataDir, "data", "", "directory of the embedded JetStream store (default: a temporary directory removed at exit)")
+	node.Bind(f, &dc.Gateway, node.GatewayFlags)
+	node.Bind(f, &dc.Worker, node.WorkerFlags)
+	node.Bind(f, &dc.Gateway.Tracing, node.TracingFlags)
+	node.Bind(f, &dc, node.DevFlags)
 	return cmd
 }
 

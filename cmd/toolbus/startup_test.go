@@ -17,6 +17,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -159,7 +160,9 @@ func reason(e *schema.Error) string {
 // ready by themselves once the server is there.
 func TestIngressStartsBeforeNATS(t *testing.T) {
 	g := newGate(t)
-	ic, wc := devConfigs("127.0.0.1:0")
+	dc := node.DefaultDevConfig()
+	dc.Gateway.Listen = "127.0.0.1:0"
+	ic, wc := dc.Gateway, dc.Worker
 	var (
 		addr    ingressAddr
 		ingSt   *bus.Startup
