@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"sync/atomic"
 
 	"github.com/toolbus/toolbus/internal/latest"
 	"github.com/toolbus/toolbus/schema"
@@ -203,4 +204,25 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 type localAnswer struct {
 	result json.RawMessage
 	err    *schema.Error
+}
+
+// Deferred offers calls to a runtime set after whoever offers them was
+// made, as `toolbus dev` makes its ingress's aggregator before its worker:
+// it is an aggregator.Local. Until [Deferred.Set], TryInvoke declines
+// every call (ok false, so the call goes over the bus), and afterwards it
+// is the runtime's [Runtime.TryInvoke]. The zero value is ready to use;
+// it is safe for concurrent use.
+type Deferred struct{ rt atomic.Pointer[Runtime] }
+
+// Set hands the calls d is offered to rt from now on.
+func (d *Deferred) Set(rt *Runtime) { d.rt.Store(rt) }
+
+// TryInvoke is [Runtime.TryInvoke] of the runtime [Deferred.Set] gave,
+// and declines the call before one was given.
+func (d *Deferred) TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, rpcErr *schema.Error, ok bool) {
+	rt := d.rt.Load()
+	if rt == nil {
+		return nil, nil, false
+	}
+	return rt.TryInvoke(ctx, call)
 }

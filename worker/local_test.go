@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testwait"
 	"github.com/toolbus/toolbus/schema"
@@ -138,6 +139,27 @@ func TestTryInvokeDeclines(t *testing.T) {
 			t.Errorf("TryInvoke(tool) = %s, %v, %v; want \"quick\", ok true", res, rpcErr, ok)
 		}
 	})
+}
+
+var _ aggregator.Local = (*worker.Deferred)(nil)
+
+// TestDeferred checks that a Deferred declines calls until it is given a
+// runtime, and then runs them there.
+func TestDeferred(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{})
+	s := newStubborn()
+	if err := c.rt.Handle("tool", s); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	var d worker.Deferred
+	if res, rpcErr, ok := d.TryInvoke(context.Background(), localCall("tool", "")); ok || res != nil || rpcErr != nil || s.runs.Load() != 0 {
+		t.Errorf("TryInvoke before Set = %s, %v, %v (%d runs); want nothing, ok false, no run", res, rpcErr, ok, s.runs.Load())
+	}
+	d.Set(c.rt)
+	if res, rpcErr, ok := d.TryInvoke(context.Background(), localCall("tool", "")); !ok || rpcErr != nil || string(res) != `"quick"` {
+		t.Errorf("TryInvoke after Set = %s, %v, %v; want \"quick\", ok true", res, rpcErr, ok)
+	}
 }
 
 // TestTryInvokeAnswersAsInvoke checks that a call taken by TryInvoke gets

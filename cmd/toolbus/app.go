@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,7 +17,6 @@ import (
 	"github.com/toolbus/toolbus/internal/listen"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
-	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -118,7 +115,7 @@ func ingressModule(cfg node.GatewayConfig) fx.Option {
 // workerModule runs the worker cfg describes, on a connection of its own,
 // and hooks its start and stop to the application's; local, when not nil,
 // is given its runtime.
-func workerModule(cfg node.WorkerConfig, local *localWorker) fx.Option {
+func workerModule(cfg node.WorkerConfig, local *worker.Deferred) fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, connect connector, tel node.Telemetry, st *bus.Startup) error {
 		if err := cfg.Validate(); err != nil {
 			return err
@@ -145,28 +142,11 @@ func workerModule(cfg node.WorkerConfig, local *localWorker) fx.Option {
 			},
 		})
 		if local != nil {
-			local.rt.Store(w.Runtime)
+			local.Set(w.Runtime)
 		}
 		tel.Log.Info("worker serving", "methods", w.Runtime.Methods())
 		return nil
 	})
-}
-
-// localWorker hands the dev command's ingress the worker runtime of the
-// same process, once the worker module has made it: the aggregator's
-// [aggregator.Local]. Before that, and for a method the runtime does not
-// serve or has no free slot for, calls go over the bus.
-type localWorker struct {
-	rt atomic.Pointer[worker.Runtime]
-}
-
-// TryInvoke implements [aggregator.Local].
-func (l *localWorker) TryInvoke(ctx context.Context, call *schema.Call) (json.RawMessage, *schema.Error, bool) {
-	rt := l.rt.Load()
-	if rt == nil {
-		return nil, nil, false
-	}
-	return rt.TryInvoke(ctx, call)
 }
 
 // newApp builds an fx application from modules, logging through the

@@ -36,7 +36,7 @@ import (
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
-	maxLocalCallFiles = 24
+	maxLocalCallFiles = 23
 	// maxBusCallFiles bounds a call sent over the embedded NATS, as every
 	// call of a split deployment is (`toolbus dev --local-calls=false`):
 	// the bus adds the message, the envelope, the reply's reading and the

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
+	"github.com/toolbus/toolbus/worker"
 )
 
 func newDevCmd() *cobra.Command {
@@ -43,9 +44,9 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 				return err
 			}
 			gc, wc := dc.Gateway, dc.Worker
-			var local *localWorker
+			var local *worker.Deferred
 			if dc.LocalCalls {
-				local = &localWorker{}
+				local = &worker.Deferred{}
 				gc.Local = local
 			}
 			var addr ingressAddr
