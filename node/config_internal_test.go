@@ -72,24 +72,8 @@ func TestSecurityConfigAuth(t *testing.T) {
 }
 
 func TestSecurityConfigOperator(t *testing.T) {
-	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys.json")
 	body := `{"keys":[{"name":"ops","sha256":"` + auth.HashAPIKey("o") + `","operator":true},{"name":"crawler","sha256":"` + auth.HashAPIKey("k") + `"}]}`
-	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	secret := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := DefaultGatewayConfig()
-	fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
-	Bind(fs, &c, GatewayFlags)
-	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
-		"--jwt-operator-role", "toolbus-operator", "--jwt-roles-claim", "groups"}
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
+	c := authFlags(t, body, "--jwt-operator-role", "toolbus-operator", "--jwt-roles-claim", "groups")
 	a, err := c.Auth.Load()
 	if err != nil {
 		t.Fatalf("Auth.Load() error = %v", err)
@@ -106,25 +90,9 @@ func TestSecurityConfigOperator(t *testing.T) {
 // and the JWT's weight claim and exempt role, reach the authenticator;
 // a weight out of range is refused before the ingress is made.
 func TestSecurityConfigShares(t *testing.T) {
-	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys.json")
 	body := `{"keys":[{"name":"big","sha256":"` + auth.HashAPIKey("b") + `","weight":4},` +
 		`{"name":"probe","sha256":"` + auth.HashAPIKey("p") + `","exempt":true},{"name":"plain","sha256":"` + auth.HashAPIKey("k") + `"}]}`
-	if err := os.WriteFile(keys, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	secret := filepath.Join(dir, "secret")
-	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := DefaultGatewayConfig()
-	fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
-	Bind(fs, &c, GatewayFlags)
-	args := []string{"--auth-file", keys, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a",
-		"--jwt-weight-claim", "share", "--jwt-exempt-role", "probe"}
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
+	c := authFlags(t, body, "--jwt-weight-claim", "share", "--jwt-exempt-role", "probe")
 	a, err := c.Auth.Load()
 	if err != nil {
 		t.Fatalf("Auth.Load() error = %v", err)
@@ -140,16 +108,7 @@ func TestSecurityConfigShares(t *testing.T) {
 		t.Errorf("jwt = %+v, want weight claim share and exempt role probe", a.JWT)
 	}
 
-	bad := filepath.Join(dir, "bad.json")
-	if err := os.WriteFile(bad, []byte(`{"keys":[{"name":"big","sha256":"`+auth.HashAPIKey("b")+`","weight":5000}]}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c = DefaultGatewayConfig()
-	fs = pflag.NewFlagSet("ingress", pflag.ContinueOnError)
-	Bind(fs, &c, GatewayFlags)
-	if err := fs.Parse([]string{"--auth-file", bad}); err != nil {
-		t.Fatal(err)
-	}
+	c = authFlags(t, `{"keys":[{"name":"big","sha256":"`+auth.HashAPIKey("b")+`","weight":5000}]}`)
 	a, err = c.Auth.Load()
 	if err == nil {
 		_, err = ingress.New(nopDispatcher{}, ingress.WithAuth(a))
@@ -194,3 +153,27 @@ func TestParseMethodCaps(t *testing.T) {
 type nopDispatcher struct{}
 
 func (nopDispatcher) Dispatch(context.Context, []schema.Call, func(int, schema.Response)) {}
+
+// authFlags returns a gateway config bound from flags that name an
+// --auth-file holding keys, a JWT secret file, issuer and audience, and
+// more.
+func authFlags(t *testing.T, keys string, more ...string) GatewayConfig {
+	t.Helper()
+	dir := t.TempDir()
+	keysFile := filepath.Join(dir, "keys.json")
+	if err := os.WriteFile(keysFile, []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("a secret of thirty-two bytes, at least\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultGatewayConfig()
+	fs := pflag.NewFlagSet("ingress", pflag.ContinueOnError)
+	Bind(fs, &c, GatewayFlags)
+	args := append([]string{"--auth-file", keysFile, "--jwt-secret-file", secret, "--jwt-issuer", "i", "--jwt-audience", "a"}, more...)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
