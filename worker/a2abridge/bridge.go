@@ -80,12 +80,11 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithBackoff sets the bounds of the wait between attempts to read the
 // card of an agent that went away, which doubles from minWait up to
-// maxWait (defaults [DefaultMinBackoff] and [DefaultMaxBackoff]).
+// maxWait. A zero bound takes its default ([DefaultMinBackoff],
+// [DefaultMaxBackoff]); [New] refuses bounds that are negative or out of
+// order, as the bridge kernel checks them.
 func WithBackoff(minWait, maxWait time.Duration) Option {
 	return func(c *config) error {
-		if minWait <= 0 || maxWait < minWait {
-			return fmt.Errorf("a2abridge: backoff bounds must be positive and ordered, got %v and %v", minWait, maxWait)
-		}
 		c.kernel.MinBackoff, c.kernel.MaxBackoff = minWait, maxWait
 		return nil
 	}

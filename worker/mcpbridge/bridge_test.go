@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -305,5 +306,14 @@ func TestBridgeRestartsAStdioServer(t *testing.T) {
 	}, "the crashed server is started again")
 	if got, err := invoke(rt, "local.greet", `{"name":"again"}`, 5*time.Second); err != nil || string(got) != `"hello, again"` {
 		t.Fatalf("local.greet = %s, %v", got, err)
+	}
+}
+
+func TestNewRefusesBackoffOutOfOrder(t *testing.T) {
+	rt := newRuntime(t)
+	never := func() mcp.Transport { return nil }
+	_, err := mcpbridge.New(rt, never, mcpbridge.WithBackoff(time.Second, time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "backoff bounds must be positive and ordered, got 1s and 1ms") {
+		t.Errorf("New with backoff 1s..1ms = %v, want the bounds named", err)
 	}
 }
