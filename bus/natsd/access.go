@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/deploy"
+	"github.com/toolbus/toolbus/internal/cause"
 )
 
 // access is how clients join the server, as the ready lines say.
@@ -154,7 +155,7 @@ func (f secretFile) read() (secret string, made bool, err error) {
 			}
 			return secret, false, nil
 		case !errors.Is(err, fs.ErrNotExist):
-			return "", false, fmt.Errorf("cannot read %s; give a file this user can read: %w", f.named, rootCause(err))
+			return "", false, fmt.Errorf("cannot read %s; give a file this user can read: %w", f.named, cause.Root(err))
 		}
 		secret = f.make()
 		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -162,7 +163,7 @@ func (f secretFile) read() (secret string, made bool, err error) {
 			continue
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("cannot create %s; %s: %w", f.named, f.fixCreate, rootCause(err))
+			return "", false, fmt.Errorf("cannot create %s; %s: %w", f.named, f.fixCreate, cause.Root(err))
 		}
 		_, err = fh.WriteString(secret + "\n")
 		if cerr := fh.Close(); err == nil {
@@ -170,7 +171,7 @@ func (f secretFile) read() (secret string, made bool, err error) {
 		}
 		if err != nil {
 			os.Remove(f.path)
-			return "", false, fmt.Errorf("cannot write %s; %s: %w", f.named, f.fixWrite, rootCause(err))
+			return "", false, fmt.Errorf("cannot write %s; %s: %w", f.named, f.fixWrite, cause.Root(err))
 		}
 		return secret, true, nil
 	}

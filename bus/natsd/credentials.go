@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/toolbus/toolbus/deploy"
+	"github.com/toolbus/toolbus/internal/cause"
 )
 
 // CredentialsConfig is what [WriteCredentials] writes and where. Each
@@ -93,7 +94,7 @@ func writeSecretFile(path string, data []byte, force bool) error {
 	case errors.Is(err, fs.ErrExist):
 		return fmt.Errorf("--out %s exists and holds the passwords the cluster may be running with: give --force to replace them, or another --out", path)
 	case err != nil:
-		return fmt.Errorf("cannot create --out %s (%v): give a path in a directory this user can write", path, rootCause(err))
+		return fmt.Errorf("cannot create --out %s (%v): give a path in a directory this user can write", path, cause.Root(err))
 	}
 	// A file replaced with --force keeps its mode: make it private.
 	err = fh.Chmod(0o600)
@@ -104,7 +105,7 @@ func writeSecretFile(path string, data []byte, force bool) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("cannot write --out %s (%v): give a path on a writable file system", path, rootCause(err))
+		return fmt.Errorf("cannot write --out %s (%v): give a path on a writable file system", path, cause.Root(err))
 	}
 	return nil
 }

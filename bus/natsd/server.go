@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/toolbus/toolbus/internal/cause"
 	"github.com/toolbus/toolbus/internal/listen"
 )
 
@@ -214,7 +215,7 @@ func (c Config) options(log *slog.Logger) (*server.Options, access, error) {
 	// The store, the token file and the password files come last, so that
 	// a start refused for any other reason leaves nothing behind.
 	if err := os.MkdirAll(opts.StoreDir, 0o750); err != nil {
-		return nil, access{}, fmt.Errorf("cannot create the JetStream store %s (%v): %s", opts.StoreDir, rootCause(err), fix("data", "store_dir", "directory"))
+		return nil, access{}, fmt.Errorf("cannot create the JetStream store %s (%v): %s", opts.StoreDir, cause.Root(err), fix("data", "store_dir", "directory"))
 	}
 	if a.tokenFile != "" {
 		if a.token, a.made, err = tokenFromFile(a.tokenFile); err != nil {

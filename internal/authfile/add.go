@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/toolbus/toolbus/internal/cause"
 )
 
 // AddKey adds entry to the keys of the auth file at path, keeping every
@@ -54,7 +56,7 @@ func AddKey(path string, entry Key) error {
 	buf.WriteByte('\n')
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".auth-file-*")
 	if err != nil {
-		return fmt.Errorf("cannot write --auth-file %s (%v): give a path in a directory this user can write", path, rootCause(err))
+		return fmt.Errorf("cannot write --auth-file %s (%v): give a path in a directory this user can write", path, cause.Root(err))
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(buf.Bytes()); err != nil {
@@ -72,17 +74,4 @@ func AddKey(path string, entry Key) error {
 		return fmt.Errorf("cannot write --auth-file %s: %w", path, err)
 	}
 	return nil
-}
-
-// rootCause returns the innermost error of err, such as "permission
-// denied" of "mkdir /x: permission denied", for sentences that name the
-// path or address themselves.
-func rootCause(err error) error {
-	for {
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return err
-		}
-		err = inner
-	}
 }

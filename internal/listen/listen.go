@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net"
 	"syscall"
+
+	"github.com/toolbus/toolbus/internal/cause"
 )
 
 // Check tries addr before a server does, so that an address in use is
@@ -49,21 +51,8 @@ func (e *Error) Error() string {
 	case errors.Is(e.Err, syscall.EACCES):
 		return fmt.Sprintf("listening on %s needs privileges this process lacks: %s", e.Addr, e.Fix)
 	}
-	return fmt.Sprintf("cannot listen on %s (%v): %s", e.Addr, innermost(e.Err), e.Fix)
+	return fmt.Sprintf("cannot listen on %s (%v): %s", e.Addr, cause.Root(e.Err), e.Fix)
 }
 
 // Unwrap returns the listen error itself.
 func (e *Error) Unwrap() error { return e.Err }
-
-// innermost returns the innermost error of err, such as "address
-// already in use" of a *net.OpError, for a sentence that names the
-// address itself.
-func innermost(err error) error {
-	for {
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return err
-		}
-		err = inner
-	}
-}
