@@ -281,11 +281,6 @@ func (a *Aggregator) seat(cl *call) {
 // admit checks cl against the in-flight caps and sends it to the Local
 // or over the bus.
 func (a *Aggregator) admit(cl *call) {
-	subject, err := a.subjects.Call(cl.method)
-	if err != nil {
-		a.table.answerOutside(cl, nil, schema.ErrorFrom(err))
-		return
-	}
 	if e := a.caps.take(cl.c, &cl.held); e != nil {
 		a.table.answerOutside(cl, nil, e)
 		return
@@ -295,15 +290,15 @@ func (a *Aggregator) admit(cl *call) {
 	if a.local != nil && cl.c.Ask == nil {
 		// TryInvoke blocks while the handler runs: the call has a
 		// goroutine while it is local, and leaves it for the bus.
-		go a.tryLocal(cl, subject)
+		go a.tryLocal(cl)
 		return
 	}
-	a.publish(cl, subject)
+	a.publish(cl)
 }
 
 // tryLocal offers cl to the Local, and sends it over the bus when the
 // Local does not take it.
-func (a *Aggregator) tryLocal(cl *call, subject string) {
+func (a *Aggregator) tryLocal(cl *call) {
 	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadline)
 	result, e, ok := a.local.TryInvoke(ctx, cl.c)
 	if ok && e != nil && ctx.Err() != nil {
@@ -316,11 +311,18 @@ func (a *Aggregator) tryLocal(cl *call, subject string) {
 		a.table.answerOutside(cl, result, e)
 		return
 	}
-	a.publish(cl, subject)
+	a.publish(cl)
 }
 
-// publish builds cl's message and starts it in the table.
-func (a *Aggregator) publish(cl *call, subject string) {
+// publish builds cl's message and starts it in the table. The subject
+// is made here, not on admission, so that a call the Local answers never
+// needs one.
+func (a *Aggregator) publish(cl *call) {
+	subject, err := a.subjects.Call(cl.method)
+	if err != nil {
+		a.table.answerOutside(cl, nil, schema.ErrorFrom(err))
+		return
+	}
 	if !a.nc.IsConnected() {
 		// A call a local handler did not take, or one that waited for
 		// a slot while the connection dropped.

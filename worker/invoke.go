@@ -99,6 +99,9 @@ func (rt *Runtime) routeFor(method string) *route {
 
 // routeForLocked is [Runtime.routeFor] with rt.mu held.
 func (rt *Runtime) routeForLocked(method string) *route {
+	if r := rt.exact[method]; r != nil {
+		return r
+	}
 	for _, r := range rt.routes {
 		if schema.MatchMethod(r.pattern, method) {
 			return r

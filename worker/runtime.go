@@ -76,8 +76,11 @@ type Runtime struct {
 	// exit when ctx ends.
 	runners *runners
 
-	mu      sync.Mutex
-	routes  []*route // in registration order
+	mu     sync.Mutex
+	routes []*route // in registration order
+	// exact holds the routes of plain method names (no '*' or '>'), so
+	// that a local call finds its route without matching every pattern.
+	exact   map[string]*route
 	started bool
 	closed  bool
 
@@ -234,6 +237,12 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		rt.flush()
 	}
 	rt.routes = append(rt.routes, r)
+	if !(schema.Descriptor{Name: pattern}).IsPattern() {
+		if rt.exact == nil {
+			rt.exact = map[string]*route{}
+		}
+		rt.exact[pattern] = r
+	}
 	rt.ads.changed()
 	return nil
 }
