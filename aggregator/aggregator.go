@@ -561,6 +561,27 @@ func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	t.schedule(cl)
 }
 
+// readReply turns a reply message into the call's answer.
+func readReply(method string, m *nats.Msg, attempts int) ([]byte, *schema.Error) {
+	env, err := bus.ReadReply(m)
+	if err != nil {
+		if errors.Is(err, bus.ErrNoResponders) {
+			if attempts > 1 {
+				// The method had a worker for the first attempt; it is
+				// gone now.
+				return nil, schema.NewError(schema.CodeUnavailable, "unavailable: no worker left for "+method,
+					map[string]any{"retryable": true, "reason": schema.ReasonNoResponders, "method": method, "attempts": attempts})
+			}
+			return nil, noResponders(method)
+		}
+		return nil, badReply(method, err)
+	}
+	if e := env.Err(); e != nil {
+		return nil, e
+	}
+	return env.Result, nil
+}
+
 // replied moves cl on its reply.
 func (t *table) replied(cl *call, m *nats.Msg, now time.Time, out *answers) {
 	if cl.direct != "" && bus.NoResponders(m) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -43,27 +42,6 @@ func ctxError(ctx context.Context, method string, timeout time.Duration) *schema
 	}
 	return schema.NewError(schema.CodeCanceled, "canceled: the client gave up on "+method+" before it was answered",
 		map[string]any{"method": method})
-}
-
-// readReply turns a reply message into the call's answer.
-func readReply(method string, m *nats.Msg, attempts int) ([]byte, *schema.Error) {
-	env, err := bus.ReadReply(m)
-	if err != nil {
-		if errors.Is(err, bus.ErrNoResponders) {
-			if attempts > 1 {
-				// The method had a worker for the first attempt; it is
-				// gone now.
-				return nil, schema.NewError(schema.CodeUnavailable, "unavailable: no worker left for "+method,
-					map[string]any{"retryable": true, "reason": schema.ReasonNoResponders, "method": method, "attempts": attempts})
-			}
-			return nil, noResponders(method)
-		}
-		return nil, badReply(method, err)
-	}
-	if e := env.Err(); e != nil {
-		return nil, e
-	}
-	return env.Result, nil
 }
 
 // workersBusy is the answer of a call every worker kept refusing for want
