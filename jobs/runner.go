@@ -663,7 +663,7 @@ func (r *Runner) run(ctx context.Context, msg jetstream.Msg, id string, seq uint
 	}()
 
 	sup := &supervisor{r: r, msg: msg, id: id, seq: seq, attempt: attempt, cancel: cancel,
-		dirty: make(chan struct{}, 1), asked: make(chan struct{}, 1), done: make(chan struct{})}
+		dirty: make(chan struct{}, 1), newQuestion: make(chan struct{}, 1), done: make(chan struct{})}
 	supDone := make(chan struct{})
 	go func() { defer close(supDone); sup.loop(tctx) }()
 
@@ -904,17 +904,17 @@ type supervisor struct {
 
 	// Questions (rule 11): pending is the newest question the call's
 	// callback handed over and the loop has not taken (guarded by mu),
-	// asked signals it. The loop alone uses cur, the question the job
+	// newQuestion signals it. The loop alone uses cur, the question the job
 	// waits on, follow, the follow of its record while it waits, and
 	// replied, the latest answer published, to publish again when the
 	// worker asks the same question again. askedOnce is set by the loop
 	// when it takes a question; run reads it and cur after the loop ended.
-	pending   *asking
-	asked     chan struct{}
-	cur       *asking
-	follow    *follower
-	replied   *schema.Answer
-	askedOnce bool
+	pending     *asking
+	newQuestion chan struct{}
+	cur         *asking
+	follow      *follower
+	replied     *schema.Answer
+	askedOnce   bool
 }
 
 // asking is a question of the job's tool and the function that answers
@@ -957,7 +957,7 @@ func (s *supervisor) loop(ctx context.Context) {
 		select {
 		case <-s.done:
 			return
-		case <-s.asked:
+		case <-s.newQuestion:
 			s.takeQuestion(ctx)
 		case rec, ok := <-records:
 			if !ok {
@@ -1046,7 +1046,7 @@ func (s *supervisor) ask(q schema.Question, answer func(schema.Answer) error) {
 	s.pending = &asking{q: q, answer: answer}
 	s.mu.Unlock()
 	select {
-	case s.asked <- struct{}{}:
+	case s.newQuestion <- struct{}{}:
 	default:
 	}
 }
