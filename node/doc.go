@@ -7,8 +7,9 @@
 // [WorkerConfig] for a worker, each with its Default… constructor and a
 // Validate that names the flag to change. [GatewayFlags], [WorkerFlags],
 // [TracingFlags] and [RemoteFlags] (of a [bus.RemoteConfig]) are the one
-// table of their flags, which [Bind] binds into a config;
-// [NewGatewayFrom] and [NewWorkerFrom] build the process a config
+// table of their flags, which [Bind] binds into a config; [Explain] adds
+// to a condition that stops a process's startup for good the flags that
+// fix it. [NewGatewayFrom] and [NewWorkerFrom] build the process a config
 // describes, the test cluster's included: the aggregator and the ingress
 // take their settings from the config, and keys held in memory from
 // [WithAuth], never another package's options passed through.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -209,4 +210,28 @@ var RemoteFlags = []Flag[bus.RemoteConfig]{
 // `toolbus worker` has.
 var WorkerRemoteFlags = []Flag[bus.RemoteConfig]{
 	{"nats-inbox-prefix", "subject prefix of the replies this worker receives; a NATS user limited to its own prefix reads no other user's replies", func(c *bus.RemoteConfig) any { return &c.InboxPrefix }},
+}
+
+// Explain adds to err, a condition that stopped a [bus.Startup] for good,
+// what to do about it, naming the flags of these tables that fix it. The
+// result wraps err; an error it has no advice for is returned unchanged.
+func Explain(err error) error {
+	var fix string
+	switch {
+	case errors.Is(err, bus.ErrCredentials):
+		fix = "give the right --nats-user and --nats-password (or --nats-password-file), --nats-token (or --token-file), --nats-nkey or --nats-creds (or credentials in the --nats URL)"
+	case errors.Is(err, bus.ErrTLS):
+		fix = "check --nats-tls-ca, --nats-tls-cert and --nats-tls-key, and that the --nats URL names a host in the server's certificate"
+	case errors.Is(err, bus.ErrServerTooOld):
+		fix = "upgrade the server, or run `toolbus nats`, which contains a recent one"
+	case errors.Is(err, bus.ErrNoJetStream):
+		fix = "turn JetStream on in the server (nats-server -js; `toolbus nats` has it on), or run without it: --jobs=false, and --idempotency=false on an ingress"
+	case errors.Is(err, bus.ErrReplicas):
+		fix = "give --job-replicas no more than the NATS servers in the cluster (1 for a single server)"
+	case errors.Is(err, bus.ErrJetStreamConfig):
+		fix = "check --job-replicas, --job-ttl and --idempotency-ttl against the server's JetStream limits"
+	default:
+		return err
+	}
+	return fmt.Errorf("%w; %s", err, fix)
 }

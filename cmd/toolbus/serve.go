@@ -188,13 +188,13 @@ func runUntilSignal(ctx context.Context, app *fx.App, st *bus.Startup, ready fun
 	case <-st.Ready():
 		ready()
 	case err := <-st.Fatal():
-		return stop(explain(err))
+		return stop(node.Explain(err))
 	case <-sig.Done():
 		return stop(nil)
 	}
 	select {
 	case err := <-st.Fatal():
-		return stop(explain(err))
+		return stop(node.Explain(err))
 	case <-sig.Done():
 		return stop(nil)
 	}

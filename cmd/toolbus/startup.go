@@ -2,37 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"go.uber.org/dig"
 	"go.uber.org/fx"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/node"
 )
-
-// explain adds to a permanent failure what to do about it, naming the
-// flags that fix it.
-func explain(err error) error {
-	var fix string
-	switch {
-	case errors.Is(err, bus.ErrCredentials):
-		fix = "give the right --nats-user and --nats-password (or --nats-password-file), --nats-token (or --token-file), --nats-nkey or --nats-creds (or credentials in the --nats URL)"
-	case errors.Is(err, bus.ErrTLS):
-		fix = "check --nats-tls-ca, --nats-tls-cert and --nats-tls-key, and that the --nats URL names a host in the server's certificate"
-	case errors.Is(err, bus.ErrServerTooOld):
-		fix = "upgrade the server, or run `toolbus nats`, which contains a recent one"
-	case errors.Is(err, bus.ErrNoJetStream):
-		fix = "turn JetStream on in the server (nats-server -js; `toolbus nats` has it on), or run without it: --jobs=false, and --idempotency=false on an ingress"
-	case errors.Is(err, bus.ErrReplicas):
-		fix = "give --job-replicas no more than the NATS servers in the cluster (1 for a single server)"
-	case errors.Is(err, bus.ErrJetStreamConfig):
-		fix = "check --job-replicas, --job-ttl and --idempotency-ttl against the server's JetStream limits"
-	default:
-		return err
-	}
-	return fmt.Errorf("%w; %s", err, fix)
-}
 
 // startReady starts app and waits until st has nothing left to wait for,
 // for the commands that use the cluster as soon as it runs; on failure app
@@ -49,7 +25,7 @@ func startReady(ctx context.Context, app *fx.App, st *bus.Startup) error {
 	case <-st.Ready():
 		return nil
 	case err = <-st.Fatal():
-		err = explain(err)
+		err = node.Explain(err)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
@@ -66,7 +42,7 @@ func cause(st *bus.Startup, err error) error {
 	if st != nil {
 		select {
 		case fatal := <-st.Fatal():
-			return explain(fatal)
+			return node.Explain(fatal)
 		default:
 		}
 	}
