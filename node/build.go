@@ -210,7 +210,13 @@ func NewWorkerFrom(nc *nats.Conn, st *bus.Startup, cfg WorkerConfig, tel Telemet
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	wopts := []worker.Option{worker.WithPrefix(cfg.Prefix), worker.WithConcurrency(cfg.Concurrency), worker.WithLogger(tel.Log),
+	// The runtime and the worker's status service share the subject
+	// names, made once.
+	subjects, err := bus.NewSubjects(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	wopts := []worker.Option{worker.WithSubjects(subjects), worker.WithConcurrency(cfg.Concurrency), worker.WithLogger(tel.Log),
 		worker.WithVersion(cfg.Version), worker.WithMetrics(tel.Metrics), worker.WithTracerProvider(tel.Tracer)}
 	if !cfg.Announce {
 		wopts = append(wopts, worker.WithoutAnnounce())
@@ -224,7 +230,7 @@ func NewWorkerFrom(nc *nats.Conn, st *bus.Startup, cfg WorkerConfig, tel Telemet
 			return nil, fmt.Errorf("worker: toolset %s: %w", name, err)
 		}
 	}
-	w, err := NewWorker(nc, rt, st, WithPrefix(cfg.Prefix), WithLogger(tel.Log), WithVersion(cfg.Version))
+	w, err := NewWorker(nc, rt, st, WithSubjects(subjects), WithLogger(tel.Log), WithVersion(cfg.Version))
 	if err != nil {
 		return nil, err
 	}

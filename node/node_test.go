@@ -286,6 +286,7 @@ func TestNewGatewayRefusesBadOptions(t *testing.T) {
 		opt  node.GatewayOption
 	}{
 		{"prefix", node.WithPrefix("a b")},
+		{"subjects", node.WithSubjects(bus.Subjects{})},
 		{"logger", node.WithLogger(nil)},
 		{"version", node.WithVersion("")},
 		{"replicas", node.WithReplicas(0)},

@@ -45,12 +45,26 @@ type WorkerOption interface {
 
 // WithPrefix sets the NATS subject prefix of the cluster (default
 // [bus.DefaultPrefix]) for every part: calls, announcements, status, jobs
-// and idempotency records.
+// and idempotency records. It is [WithSubjects] for a program that has
+// only its prefix.
 func WithPrefix(prefix string) Option {
 	return func(c *common) error {
 		s, err := bus.NewSubjects(prefix)
 		if err != nil {
 			return err
+		}
+		return WithSubjects(s)(c)
+	}
+}
+
+// WithSubjects sets the subjects of the cluster (default
+// [bus.DefaultSubjects]) for every part, for a program that made them
+// once and hands the same value to the parts it makes itself, such as a
+// worker's runtime. The zero value is refused.
+func WithSubjects(s bus.Subjects) Option {
+	return func(c *common) error {
+		if s.IsZero() {
+			return errors.New("node: zero subjects: make them with bus.NewSubjects")
 		}
 		c.subjects = s
 		return nil
