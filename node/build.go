@@ -166,6 +166,9 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 		own = append(own, WithJobs(jobOpts...), WithJobRunner(
 			jobs.WithLease(j.Lease),
 			jobs.WithRunConcurrency(j.Concurrency),
+			jobs.WithMaxRunTime(j.MaxRunTime),
+			jobs.WithProgressInterval(j.ProgressInterval),
+			jobs.WithWaitBackoff(j.WaitBackoff, j.MaxWaitBackoff),
 			jobs.WithRunnerCounters(tel.Counters)))
 		if cfg.A2A.On {
 			a2aOpts := []a2a.Option{a2a.WithPublicSkills(cfg.A2A.PublicSkills...),

@@ -270,6 +270,21 @@ type JobsConfig struct {
 	// [jobs.DefaultRunConcurrency].
 	Lease       time.Duration
 	Concurrency int
+	// MaxRunTime (--job-max-run-time) bounds one run of a job, and is the
+	// deadline of its call: a run past it is canceled and the job fails
+	// -32001. Default [jobs.DefaultMaxRunTime].
+	MaxRunTime time.Duration
+	// ProgressInterval (--job-progress-interval) is how often at most a
+	// running job's progress is written to its record. Default
+	// [jobs.DefaultProgressInterval].
+	ProgressInterval time.Duration
+	// WaitBackoff (--job-wait-backoff) and MaxWaitBackoff
+	// (--job-max-wait-backoff) are how long a job that found no worker
+	// waits before it is offered again: the first wait, doubled at each
+	// offer up to the second. Defaults [jobs.DefaultWaitBackoff] and
+	// [jobs.DefaultMaxWaitBackoff].
+	WaitBackoff    time.Duration
+	MaxWaitBackoff time.Duration
 	// TTL (--job-ttl) is how long a finished record is kept. Default
 	// [jobs.DefaultTTL].
 	TTL time.Duration
@@ -364,7 +379,8 @@ func DefaultGatewayConfig() GatewayConfig {
 			JWTWeightClaim: auth.DefaultWeightClaim},
 		Idempotency: IdempotencyConfig{On: true, TTL: aggregator.DefaultIdempotencyTTL, MaxBytes: aggregator.DefaultIdempotencyMaxBytes,
 			CallerMaxRecords: aggregator.DefaultIdempotencyCallerMaxRecords, CallerMaxBytes: aggregator.DefaultIdempotencyCallerMaxBytes},
-		Jobs: JobsConfig{On: true, Lease: jobs.DefaultLease, Concurrency: jobs.DefaultRunConcurrency, TTL: jobs.DefaultTTL,
+		Jobs: JobsConfig{On: true, Lease: jobs.DefaultLease, Concurrency: jobs.DefaultRunConcurrency, MaxRunTime: jobs.DefaultMaxRunTime,
+			ProgressInterval: jobs.DefaultProgressInterval, WaitBackoff: jobs.DefaultWaitBackoff, MaxWaitBackoff: jobs.DefaultMaxWaitBackoff, TTL: jobs.DefaultTTL,
 			Replicas: jobs.DefaultReplicas, MaxAttempts: jobs.DefaultMaxAttempts, CallerMaxQueued: jobs.DefaultCallerMaxQueued,
 			MaxSubscriptions: jobs.DefaultMaxSubscriptions, CallerMaxSubscriptions: jobs.DefaultCallerMaxSubscriptions,
 			QueueMaxBytes: jobs.DefaultQueueMaxBytes, RecordsMaxBytes: jobs.DefaultRecordsMaxBytes},
