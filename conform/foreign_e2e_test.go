@@ -15,7 +15,7 @@ import (
 // end, over HTTP through a real ingress, on the foreign worker alone: jobs
 // reach it as calls, so it runs them without a JetStream client.
 func TestForeignWorkerThroughIngress(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithDiscovery(), toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithDiscovery(), toolbustest.WithJobs())
 	nc, err := nats.Connect("", nats.InProcessServer(c.NATS.Server()), nats.Name("foreign-worker"))
 	if err != nil {
 		t.Fatal(err)

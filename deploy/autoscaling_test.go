@@ -43,7 +43,7 @@ type exported struct {
 func exportedMetrics(t *testing.T) exported {
 	t.Helper()
 	ingressReg := prometheus.NewRegistry()
-	c := toolbustest.Start(t, toolbustest.WithMetrics(ingressReg), toolbustest.WithJobs(nil), toolbustest.WithoutWorker())
+	c := toolbustest.Start(t, toolbustest.WithMetrics(ingressReg), toolbustest.WithJobs(), toolbustest.WithoutWorker())
 	if r := c.Call(t, schema.MethodJobsSubmit, `{"method":"echo"}`); r.Error != nil {
 		t.Fatalf("submit a job of echo: %v", r.Error)
 	}

@@ -37,16 +37,16 @@ type Telemetry struct {
 	Metrics *prometheus.Registry
 	// Tracer makes the spans of calls.
 	Tracer trace.TracerProvider
-	// Counters count the jobs of the gateway's service and runner.
+	// Counters count the jobs of the gateway's service and runner; nil
+	// for counters of the gateway's own ([WithJobCounters]).
 	Counters *jobs.Counters
 }
 
 // NewGatewayFrom makes the gateway cfg describes on nc, whose background
 // setups and readiness go through st, once cfg is valid, with opts
 // applied after what cfg asks: node's own, for what a config does not
-// hold, such as keys held in memory ([WithAuth]) or the options of a
-// jobs service. It logs a warning when authentication is off. Nothing
-// runs before [Gateway.Start].
+// hold, such as keys held in memory ([WithAuth]). It logs a warning when
+// authentication is off. Nothing runs before [Gateway.Start].
 func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telemetry, opts ...GatewayOption) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -151,35 +151,53 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	if cfg.Discovery {
 		own = append(own, WithRegistry(), WithValidation(cfg.ValidateParams), WithToolsRetention(cfg.ToolsRetention))
 	}
-	if j := cfg.Jobs; j.On {
-		jobOpts := []jobs.Option{
-			jobs.WithTTL(j.TTL),
-			jobs.WithMaxAttempts(j.MaxAttempts),
-			jobs.WithStoreBytes(j.QueueMaxBytes, j.RecordsMaxBytes),
-			jobs.WithCallerMaxQueued(j.CallerMaxQueued),
-			jobs.WithMaxSubscriptions(j.MaxSubscriptions, j.CallerMaxSubscriptions),
-			jobs.WithCounters(tel.Counters),
-		}
-		if j.CallbackSecret != "" {
-			jobOpts = append(jobOpts, jobs.WithCallbackSecret([]byte(j.CallbackSecret)), jobs.WithCallbackAllow(j.CallbackAllow...))
-		}
-		own = append(own, WithJobs(jobOpts...), WithJobRunner(
-			jobs.WithLease(j.Lease),
-			jobs.WithRunConcurrency(j.Concurrency),
-			jobs.WithMaxRunTime(j.MaxRunTime),
-			jobs.WithProgressInterval(j.ProgressInterval),
-			jobs.WithWaitBackoff(j.WaitBackoff, j.MaxWaitBackoff),
-			jobs.WithRunnerCounters(tel.Counters)))
-		if cfg.A2A.On {
-			a2aOpts := []a2a.Option{a2a.WithPublicSkills(cfg.A2A.PublicSkills...),
-				a2a.WithPushCallerLimits(cfg.A2A.PushCallerMaxConfigs, cfg.A2A.PushCallerMaxBytes)}
-			if cfg.A2A.TextMethod != "" {
-				a2aOpts = append(a2aOpts, a2a.WithTextMethod(cfg.A2A.TextMethod))
-			}
-			own = append(own, WithA2A(j.CallbackAllow, a2aOpts...))
-		}
+	if tel.Counters != nil {
+		own = append(own, WithJobCounters(tel.Counters))
+	}
+	// The A2A door runs its tasks as jobs: without them it is off.
+	if cfg.Jobs.On {
+		own = append(own, WithJobs(cfg.Jobs), WithA2A(cfg.A2A))
 	}
 	return NewGateway(nc, st, append(own, opts...)...)
+}
+
+// serviceOptions are the options of the jobs service c describes, which
+// follow the gateway's own (subjects, logger, replicas, counters).
+func (c JobsConfig) serviceOptions() []jobs.Option {
+	opts := []jobs.Option{
+		jobs.WithTTL(c.TTL),
+		jobs.WithMaxAttempts(c.MaxAttempts),
+		jobs.WithStoreBytes(c.QueueMaxBytes, c.RecordsMaxBytes),
+		jobs.WithCallerMaxQueued(c.CallerMaxQueued),
+		jobs.WithMaxSubscriptions(c.MaxSubscriptions, c.CallerMaxSubscriptions),
+	}
+	if c.CallbackSecret != "" {
+		opts = append(opts, jobs.WithCallbackSecret([]byte(c.CallbackSecret)), jobs.WithCallbackAllow(c.CallbackAllow...))
+	}
+	return opts
+}
+
+// runnerOptions are the options of the job runner c describes, which
+// follow the gateway's own (subjects, logger, replicas, counters).
+func (c JobsConfig) runnerOptions() []jobs.RunnerOption {
+	return []jobs.RunnerOption{
+		jobs.WithLease(c.Lease),
+		jobs.WithRunConcurrency(c.Concurrency),
+		jobs.WithMaxRunTime(c.MaxRunTime),
+		jobs.WithProgressInterval(c.ProgressInterval),
+		jobs.WithWaitBackoff(c.WaitBackoff, c.MaxWaitBackoff),
+	}
+}
+
+// options are the options of the A2A door c describes, which follow the
+// gateway's own (its name, its push notifications).
+func (c A2AConfig) options() []a2a.Option {
+	opts := []a2a.Option{a2a.WithPublicSkills(c.PublicSkills...),
+		a2a.WithPushCallerLimits(c.PushCallerMaxConfigs, c.PushCallerMaxBytes)}
+	if c.TextMethod != "" {
+		opts = append(opts, a2a.WithTextMethod(c.TextMethod))
+	}
+	return opts
 }
 
 // toolsets maps the names [WorkerConfig.Tools] accepts to what registers

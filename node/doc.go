@@ -10,9 +10,11 @@
 // table of their flags, which [Bind] binds into a config; [Explain] adds
 // to a condition that stops a process's startup for good the flags that
 // fix it. [NewGatewayFrom] and [NewWorkerFrom] build the process a config
-// describes, the test cluster's included: the aggregator and the ingress
-// take their settings from the config, and keys held in memory from
-// [WithAuth], never another package's options passed through.
+// describes, the test cluster's included: the aggregator, the ingress,
+// the jobs service and runner and the A2A door take their settings from
+// the config ([WithJobs] and [WithA2A] take its [JobsConfig] and
+// [A2AConfig]), and keys held in memory from [WithAuth], never another
+// package's options passed through.
 //
 // A [Gateway] is an ingress process: the aggregator, the ingress's HTTP
 // server, the registry of announced tools, the jobs service and the

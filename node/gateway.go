@@ -73,40 +73,36 @@ type gatewaySettings struct {
 	common
 	// aggOpts and ingOpts are what a config asks of the aggregator and
 	// the ingress ([withParts], [WithAuth]), after the gateway's own.
-	aggOpts    []aggregator.Option
-	ingOpts    []ingress.Option
-	authOff    bool
-	registry   bool
-	retention  time.Duration
-	validate   bool
-	jobs       bool
-	jobsOpts   []jobs.Option
-	runnerOpts []jobs.RunnerOption
-	idem       bool
-	idemTTL    time.Duration
-	idemBytes  int64
-	replicas   int
-	metrics    *prometheus.Registry
-	a2a        bool
-	a2aAllow   []string
-	a2aOpts    []a2a.Option
+	aggOpts   []aggregator.Option
+	ingOpts   []ingress.Option
+	authOff   bool
+	registry  bool
+	retention time.Duration
+	validate  bool
+	// jobs and a2a are the jobs service and runner and the A2A door, each
+	// served when its On is set ([WithJobs], [WithA2A]); counters count
+	// the jobs of both.
+	jobs      JobsConfig
+	a2a       A2AConfig
+	counters  *jobs.Counters
+	idem      bool
+	idemTTL   time.Duration
+	idemBytes int64
+	replicas  int
+	metrics   *prometheus.Registry
 }
 
 // WithA2A serves the A2A front door at POST /a2a and its agent card
-// ([ingress.WithA2A]), named after the cluster's prefix, with opts after
-// the gateway's own. It needs [WithJobs]: an A2A task is a job. Push
-// notifications are on: their configs live in the JetStream bucket
-// <prefix>_a2a_push (opened in the background, like the jobs service's
-// stream), and reach loopback, private and link-local receivers only
-// when allow admits them (entries as for job callbacks). Default: no A2A.
-func WithA2A(allow []string, opts ...a2a.Option) GatewayOption {
-	return gatewayOption(func(c *gatewaySettings) error {
-		if _, err := egress.New(egress.WithAllow(allow...)); err != nil {
-			return fmt.Errorf("node: A2A push allowlist: %w", err)
-		}
-		c.a2a = true
-		c.a2aAllow = append(c.a2aAllow, allow...)
-		c.a2aOpts = append(c.a2aOpts, opts...)
+// ([ingress.WithA2A]), named after the cluster's prefix, as c says when
+// c.On is set (start from the A2A of [DefaultGatewayConfig]). It needs
+// [WithJobs]: an A2A task is a job. Push notifications are on: their
+// configs live in the JetStream bucket <prefix>_a2a_push (opened in the
+// background, like the jobs service's stream), and reach loopback,
+// private and link-local receivers only when the jobs' CallbackAllow
+// admits them, as job callbacks do. Default: no A2A.
+func WithA2A(c A2AConfig) GatewayOption {
+	return gatewayOption(func(s *gatewaySettings) error {
+		s.a2a = c
 		return nil
 	})
 }
@@ -175,27 +171,32 @@ func WithValidation(on bool) GatewayOption {
 	})
 }
 
-// WithJobs serves the rpc.jobs.* methods with a jobs service made with
-// opts, after the gateway's own (prefix, logger, replicas), and runs the
-// queued jobs with a job runner ([WithJobRunner]) that sends each to a
-// worker as a call over the bus. The stream and bucket are opened in the
-// background; until they are, the methods are refused -32003 with reason
-// jobs_not_ready. Default: no jobs.
-func WithJobs(opts ...jobs.Option) GatewayOption {
-	return gatewayOption(func(c *gatewaySettings) error {
-		c.jobs = true
-		c.jobsOpts = append(c.jobsOpts, opts...)
+// WithJobs serves the rpc.jobs.* methods with a jobs service and runs
+// the queued jobs with a job runner that sends each to a worker as a call
+// over the bus, both as c says, when c.On is set (start from the Jobs of
+// [DefaultGatewayConfig]). c.Replicas is not read: every JetStream store
+// of the gateway has the replicas of [WithReplicas]. The stream and
+// bucket are opened in the background; until they are, the methods are
+// refused -32003 with reason jobs_not_ready. Default: no jobs.
+func WithJobs(c JobsConfig) GatewayOption {
+	return gatewayOption(func(s *gatewaySettings) error {
+		if _, err := egress.New(egress.WithAllow(c.CallbackAllow...)); err != nil {
+			return fmt.Errorf("node: callback allowlist: %w", err)
+		}
+		s.jobs = c
 		return nil
 	})
 }
 
-// WithJobRunner passes opts to the job runner that a gateway with
-// [WithJobs] runs ([jobs.NewRunner]), after the gateway's own (prefix,
-// logger, replicas): its lease, its concurrency (the jobs in flight on
-// this ingress), its longest run time.
-func WithJobRunner(opts ...jobs.RunnerOption) GatewayOption {
-	return gatewayOption(func(c *gatewaySettings) error {
-		c.runnerOpts = append(c.runnerOpts, opts...)
+// WithJobCounters counts the jobs of the gateway's service and runner
+// into c, counters the caller made (default: counters of the gateway's
+// own, shared by both).
+func WithJobCounters(c *jobs.Counters) GatewayOption {
+	return gatewayOption(func(s *gatewaySettings) error {
+		if c == nil {
+			return errors.New("node: nil job counters")
+		}
+		s.counters = c
 		return nil
 	})
 }
@@ -251,9 +252,8 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	}
 	// The service and the runner count into the same counters unless an
 	// option says otherwise.
-	counters := jobs.NewCounters()
 	cfg := gatewaySettings{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
-		jobsOpts: []jobs.Option{jobs.WithCounters(counters)}, runnerOpts: []jobs.RunnerOption{jobs.WithRunnerCounters(counters)}}
+		counters: jobs.NewCounters()}
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
 			return nil, err
@@ -291,7 +291,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 			return nil, fmt.Errorf("node: the aggregator's metrics: %w", err)
 		}
 	}
-	if cfg.jobs {
+	if cfg.jobs.On {
 		if g.Runner, err = newJobRunner(nc, cfg, g.Registry); err != nil {
 			return nil, err
 		}
@@ -313,7 +313,7 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 		}),
 		ingress.WithNATSState(func(ctx context.Context) dashboard.NATSState { return natsState(ctx, nc) }),
 	}
-	if cfg.jobs {
+	if cfg.jobs.On {
 		g.jobs = &lazyJobs{st: st, part: partJobs}
 		ingOpts = append(ingOpts, ingress.WithExtension(schema.MethodJobsPrefix, g.jobs), ingress.WithJobStats(g.jobs.stats))
 	}
@@ -323,16 +323,16 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	if cfg.metrics != nil {
 		ingOpts = append(ingOpts, ingress.WithMetrics(cfg.metrics))
 	}
-	if cfg.a2a {
-		if !cfg.jobs {
+	if cfg.a2a.On {
+		if !cfg.jobs.On {
 			return nil, errors.New("node: the A2A front door runs tasks as jobs; turn jobs on with it")
 		}
-		guard, err := egress.New(egress.WithAllow(cfg.a2aAllow...))
+		guard, err := egress.New(egress.WithAllow(cfg.jobs.CallbackAllow...))
 		if err != nil {
 			return nil, err
 		}
 		g.push = &a2a.PushStore{}
-		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.subjects.Prefix()), a2a.WithPush(g.push, guard)}, cfg.a2aOpts...)...))
+		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.subjects.Prefix()), a2a.WithPush(g.push, guard)}, cfg.a2a.options()...)...))
 	}
 	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
 		return nil, err
@@ -530,7 +530,7 @@ func (g *Gateway) openJobs(ctx context.Context) error {
 	}
 	// A caller may submit as a job only a method it may call.
 	opts := append([]jobs.Option{jobs.WithSubjects(g.cfg.subjects), jobs.WithLogger(g.cfg.log), jobs.WithReplicas(g.cfg.replicas),
-		jobs.WithAuthorize(ingress.Allowed)}, g.cfg.jobsOpts...)
+		jobs.WithCounters(g.cfg.counters), jobs.WithAuthorize(ingress.Allowed)}, g.cfg.jobs.serviceOptions()...)
 	if g.Registry != nil {
 		// A submit that cannot run is refused at once.
 		opts = append(opts, jobs.WithMethodCheck(g.checkMethod))
@@ -564,7 +564,7 @@ func newJobRunner(nc *nats.Conn, cfg gatewaySettings, reg *discovery.Registry) (
 	d := &lateDispatcher{}
 	inv := jobs.NewBusInvoker(d, func(method string) bool { return d.agg.RetrySafe(method) })
 	ropts := append([]jobs.RunnerOption{jobs.WithRunnerSubjects(cfg.subjects), jobs.WithRunnerLogger(cfg.log),
-		jobs.WithRunnerReplicas(cfg.replicas)}, cfg.runnerOpts...)
+		jobs.WithRunnerReplicas(cfg.replicas), jobs.WithRunnerCounters(cfg.counters)}, cfg.jobs.runnerOptions()...)
 	runner, err := jobs.NewRunner(js, inv, ropts...)
 	if err != nil {
 		return nil, err

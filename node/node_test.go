@@ -130,7 +130,7 @@ func TestGatewayAndWorker(t *testing.T) {
 	gnc := connect(t, e)
 	gst := bus.NewStartup(discard)
 	t.Cleanup(gst.Stop)
-	g, err := node.NewGateway(gnc, gst, node.WithLogger(discard), node.WithJobs(), node.WithRegistry(), node.WithIdempotency(0, 0))
+	g, err := node.NewGateway(gnc, gst, node.WithLogger(discard), node.WithJobs(node.DefaultGatewayConfig().Jobs), node.WithRegistry(), node.WithIdempotency(0, 0))
 	if err != nil {
 		t.Fatalf("NewGateway: %v", err)
 	}
@@ -203,7 +203,7 @@ func TestGatewayJobsNotReady(t *testing.T) {
 	t.Cleanup(nc.Close)
 	st := bus.NewStartup(discard)
 	t.Cleanup(st.Stop)
-	g, err := node.NewGateway(nc, st, node.WithLogger(discard), node.WithJobs())
+	g, err := node.NewGateway(nc, st, node.WithLogger(discard), node.WithJobs(node.DefaultGatewayConfig().Jobs))
 	if err != nil {
 		t.Fatalf("NewGateway: %v", err)
 	}
@@ -292,6 +292,10 @@ func TestNewGatewayRefusesBadOptions(t *testing.T) {
 		{"replicas", node.WithReplicas(0)},
 		{"metrics", node.WithMetrics(nil)},
 		{"idempotency", node.WithIdempotency(-time.Second, 0)},
+		{"jobs of a zero config", node.WithJobs(node.JobsConfig{On: true})},
+		{"callback allowlist", node.WithJobs(node.JobsConfig{CallbackAllow: []string{"10.0.0.0/33"}})},
+		{"job counters", node.WithJobCounters(nil)},
+		{"A2A without jobs", node.WithA2A(node.A2AConfig{On: true})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -316,7 +320,7 @@ func TestGatewaySamplesTheJobsQueue(t *testing.T) {
 	t.Cleanup(e.Shutdown)
 	gst := bus.NewStartup(discard)
 	t.Cleanup(gst.Stop)
-	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs())
+	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs(node.DefaultGatewayConfig().Jobs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +363,7 @@ func TestGatewayCountsStrayReplies(t *testing.T) {
 	gst := bus.NewStartup(discard)
 	t.Cleanup(gst.Stop)
 	reg := prometheus.NewRegistry()
-	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs(), node.WithMetrics(reg))
+	g, err := node.NewGateway(connect(t, e), gst, node.WithLogger(discard), node.WithJobs(node.DefaultGatewayConfig().Jobs), node.WithMetrics(reg))
 	if err != nil {
 		t.Fatal(err)
 	}

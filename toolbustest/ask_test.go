@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/ingress/auth"
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -77,7 +77,7 @@ func TestConfirmAnswered(t *testing.T) {
 		{name: "not confirmed", members: `"answer":{"confirmed":false}`, want: `{"action":"deploy","confirmed":false}`},
 		{name: "declined", members: `"decline":true`, want: `{"action":"deploy","confirmed":false,"declined":true}`},
 	}
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			id := submitConfirm(t, c)
@@ -94,7 +94,7 @@ func TestConfirmAnswered(t *testing.T) {
 }
 
 func TestConfirmWrongAnswerKeepsTheJobWaiting(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	id := submitConfirm(t, c)
 	waitAsked(t, c, id)
 	r := answerJob(t, c, id, `"answer":{"confirmed":"yes"}`)
@@ -116,7 +116,7 @@ func TestConfirmWrongAnswerKeepsTheJobWaiting(t *testing.T) {
 }
 
 func TestConfirmUnansweredFails(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil, jobs.WithMaxRunTime(2*time.Second)))
+	c := toolbustest.Start(t, toolbustest.WithJobs(), toolbustest.WithGateway(func(c *node.GatewayConfig) { c.Jobs.MaxRunTime = 2 * time.Second }))
 	id := submitConfirm(t, c)
 	waitAsked(t, c, id)
 	rec := waitEnded(t, c, id)
@@ -126,7 +126,7 @@ func TestConfirmUnansweredFails(t *testing.T) {
 }
 
 func TestConfirmAnswerOfAnotherCallerRefused(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil), toolbustest.WithAuth(auth.Config{
+	c := toolbustest.Start(t, toolbustest.WithJobs(), toolbustest.WithAuth(auth.Config{
 		Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"confirm", "rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"confirm", "rpc.jobs.*"}},
@@ -164,7 +164,7 @@ func TestConfirmCalledSynchronouslyCannotAsk(t *testing.T) {
 }
 
 func TestConfirmWorkerKilledWhileAsking(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	id := submitConfirm(t, c)
 	waitAsked(t, c, id)
 	c.Worker.Kill()

@@ -22,7 +22,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/discovery"
 	"github.com/toolbus/toolbus/ingress"
-	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
@@ -80,14 +79,10 @@ type options struct {
 	workerOpts []worker.Option
 	logger     *slog.Logger
 	jobs       bool
-	jobsOpts   []jobs.Option
-	runnerOpts []jobs.RunnerOption
 	idem       bool
 	idemTTL    time.Duration
 	discovery  bool
 	a2a        bool
-	a2aAllow   []string
-	a2aOpts    []a2a.Option
 	metrics    *prometheus.Registry
 	listen     bool
 }
@@ -105,8 +100,9 @@ func WithTools(register func(rt *worker.Runtime) error) Option {
 func WithoutWorker() Option { return func(o *options) { o.noWorker = true } }
 
 // WithGateway changes the config every ingress of the cluster is built
-// from ([node.NewGatewayFrom]): its limits, deadlines, liveness, caps and
-// fairness. It may be given more than once; the changes apply in order.
+// from ([node.NewGatewayFrom]): its limits, deadlines, liveness, caps,
+// fairness, jobs and A2A door. It may be given more than once; the
+// changes apply in order.
 // The config starts as [node.DefaultGatewayConfig] with authentication
 // off and no jobs, idempotency, discovery, A2A or metrics, which the
 // cluster's own options turn on.
@@ -129,16 +125,10 @@ func WithWorkerOptions(opts ...worker.Option) Option {
 	return func(o *options) { o.workerOpts = append(o.workerOpts, opts...) }
 }
 
-// WithJobs turns on durable jobs: every ingress serves rpc.jobs.* (with
-// opts) and runs a job runner (with runnerOpts), which sends each job to
-// a worker as a call over the bus.
-func WithJobs(opts []jobs.Option, runnerOpts ...jobs.RunnerOption) Option {
-	return func(o *options) {
-		o.jobs = true
-		o.jobsOpts = append(o.jobsOpts, opts...)
-		o.runnerOpts = append(o.runnerOpts, runnerOpts...)
-	}
-}
+// WithJobs turns on durable jobs: every ingress serves rpc.jobs.* and
+// runs a job runner, which sends each job to a worker as a call over the
+// bus, both as the Jobs of the cluster's config say ([WithGateway]).
+func WithJobs() Option { return func(o *options) { o.jobs = true } }
 
 // WithIdempotency gives every ingress of the cluster the same JetStream
 // bucket of idempotency records, kept ttl (zero:
@@ -163,16 +153,11 @@ const DiscoveryInterval = time.Second
 // front door at /mcp ([ingress.WithDiscovery]).
 func WithDiscovery() Option { return func(o *options) { o.discovery = true } }
 
-// WithA2A serves the A2A front door on every ingress ([node.WithA2A]),
-// with push notifications to the receivers allow admits (such as
-// "127.0.0.1" for a receiver of the test). It needs [WithJobs].
-func WithA2A(allow []string, opts ...a2a.Option) Option {
-	return func(o *options) {
-		o.a2a = true
-		o.a2aAllow = append(o.a2aAllow, allow...)
-		o.a2aOpts = append(o.a2aOpts, opts...)
-	}
-}
+// WithA2A serves the A2A front door on every ingress as the A2A of the
+// cluster's config says ([WithGateway]). It needs [WithJobs]. Push
+// notifications reach a receiver of the test when the config's
+// Jobs.CallbackAllow admits it (such as "127.0.0.1").
+func WithA2A() Option { return func(o *options) { o.a2a = true } }
 
 // WithMetrics registers the metrics of the cluster's first ingress, its
 // jobs service's included, with reg ([node.WithMetrics]), and serves them
@@ -277,12 +262,6 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 	st := startup(t, o.logger)
 	cfg, tel := c.gatewayConfig()
 	var opts []node.GatewayOption
-	if o.jobs {
-		opts = append(opts, node.WithJobs(o.jobsOpts...), node.WithJobRunner(o.runnerOpts...))
-	}
-	if o.a2a {
-		opts = append(opts, node.WithA2A(o.a2aAllow, o.a2aOpts...))
-	}
 	if o.auth != nil {
 		opts = append(opts, node.WithAuth(*o.auth))
 	}
@@ -327,7 +306,7 @@ func (c *Cluster) gatewayConfig() (node.GatewayConfig, node.Telemetry) {
 	o := c.opts
 	cfg := node.DefaultGatewayConfig()
 	cfg.Listen, cfg.Version, cfg.Auth.Mode = "127.0.0.1:0", "dev", "off"
-	cfg.Jobs.On, cfg.A2A.On = false, false
+	cfg.Jobs.On, cfg.A2A.On = o.jobs, o.a2a
 	cfg.Idempotency.On = o.idem
 	if o.idemTTL != 0 {
 		cfg.Idempotency.TTL = o.idemTTL

@@ -531,7 +531,7 @@ func callersMatch(d *dashboardTab, base, what string, check func(p dashboardPage
 }
 
 func TestDashboard(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithMetrics(prometheus.NewRegistry()))
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(), toolbustest.WithMetrics(prometheus.NewRegistry()))
 	waitForTool(t, c, "echo")
 
 	rs := c.Batch(t, `[
@@ -793,7 +793,7 @@ func TestDashboardAsksForAPIKey(t *testing.T) {
 	// One seat, and room for two calls in a caller's queue: a batch of
 	// six calls that hold their seat has one let in at once, two queued
 	// behind it and three refused.
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithMetrics(prometheus.NewRegistry()),
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(), toolbustest.WithMetrics(prometheus.NewRegistry()),
 		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{
 				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"echo", "sleep"}},

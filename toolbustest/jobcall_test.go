@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -58,7 +57,9 @@ func waitJob(t *testing.T, c *toolbustest.Cluster, id, what string, ok func(sche
 // stays queued, not counted as an attempt, its record saying that it
 // waits for a worker, and it runs once a worker of the method joins.
 func TestJobWaitsForAWorker(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil, jobs.WithWaitBackoff(10*time.Millisecond, 50*time.Millisecond)))
+	c := toolbustest.Start(t, toolbustest.WithJobs(), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+		c.Jobs.WaitBackoff, c.Jobs.MaxWaitBackoff = 10*time.Millisecond, 50*time.Millisecond
+	}))
 	id := submitJob(t, c, "later.echo", `{"n":1}`)
 	rec := waitJob(t, c, id, "waits for a worker", func(r schema.JobRecord) bool { return r.Waiting != "" })
 	if rec.State != schema.JobQueued || rec.Waiting != schema.ReasonNoWorkers || rec.Attempts != 0 || rec.StartedAt != nil {
@@ -80,7 +81,7 @@ func TestJobWaitsForAWorker(t *testing.T) {
 // the record, and the cancel reaches the handler as a canceled context.
 func TestJobProgressAndCancelOverTheBus(t *testing.T) {
 	canceled := make(chan error, 1)
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil), toolbustest.WithTools(func(rt *worker.Runtime) error {
+	c := toolbustest.Start(t, toolbustest.WithJobs(), toolbustest.WithTools(func(rt *worker.Runtime) error {
 		return rt.HandleFunc("steps", func(ctx context.Context, _ *worker.Request) (any, error) {
 			worker.Progress(ctx, 50, "half way")
 			<-ctx.Done()
@@ -117,7 +118,7 @@ func TestJobOfALostWorker(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The aggregator publishes a call once, so that the runner is
 			// the one to run the job again.
-			c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithJobs(nil),
+			c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithJobs(),
 				toolbustest.WithGateway(func(c *node.GatewayConfig) {
 					c.Heartbeat, c.HeartbeatMisses = 50*time.Millisecond, 3
 					c.RetrySafe = []string{"idem.*"}
@@ -164,7 +165,7 @@ func TestJobOfALostWorker(t *testing.T) {
 // plain call: its JSON-RPC id is the job's id.
 func TestJobReachesTheWorkerAsACall(t *testing.T) {
 	ids := make(chan string, 1)
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil), toolbustest.WithTools(func(rt *worker.Runtime) error {
+	c := toolbustest.Start(t, toolbustest.WithJobs(), toolbustest.WithTools(func(rt *worker.Runtime) error {
 		return rt.HandleFunc("who", func(_ context.Context, req *worker.Request) (any, error) {
 			ids <- string(req.ID)
 			return http.StatusOK, nil

@@ -31,7 +31,7 @@ func getJob(t *testing.T, c *toolbustest.Cluster, url, id string) schema.JobReco
 }
 
 func TestJobSubmittedOnOneIngressPolledOnAnother(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	other := c.AddIngress(t)
 	rs := c.Batch(t, `[
 		{"jsonrpc":"2.0","id":1,"method":"rpc.jobs.submit","params":{"method":"sleep","params":{"ms":50}}},
@@ -62,7 +62,7 @@ func TestJobSubmittedOnOneIngressPolledOnAnother(t *testing.T) {
 }
 
 func TestPreferRespondAsyncPromotesASlowCall(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	// The list of tools served as jobs is refreshed every two seconds;
 	// wait until sleep is on it, as a client would retry.
 	var r schema.Response
@@ -92,7 +92,7 @@ func TestPreferRespondAsyncPromotesASlowCall(t *testing.T) {
 }
 
 func TestJobsOverREST(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	resp, err := http.Post(c.BaseURL+"/v1/tools/rpc.jobs.get/invoke", "application/json", strings.NewReader(`{"id":"00000000000000000000000000"}`))
 	if err != nil {
 		t.Fatal(err)

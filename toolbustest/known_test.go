@@ -40,7 +40,7 @@ func recordOn(t *testing.T, c *toolbustest.Cluster, url, id string) schema.JobRe
 }
 
 func TestSubmitJudgedByKnownTools(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil), toolbustest.WithoutWorker())
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(), toolbustest.WithoutWorker())
 	second := c.AddIngress(t)
 	w := c.AddWorker(t, func(rt *worker.Runtime) error {
 		return rt.HandleFunc("report.build", func(context.Context, *worker.Request) (any, error) { return "built", nil },

@@ -68,7 +68,7 @@ func mcpClient(t *testing.T, base, version string, opts *mcp.ClientOptions, http
 // token too (a job of its own that could otherwise wait for an answer
 // nobody can give).
 func TestMCPConfirmElicited(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs())
 	toolbustest.Eventually(t, func() bool { _, ok := c.Registry.Lookup("confirm"); return ok }, "confirm appears")
 	toolbustest.Eventually(t, func() bool { return c.Jobs.Promotable(context.Background(), "confirm") }, "a job runner serves confirm")
 
@@ -145,7 +145,7 @@ func TestMCPConfirmElicited(t *testing.T) {
 // nothing; the caller's retry on the other ingress answers the job and
 // gets its result; and the same retry again gets the same result.
 func TestMCPConfirmInputRequests(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil),
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"confirm", "echo", "rpc.jobs.*"}},

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -157,7 +157,7 @@ func TestMCPCallHonoursDeadlines(t *testing.T) {
 func TestMCPProgressOfJobs(t *testing.T) {
 	release := make(chan struct{})
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
-		toolbustest.WithJobs(nil, jobs.WithProgressInterval(10*time.Millisecond)),
+		toolbustest.WithJobs(), toolbustest.WithGateway(func(c *node.GatewayConfig) { c.Jobs.ProgressInterval = 10 * time.Millisecond }),
 		toolbustest.WithTools(func(rt *worker.Runtime) error {
 			return rt.Handle("report", worker.Typed(func(ctx context.Context, _ struct{}) (string, error) {
 				worker.Progress(ctx, 50, "half way")
@@ -222,7 +222,7 @@ func TestMCPAtItsBoundNoJobIsMade(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 4)
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
-		toolbustest.WithJobs([]jobs.Option{jobs.WithMaxSubscriptions(1, 1)}),
+		toolbustest.WithJobs(), toolbustest.WithGateway(func(c *node.GatewayConfig) { c.Jobs.MaxSubscriptions, c.Jobs.CallerMaxSubscriptions = 1, 1 }),
 		toolbustest.WithTools(func(rt *worker.Runtime) error {
 			return rt.Handle("report", worker.Typed(func(ctx context.Context, _ struct{}) (string, error) {
 				entered <- struct{}{}

@@ -116,7 +116,7 @@ func TestJobJoinsSubmittersTrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil),
+	c := toolbustest.Start(t, toolbustest.WithJobs(),
 		toolbustest.WithTracerProvider(tp),
 		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
 

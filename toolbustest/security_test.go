@@ -35,7 +35,7 @@ func securedCluster(t *testing.T) *toolbustest.Cluster {
 	t.Helper()
 	return toolbustest.Start(t,
 		toolbustest.WithTools(whoami),
-		toolbustest.WithJobs(nil),
+		toolbustest.WithJobs(),
 		toolbustest.WithAuth(auth.Config{
 			Keys: []auth.APIKey{
 				{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
@@ -221,7 +221,7 @@ func getJSON(t *testing.T, url string, v any, header ...string) {
 // TestDashboardShowsOwnJobs checks the dashboard's jobs on a cluster: a
 // caller sees its own, an operator everyone's.
 func TestDashboardShowsOwnJobs(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithJobs(nil),
+	c := toolbustest.Start(t, toolbustest.WithTools(whoami), toolbustest.WithJobs(),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"who.*", "rpc.jobs.*"}},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"who.*", "rpc.jobs.*"}},

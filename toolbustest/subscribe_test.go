@@ -10,13 +10,14 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
 
 func TestJobProgressOverWebSocket(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil, jobs.WithProgressInterval(20*time.Millisecond)))
+	c := toolbustest.Start(t, toolbustest.WithJobs(),
+		toolbustest.WithGateway(func(c *node.GatewayConfig) { c.Jobs.ProgressInterval = 20 * time.Millisecond }))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(c.URL, "http"), nil)

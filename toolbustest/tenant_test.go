@@ -23,7 +23,6 @@ import (
 	"github.com/toolbus/toolbus/ingress"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/internal/fair"
-	"github.com/toolbus/toolbus/jobs"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
@@ -289,9 +288,10 @@ func TestHostileTenant(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := toolbustest.Start(t,
 		toolbustest.WithTools(tenantTools),
-		toolbustest.WithJobs([]jobs.Option{jobs.WithCallerMaxQueued(tenantQueuedJobs)}, jobs.WithRunConcurrency(tenantRunSlots)),
+		toolbustest.WithJobs(),
 		toolbustest.WithIdempotency(time.Hour),
 		toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Jobs.CallerMaxQueued, c.Jobs.Concurrency = tenantQueuedJobs, tenantRunSlots
 			c.MaxInFlight = tenantMaxInFlight
 			// A caller's queue stays as long as the fair scheduler's own
 			// default, not --max-in-flight's.

@@ -72,7 +72,7 @@ func ended(t *testing.T, url, id string) schema.JobRecord {
 // member and leaves the job waiting; a job that waits for no answer is
 // refused naming the id.
 func TestJobsAnswer(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	// answeredAlready is a confirm job that asked, was answered, and ended.
 	answeredAlready := func(t *testing.T) string {
 		t.Helper()
@@ -182,7 +182,7 @@ func dataOf(e *schema.Error) string {
 // the command that answers it, once; answered from another command, the
 // job succeeds and watch prints its result and ends.
 func TestJobsWatchShowsTheQuestion(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	id := submitConfirm(t, c.URL)
 
 	var out syncBuffer

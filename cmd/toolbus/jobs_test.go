@@ -32,7 +32,7 @@ func submitJob(t *testing.T, url string, args ...string) string {
 }
 
 func TestJobs(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	wsURL := "ws" + strings.TrimPrefix(c.URL, "http")
 	done := submitJob(t, c.URL, "echo", `{"hello":"jobs"}`)
 	if out, err := execute(t, context.Background(), "jobs", "watch", "--url", c.URL, "--interval", "10ms", done); err != nil {
@@ -100,7 +100,7 @@ func res(patterns ...string) []*regexp.Regexp {
 }
 
 func TestJobsListPages(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	ids := map[string]bool{}
 	for range 3 {
 		ids[submitJob(t, c.URL, "echo", `[1]`)] = true
@@ -136,7 +136,7 @@ func TestJobsListPages(t *testing.T) {
 }
 
 func TestJobsCancelAndWatch(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	id := submitJob(t, c.URL, "sleep", `{"ms":60000}`)
 
 	var out syncBuffer
@@ -175,7 +175,7 @@ func TestJobsCancelAndWatch(t *testing.T) {
 }
 
 func TestJobsSubmitIdempotencyKey(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	first := submitJob(t, c.URL, "--idempotency-key", "k-1", "echo", `[1]`)
 	second := submitJob(t, c.URL, "--idempotency-key", "k-1", "echo", `[1]`)
 	other := submitJob(t, c.URL, "--idempotency-key", "k-2", "echo", `[1]`)
@@ -188,7 +188,7 @@ func TestJobsSubmitIdempotencyKey(t *testing.T) {
 }
 
 func TestJobsURLFromEnvironment(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithJobs(nil))
+	c := toolbustest.Start(t, toolbustest.WithJobs())
 	id := submitJob(t, c.URL, "echo", `{"via":"env"}`)
 	t.Setenv("TOOLBUS_URL", c.URL)
 	out, err := execute(t, context.Background(), "jobs", "get", id)

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // its tools answer calls and run as jobs with progress and cancel.
 func TestExampleWorker(t *testing.T) {
 	c := toolbustest.Start(t, toolbustest.WithoutWorker(), toolbustest.WithNATSListener(),
-		toolbustest.WithDiscovery(), toolbustest.WithJobs(nil))
+		toolbustest.WithDiscovery(), toolbustest.WithJobs())
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(c.NATS.Token()+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -87,8 +88,10 @@ func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func secured(t *testing.T, g *gate) *toolbustest.Cluster {
 	t.Helper()
 	jobsRPC := []string{"rpc.jobs.*"}
-	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A([]string{"127.0.0.1"}, toolbusa2a.WithPublicSkills("echo")),
+	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(), toolbustest.WithDiscovery(),
+		toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Jobs.CallbackAllow, c.A2A.PublicSkills = []string{"127.0.0.1"}, []string{"echo"}
+		}),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: append(jobsRPC, "echo", "slow", "fail")},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: append(jobsRPC, "echo")},
@@ -600,8 +603,8 @@ func skills(card *a2a.AgentCard) []string {
 // public card lists every skill, and text alone goes to the operator's
 // text method.
 func TestOpenFrontDoor(t *testing.T) {
-	c := toolbustest.Start(t, toolbustest.WithTools(tools(newGate())), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A(nil, toolbusa2a.WithTextMethod("echo")))
+	c := toolbustest.Start(t, toolbustest.WithTools(tools(newGate())), toolbustest.WithJobs(), toolbustest.WithDiscovery(),
+		toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) { c.A2A.TextMethod = "echo" }))
 	waitForTools(t, c, "echo", "slow", "fail", "secret")
 	card, err := agentcard.NewResolver(nil).Resolve(bounded(t), c.BaseURL)
 	if err != nil {

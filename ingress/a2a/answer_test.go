@@ -18,6 +18,7 @@ import (
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -45,7 +46,8 @@ func asking(t *testing.T) *toolbustest.Cluster {
 	t.Helper()
 	allow := []string{"rpc.jobs.*", "confirm", "name"}
 	c := toolbustest.Start(t, toolbustest.WithTools(toolbustest.Demo), toolbustest.WithTools(nameTool),
-		toolbustest.WithJobs(nil), toolbustest.WithDiscovery(), toolbustest.WithA2A([]string{"127.0.0.1"}),
+		toolbustest.WithJobs(), toolbustest.WithDiscovery(), toolbustest.WithA2A(),
+		toolbustest.WithGateway(func(c *node.GatewayConfig) { c.Jobs.CallbackAllow = []string{"127.0.0.1"} }),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: allow},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: allow},

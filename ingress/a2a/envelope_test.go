@@ -10,6 +10,7 @@ import (
 
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/door"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -21,8 +22,8 @@ func open(t *testing.T) *toolbustest.Cluster {
 	t.Helper()
 	g := newGate()
 	t.Cleanup(g.open)
-	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A(nil, toolbusa2a.WithTextMethod("echo")))
+	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(), toolbustest.WithDiscovery(),
+		toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) { c.A2A.TextMethod = "echo" }))
 	waitForTools(t, c, "echo", "slow", "fail")
 	return c
 }

@@ -17,6 +17,7 @@ import (
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
 	"github.com/toolbus/toolbus/jobs"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 	"github.com/toolbus/toolbus/worker"
@@ -193,17 +194,18 @@ func a2aStream(t *testing.T, ctx context.Context, hc *http.Client, base, key, id
 func TestOneCallersSubscriptionsLeaveOthersAlone(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		opts     []jobs.Option
+		bounds   func(c *node.GatewayConfig)
 		wantOpen int
 	}{
-		{name: "default bound", wantOpen: jobs.DefaultCallerMaxSubscriptions},
-		{name: "bound above the flood", opts: []jobs.Option{jobs.WithMaxSubscriptions(2*floodRaisedTo, floodRaisedTo)},
-			wantOpen: floodWS + floodStreams},
+		{name: "default bound", bounds: func(*node.GatewayConfig) {}, wantOpen: jobs.DefaultCallerMaxSubscriptions},
+		{name: "bound above the flood", bounds: func(c *node.GatewayConfig) {
+			c.Jobs.MaxSubscriptions, c.Jobs.CallerMaxSubscriptions = 2*floodRaisedTo, floodRaisedTo
+		}, wantOpen: floodWS + floodStreams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h holds
-			c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithJobs(tc.opts), toolbustest.WithDiscovery(),
-				toolbustest.WithA2A(nil),
+			c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithJobs(), toolbustest.WithGateway(tc.bounds),
+				toolbustest.WithDiscovery(), toolbustest.WithA2A(),
 				toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 					{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*", "hold"}},
 					{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: []string{"rpc.jobs.*", "hold"}},
@@ -344,7 +346,9 @@ func TestOneCallersSubscriptionsLeaveOthersAlone(t *testing.T) {
 func TestAtItsBoundNoTaskIsMade(t *testing.T) {
 	var h holds
 	c := toolbustest.Start(t, toolbustest.WithTools(h.register), toolbustest.WithDiscovery(),
-		toolbustest.WithJobs([]jobs.Option{jobs.WithMaxSubscriptions(100, 2)}), toolbustest.WithA2A(nil),
+		toolbustest.WithJobs(), toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Jobs.MaxSubscriptions, c.Jobs.CallerMaxSubscriptions = 100, 2
+		}),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: []string{"rpc.jobs.*", "hold"}},
 		}}))

@@ -23,8 +23,8 @@ func nested(depth int) string {
 // limit, and one at the limits is answered by the front door.
 func TestRequestLimits(t *testing.T) {
 	const maxDepth, maxBody = 8, 64 << 10
-	c := toolbustest.Start(t, toolbustest.WithTools(tools(newGate())), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A(nil), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+	c := toolbustest.Start(t, toolbustest.WithTools(tools(newGate())), toolbustest.WithJobs(), toolbustest.WithDiscovery(),
+		toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) {
 			c.Limits = ingress.Limits{MaxDepth: maxDepth, MaxBodyBytes: maxBody}
 		}))
 	// The request object and its params are two levels; the metadata

@@ -14,6 +14,7 @@ import (
 
 	toolbusa2a "github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/auth"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolbustest"
 )
@@ -30,8 +31,11 @@ const (
 func limited(t *testing.T, g *gate) *toolbustest.Cluster {
 	t.Helper()
 	allow := []string{"rpc.jobs.*", "echo", "slow"}
-	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(nil), toolbustest.WithDiscovery(),
-		toolbustest.WithA2A([]string{"127.0.0.1"}, toolbusa2a.WithPushCallerLimits(testMaxConfigs, testMaxBytes)),
+	c := toolbustest.Start(t, toolbustest.WithTools(tools(g)), toolbustest.WithJobs(), toolbustest.WithDiscovery(),
+		toolbustest.WithA2A(), toolbustest.WithGateway(func(c *node.GatewayConfig) {
+			c.Jobs.CallbackAllow = []string{"127.0.0.1"}
+			c.A2A.PushCallerMaxConfigs, c.A2A.PushCallerMaxBytes = testMaxConfigs, testMaxBytes
+		}),
 		toolbustest.WithAuth(auth.Config{Keys: []auth.APIKey{
 			{Name: "alice", SHA256: auth.HashAPIKey("alice-key"), Allow: allow},
 			{Name: "bob", SHA256: auth.HashAPIKey("bob-key"), Allow: allow},

@@ -354,7 +354,7 @@ func TestResult(t *testing.T) {
 
 func TestBridgeThroughTheCluster(t *testing.T) {
 	agent := a2abridgetest.Start(t)
-	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(nil),
+	c := toolbustest.Start(t, toolbustest.WithDiscovery(), toolbustest.WithJobs(),
 		toolbustest.WithTools(func(rt *worker.Runtime) error {
 			newBridge(t, rt, agent.URL, a2abridge.WithPrefix("agent"))
 			return nil
