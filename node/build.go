@@ -17,7 +17,6 @@ import (
 	"github.com/toolbus/toolbus/aggregator"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/ingress"
-	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/internal/listen"
 	"github.com/toolbus/toolbus/jobs"
@@ -187,17 +186,6 @@ func (c JobsConfig) runnerOptions() []jobs.RunnerOption {
 		jobs.WithProgressInterval(c.ProgressInterval),
 		jobs.WithWaitBackoff(c.WaitBackoff, c.MaxWaitBackoff),
 	}
-}
-
-// options are the options of the A2A door c describes, which follow the
-// gateway's own (its name, its push notifications).
-func (c A2AConfig) options() []a2a.Option {
-	opts := []a2a.Option{a2a.WithPublicSkills(c.PublicSkills...),
-		a2a.WithPushCallerLimits(c.PushCallerMaxConfigs, c.PushCallerMaxBytes)}
-	if c.TextMethod != "" {
-		opts = append(opts, a2a.WithTextMethod(c.TextMethod))
-	}
-	return opts
 }
 
 // toolsets maps the names [WorkerConfig.Tools] accepts to what registers

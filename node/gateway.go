@@ -332,7 +332,9 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 			return nil, err
 		}
 		g.push = &a2a.PushStore{}
-		ingOpts = append(ingOpts, ingress.WithA2A(append([]a2a.Option{a2a.WithName(cfg.subjects.Prefix()), a2a.WithPush(g.push, guard)}, cfg.a2a.options()...)...))
+		ingOpts = append(ingOpts, ingress.WithA2A(ingress.A2AConfig{Name: cfg.subjects.Prefix(), TextMethod: cfg.a2a.TextMethod,
+			PublicSkills: cfg.a2a.PublicSkills, Push: g.push, Guard: guard,
+			PushCallerMaxConfigs: cfg.a2a.PushCallerMaxConfigs, PushCallerMaxBytes: cfg.a2a.PushCallerMaxBytes}))
 	}
 	if g.Ingress, err = ingress.New(agg, append(ingOpts, cfg.ingOpts...)...); err != nil {
 		return nil, err
