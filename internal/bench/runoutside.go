@@ -137,6 +137,40 @@ var (
 	WorkerReadyLine = regexp.MustCompile(`"msg":"(worker) ready"`)
 )
 
+// split is a split deployment started by [children.startSplit]: its three
+// processes, and the URL of its ingress.
+type split struct {
+	nats, worker, ingress *proc.Process
+	url                   string
+}
+
+// startSplit starts the split deployment on loopback TCP: `toolbus nats`
+// with a new token and its store in the children's directory, then a
+// `toolbus worker` of the demo tools with workerArgs added, then a
+// `toolbus ingress` with ingressArgs added, each once the last is ready.
+// It does not wait for the worker's tools to reach the ingress
+// ([waitAnswers] does).
+func (cs *children) startSplit(ctx context.Context, workerArgs, ingressArgs []string) (split, error) {
+	var sp split
+	token := rand.Text()
+	nats, natsURL, err := cs.start(ctx, "nats", natsChildReady, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0",
+		"--data", filepath.Join(cs.dir, "nats-data"), "--nats-token", token)
+	if err != nil {
+		return sp, err
+	}
+	worker, _, err := cs.start(ctx, "worker", WorkerReadyLine, append([]string{"--log-level", "info", "--log-format", "json", "worker",
+		"--nats", natsURL, "--nats-token", token, "--metrics-listen", ""}, workerArgs...)...)
+	if err != nil {
+		return sp, err
+	}
+	ingress, u, err := cs.start(ctx, "ingress", IngressReadyLine, append([]string{"--log-level", "info", "--log-format", "json", "ingress",
+		"--nats", natsURL, "--nats-token", token, "--listen", "127.0.0.1:0"}, ingressArgs...)...)
+	if err != nil {
+		return sp, err
+	}
+	return split{nats: nats, worker: worker, ingress: ingress, url: u}, nil
+}
+
 // startDev starts a `toolbus dev` child with extra args and returns its URL.
 func (cs *children) startDev(ctx context.Context, name string, args ...string) (*proc.Process, string, error) {
 	base := []string{"--log-level", "info", "--log-format", "json", "dev", "--listen", "127.0.0.1:0",
@@ -184,22 +218,11 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]Target, 
 		}
 	}
 	if want["split"] {
-		token := rand.Text()
-		_, natsURL, err := cs.start(ctx, "nats", natsChildReady, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0",
-			"--data", filepath.Join(cs.dir, "nats-data"), "--nats-token", token)
+		sp, err := cs.startSplit(ctx, nil, []string{"--auth", "off"})
 		if err != nil {
 			return nil, err
 		}
-		if _, _, err := cs.start(ctx, "worker", WorkerReadyLine, "--log-level", "info", "--log-format", "json", "worker",
-			"--nats", natsURL, "--nats-token", token, "--metrics-listen", ""); err != nil {
-			return nil, err
-		}
-		_, u, err := cs.start(ctx, "ingress", IngressReadyLine, "--log-level", "info", "--log-format", "json", "ingress",
-			"--nats", natsURL, "--nats-token", token, "--listen", "127.0.0.1:0", "--auth", "off")
-		if err != nil {
-			return nil, err
-		}
-		targets = append(targets, Target{Name: TargetSplit, URL: u})
+		targets = append(targets, Target{Name: TargetSplit, URL: sp.url})
 	}
 	if want["batch"] {
 		targets = append(targets, Target{Name: TargetBatch, URL: devURL, Body: EchoBatch(BatchCalls)})

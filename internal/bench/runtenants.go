@@ -577,29 +577,16 @@ func (tb *tenantsBench) start(ctx context.Context, d string, fair bool) (*tenant
 			p    *proc.Process
 		}{"toolbus dev", p})
 	case "split":
-		// The split deployment of the echo bench (startTargets), with
-		// authentication on.
-		token := rand.Text()
-		nats, natsURL, err := t.children.start(ctx, "nats", natsChildReady, "--log-level", "warn", "nats", "--nats-listen", "127.0.0.1:0",
-			"--data", filepath.Join(dir, "nats-data"), "--nats-token", token)
+		// The split deployment of the echo bench, with authentication on.
+		sp, err := t.children.startSplit(ctx, nil, ingress)
 		if err != nil {
 			return nil, errors.Join(err, t.stopAll())
 		}
-		worker, _, err := t.children.start(ctx, "worker", WorkerReadyLine, "--log-level", "info", "--log-format", "json", "worker",
-			"--nats", natsURL, "--nats-token", token, "--metrics-listen", "")
-		if err != nil {
-			return nil, errors.Join(err, t.stopAll())
-		}
-		ing, u, err := t.children.start(ctx, "ingress", IngressReadyLine, append([]string{"--log-level", "info", "--log-format", "json", "ingress",
-			"--nats", natsURL, "--nats-token", token, "--listen", "127.0.0.1:0"}, ingress...)...)
-		if err != nil {
-			return nil, errors.Join(err, t.stopAll())
-		}
-		t.url, t.serving, t.what = u, ing, "toolbus nats + toolbus worker + toolbus ingress "+shown
+		t.url, t.serving, t.what = sp.url, sp.ingress, "toolbus nats + toolbus worker + toolbus ingress "+shown
 		named = append(named, []struct {
 			name string
 			p    *proc.Process
-		}{{"toolbus nats", nats}, {"toolbus worker", worker}, {"toolbus ingress", ing}}...)
+		}{{"toolbus nats", sp.nats}, {"toolbus worker", sp.worker}, {"toolbus ingress", sp.ingress}}...)
 	}
 	for _, n := range named {
 		cpus, err := ProcessCPUs(n.p.Pid())
