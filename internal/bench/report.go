@@ -50,13 +50,17 @@ type Verdict struct {
 	Margin string
 }
 
-// String formats v as one line of a report, starting with PASS or MISS.
+// String formats v as one line of a report, starting with its [Verdict.Word].
 func (v Verdict) String() string {
-	word := "MISS"
+	return fmt.Sprintf("%s  %s: got %s (%s)", v.Word(), v.Goal, v.Got, v.Margin)
+}
+
+// Word is PASS when v passed, MISS when not.
+func (v Verdict) Word() string {
 	if v.Pass {
-		word = "PASS"
+		return "PASS"
 	}
-	return fmt.Sprintf("%s  %s: got %s (%s)", word, v.Goal, v.Got, v.Margin)
+	return "MISS"
 }
 
 // CompareVerdicts judges the goals that apply to comparisons: the throughput

@@ -796,11 +796,7 @@ func ReportTenantsRuns(w io.Writer, runs []TenantsRun) error {
 		names := []string{"p99", "rate", "failed"}[3-len(vs):]
 		var verdicts []string
 		for i, v := range vs {
-			word := "MISS"
-			if v.Pass {
-				word = "PASS"
-			}
-			verdicts = append(verdicts, names[i]+" "+word)
+			verdicts = append(verdicts, names[i]+" "+v.Word())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%d\t%s\n", run.Deployment, onOff(run.Fair),
 			r.Quiet.Throughput, r.Flooded.Throughput, kept, formatDuration(r.Quiet.P99), formatDuration(r.Flooded.P99),
