@@ -36,7 +36,8 @@ adds 'toolbus dev --access-log', and dev-bus and batch-bus the same two
 against 'toolbus dev --local-calls=false', every call over the embedded NATS. It prints throughput, latency percentiles and
 the ratios at each concurrency, with PASS or MISS against each goal. The
 in-flight scenario sends ten batches of 1000 sleep calls of 3s at once to a
-'toolbus dev' child and reads its resident memory meanwhile.
+'toolbus dev' child and reads its resident memory meanwhile; 'bench
+inflight-split' sends them through one ingress of a split deployment.
 
 The other scenarios run in this process against an in-process cluster (their
 output says so): a fan-out scenario (one batch of 100 sleep calls of 100ms)
@@ -66,7 +67,7 @@ got, when standard error is a terminal (--progress auto).`,
 			return bench.Run(ctx, cmd.OutOrStdout(), w, cfg)
 		},
 	}
-	cmd.AddCommand(newBenchTenantsCmd(), newBenchScaleCmd(), newBenchLoadCmd(), newBenchServeCmd())
+	cmd.AddCommand(newBenchTenantsCmd(), newBenchScaleCmd(), newBenchInFlightSplitCmd(), newBenchLoadCmd(), newBenchServeCmd())
 	cmd.Flags().DurationVar(&cfg.Duration, "duration", 2*time.Second, "length of each measured round")
 	cmd.Flags().IntVar(&cfg.Rounds, "rounds", 3, "alternating rounds per target and concurrency")
 	cmd.Flags().IntSliceVar(&cfg.Concurrency, "concurrency", []int{1, 64}, "concurrent clients of the echo comparison")

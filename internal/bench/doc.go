@@ -14,7 +14,8 @@
 //
 // [InFlight] sends batches of slow calls at once, so that thousands of
 // calls are in flight in the process measured, and reads its resident
-// memory meanwhile.
+// memory meanwhile. [RunInFlightSplit] sends them through one ingress of a
+// split deployment and reads the memory of its three processes together.
 //
 // [FanOut] and [SlowBackend] send batches rather than load: a batch of slow
 // calls that should run side by side, and a batch where one call outlives its
@@ -44,11 +45,11 @@
 // the scenario has got while it runs; the caller starts it before and stops
 // it after, which clears its line before the report is printed.
 //
-// The scenarios take URLs. [Run], [RunScale] and [RunTenants] are the
-// commands `toolbus bench`, `bench scale` and `bench tenants`: they start
-// what is measured as child processes of the toolbus program, through the
-// one supervisor of package proc, run the scenarios against them and
-// report. The children that measure or serve a baseline are the same
+// The scenarios take URLs. [Run], [RunScale], [RunTenants] and
+// [RunInFlightSplit] are the commands `toolbus bench`, `bench scale`,
+// `bench tenants` and `bench inflight-split`: they start what is measured
+// as child processes of the toolbus program, through the one supervisor
+// of package proc, run the scenarios against them and report. The children that measure or serve a baseline are the same
 // program again, whose hidden commands call [LoadChild], [ServeChild] and
 // [TenantsLoadChild]; a child has [ChildEnv] set and starts none of its
 // own. The in-process scenarios of [Run] ask the command for a cluster

@@ -150,9 +150,15 @@ func (r InFlightResult) Verdicts() []Verdict {
 	} else {
 		mem.Margin = fmt.Sprintf("missed by %.0f MB; %.1f KB per call in flight", float64(r.RSSPeak-GoalInFlightRSS)/1e6, float64(r.RSSPeak-r.RSSBefore)/1e3/float64(max(n, 1)))
 	}
+	return []Verdict{mem, r.wallVerdict()}
+}
+
+// wallVerdict judges that every batch was answered, rightly, within
+// [GoalInFlightSlack] of the sleep.
+func (r InFlightResult) wallVerdict() Verdict {
 	extra := r.Wall - r.Sleep
 	wall := Verdict{
-		Goal: fmt.Sprintf("%d calls in flight answered within %s of the tools' %s", n, formatDuration(GoalInFlightSlack), formatDuration(r.Sleep)),
+		Goal: fmt.Sprintf("%d calls in flight answered within %s of the tools' %s", r.Batches*r.Calls, formatDuration(GoalInFlightSlack), formatDuration(r.Sleep)),
 		Got:  formatDuration(r.Wall),
 		Pass: extra <= GoalInFlightSlack && len(r.Failures) == 0,
 	}
@@ -164,7 +170,7 @@ func (r InFlightResult) Verdicts() []Verdict {
 	default:
 		wall.Margin = "missed by " + formatDuration(extra-GoalInFlightSlack)
 	}
-	return []Verdict{mem, wall}
+	return wall
 }
 
 // ReportInFlight writes r and its [InFlightResult.Verdicts] to w.
