@@ -120,7 +120,7 @@ func TestSilenceWithinTheAckDelay(t *testing.T) {
 			h.advance(time.Millisecond)
 			if !tc.wantLost {
 				h.open(cl)
-				h.advance(cl.deadline.Sub(h.clk.now()))
+				h.advance(cl.deadline.sub(momentOf(h.clk.now())))
 				if _, e := h.answer(cl); code(e) != schema.CodeTimeout {
 					t.Fatalf("silent call answered %v at its deadline, want %d", e, schema.CodeTimeout)
 				}

@@ -71,7 +71,7 @@ type call struct {
 	i        int // the call's index in its batch
 	method   string
 	timeout  time.Duration
-	deadline time.Time
+	deadline moment
 	// held is what it holds of the in-flight caps, and brk reports its
 	// outcome to its method's circuit breaker; both are given back with
 	// the answer, as is its batch slot when slot is set.
@@ -102,7 +102,7 @@ type call struct {
 	// (Toolbus-Ack-Delay); watchQuiet, while it is published, when its
 	// silence since sentAt, its latest publication, may yet lose it.
 	delayed, watchQuiet bool
-	sentAt              time.Time
+	sentAt              moment
 	attempts            int // publications that may have run the call
 	// direct is the direct subject of the latest publication; "" when it
 	// went to the queue group.
@@ -110,16 +110,16 @@ type call struct {
 	// askedFree is set once the call asks its workers to name the slots
 	// their replies free: only then may its reply name one.
 	askedFree bool
-	// The timers; a zero time is not armed. heardAt is when its worker
-	// last spoke, for the silence of a running call.
-	ackAt, heardAt, retryAt, hedgeAt time.Time
+	// The timers; the zero moment is not armed. heardAt is when its
+	// worker last spoke, for the silence of a running call.
+	ackAt, heardAt, retryAt, hedgeAt moment
 	// firstBusy is when a busy worker first refused the call; backoff
 	// and namedBackoff are its next waits before it is published again.
-	firstBusy             time.Time
+	firstBusy             moment
 	backoff, namedBackoff time.Duration
 
-	due   time.Time // when the timers want it next
-	index int       // in the timers; -1 when not there
+	due   moment // when the timers want it next
+	index int    // in the timers; -1 when not there
 
 	result []byte
 	err    *schema.Error
@@ -128,25 +128,30 @@ type call struct {
 
 // nextDue returns when cl is next due under p: the first of its armed
 // timers.
-func (cl *call) nextDue(p *policy) time.Time {
+func (cl *call) nextDue(p *policy) moment {
 	due := cl.deadline
-	for _, t := range [...]time.Time{cl.ackAt, cl.retryAt, cl.hedgeAt} {
-		if !t.IsZero() && t.Before(due) {
+	for _, t := range [...]moment{cl.ackAt, cl.retryAt, cl.hedgeAt} {
+		if t != 0 && t < due {
 			due = t
 		}
 	}
 	switch {
 	case cl.state == running:
-		if t := cl.heardAt.Add(p.silence); t.Before(due) {
+		if t := cl.heardAt.add(p.silence); t < due {
 			due = t
 		}
 	case cl.state == published && cl.watchQuiet:
-		if t := cl.sentAt.Add(p.quiet()); t.Before(due) {
+		if t := cl.sentAt.add(p.quiet()); t < due {
 			due = t
 		}
 	}
 	return due
 }
+
+// deadlineTime returns cl's deadline as a time, read on the clock of its
+// batch's start, from which the deadline was set: its wall reading, which
+// a worker is told, is the one the deadline was set with.
+func (cl *call) deadlineTime() time.Time { return cl.deadline.on(cl.b.start) }
 
 // policy is what the table does with a call's messages and timers.
 type policy struct {
@@ -212,7 +217,7 @@ type table struct {
 	mu      sync.Mutex
 	calls   map[string]*call
 	timers  timers
-	armedAt time.Time // when tick is due; zero when not armed
+	armedAt moment // when tick is due; zero when not armed
 	slots   freeSlots
 	// ended holds the reply tokens of the calls that ended last, so that
 	// a late answer is told from one to a subject never made.
@@ -265,9 +270,9 @@ func (t *table) settle(l *answers) {
 // unlock releases the lock after an event at now: it arms the timer for
 // the first call due, then hands on what the event answered.
 func (t *table) unlock(now time.Time, out *answers) {
-	if first := t.timers.first(); first != nil && (t.armedAt.IsZero() || first.due.Before(t.armedAt)) {
+	if first := t.timers.first(); first != nil && (t.armedAt == 0 || first.due < t.armedAt) {
 		t.armedAt = first.due
-		t.arm(max(first.due.Sub(now), 0))
+		t.arm(max(first.due.sub(momentOf(now)), 0))
 	}
 	t.mu.Unlock()
 	t.settle(out)
@@ -294,7 +299,7 @@ func (t *table) finish(cl *call, result []byte, e *schema.Error, out *answers) {
 
 // schedule puts cl in the timers for when it is next due.
 func (t *table) schedule(cl *call) {
-	if due := cl.nextDue(&t.policy); cl.index < 0 || !due.Equal(cl.due) {
+	if due := cl.nextDue(&t.policy); cl.index < 0 || due != cl.due {
 		t.timers.set(cl, due)
 	}
 }
@@ -342,7 +347,7 @@ func (t *table) start(cl *call, subject string, data []byte) {
 	case cl.state != outside:
 	case cl.b.ctx.Err() != nil:
 		t.finish(cl, nil, ctxError(cl.b.ctx, cl.method, cl.timeout), &out)
-	case !now.Before(cl.deadline):
+	case momentOf(now) >= cl.deadline:
 		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), &out)
 	default:
 		cl.data, cl.queue, cl.index = data, subject, -1
@@ -366,9 +371,9 @@ func (t *table) start(cl *call, subject string, data []byte) {
 		cl.state = published
 		cl.watchQuiet = cl.delayed
 		if t.policy.liveness && cl.safe && cl.attempts < t.policy.maxAttempts {
-			cl.ackAt = now.Add(t.policy.ackTimeout)
+			cl.ackAt = momentOf(now).add(t.policy.ackTimeout)
 			if t.policy.hedge > 0 {
-				cl.hedgeAt = now.Add(t.policy.hedge)
+				cl.hedgeAt = momentOf(now).add(t.policy.hedge)
 			}
 		}
 		t.schedule(cl)
@@ -394,7 +399,7 @@ func (t *table) send(cl *call, now time.Time, to string) *schema.Error {
 	if to != "" {
 		subject = to + "." + cl.method
 	}
-	cl.sentAt = now
+	cl.sentAt = momentOf(now)
 	return t.wire.publish(t.message(cl, subject), cl.method)
 }
 
@@ -404,7 +409,7 @@ func (t *table) send(cl *call, now time.Time, to string) *schema.Error {
 // subject and ask key.
 func (t *table) message(cl *call, subject string) *nats.Msg {
 	h := make(nats.Header, 8)
-	h[schema.HeaderDeadline] = []string{schema.FormatDeadline(cl.deadline)}
+	h[schema.HeaderDeadline] = []string{schema.FormatDeadline(cl.deadlineTime())}
 	if tp := cl.c.TraceParent; tp != "" {
 		h[schema.HeaderTraceparent] = []string{tp}
 	}
@@ -432,7 +437,7 @@ func (t *table) message(cl *call, subject string) *nats.Msg {
 // its quiet time when it lets its worker hold back the ack. A call the
 // bus is away for is parked until it is back; another error answers it.
 func (t *table) resend(cl *call, now time.Time, to string, out *answers) {
-	cl.retryAt, cl.ackAt = time.Time{}, time.Time{}
+	cl.retryAt, cl.ackAt = 0, 0
 	cl.watchQuiet = false
 	e := t.send(cl, now, to)
 	switch {
@@ -440,11 +445,11 @@ func (t *table) resend(cl *call, now time.Time, to string, out *answers) {
 		cl.state = published
 		cl.watchQuiet = cl.delayed
 		if t.policy.liveness && cl.safe && cl.attempts < t.policy.maxAttempts {
-			cl.ackAt = now.Add(t.policy.ackTimeout)
+			cl.ackAt = momentOf(now).add(t.policy.ackTimeout)
 		}
 	case e.Reason() == schema.ReasonBusDisconnected:
 		cl.state = parked
-		cl.retryAt = now.Add(t.policy.recheck)
+		cl.retryAt = momentOf(now).add(t.policy.recheck)
 	default:
 		t.finish(cl, nil, e, out)
 	}
@@ -500,8 +505,8 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 			cl.c.Progress(r.Percent, r.Message)
 		}
 	}
-	cl.ackAt = time.Time{}
-	cl.heardAt = now
+	cl.ackAt = 0
+	cl.heardAt = momentOf(now)
 	if cl.state == published {
 		cl.state = running
 		cl.watchQuiet = false
@@ -511,7 +516,7 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 	}
 	// A beat only moves the silence later: the timers learn it when
 	// they come to the call, rather than on every beat.
-	if cl.index >= 0 && cl.nextDue(&t.policy).Before(cl.due) {
+	if cl.index >= 0 && cl.nextDue(&t.policy) < cl.due {
 		t.schedule(cl)
 	}
 }
@@ -519,16 +524,16 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 // refusedBusy moves cl on a busy worker's refusal; named says the worker
 // names its free slots (rule 10). Nothing of the call ran.
 func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
-	cl.ackAt, cl.heardAt = time.Time{}, time.Time{}
+	cl.ackAt, cl.heardAt = 0, 0
 	cl.watchQuiet = false
-	if cl.firstBusy.IsZero() {
-		cl.firstBusy = now
+	if cl.firstBusy == 0 {
+		cl.firstBusy = momentOf(now)
 	}
 	// From now on the call's workers name the slots they free.
 	if !cl.askedFree {
 		t.askFree(cl)
 	}
-	if now.Sub(cl.firstBusy) >= t.policy.busyWait {
+	if momentOf(now).sub(cl.firstBusy) >= t.policy.busyWait {
 		t.finish(cl, nil, workersBusy(cl.method, t.policy.busyWait), out)
 		return
 	}
@@ -552,10 +557,10 @@ func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	if named {
 		// The workers name their free slots: the backoff is only the
 		// fallback, for a slot nobody names.
-		cl.retryAt = now.Add(cl.namedBackoff)
+		cl.retryAt = momentOf(now).add(cl.namedBackoff)
 		cl.namedBackoff = min(2*cl.namedBackoff, namedFallbackMax)
 	} else {
-		cl.retryAt = now.Add(cl.backoff)
+		cl.retryAt = momentOf(now).add(cl.backoff)
 		cl.backoff = min(2*cl.backoff, busyBackoffMax)
 	}
 	t.schedule(cl)
@@ -599,7 +604,7 @@ func (t *table) replied(cl *call, m *nats.Msg, now time.Time, out *answers) {
 	if cl.attempts > 1 {
 		// Another attempt may still be running somewhere.
 		t.wire.cancel(cl.callID)
-	} else if cl.state == published && t.ackDelayHeader != nil && now.Sub(cl.sentAt) >= t.ackDue(cl)+t.policy.ackTimeout {
+	} else if cl.state == published && t.ackDelayHeader != nil && momentOf(now).sub(cl.sentAt) >= t.ackDue(cl)+t.policy.ackTimeout {
 		// Answered without an ack long after one was due: the worker
 		// does not acknowledge, and a silent call of its method may be
 		// one it runs.
@@ -639,8 +644,9 @@ func (t *table) tick() {
 	var out answers
 	t.mu.Lock()
 	now := t.now()
-	t.armedAt = time.Time{}
-	for cl := t.timers.first(); cl != nil && !cl.due.After(now); cl = t.timers.first() {
+	at := momentOf(now)
+	t.armedAt = 0
+	for cl := t.timers.first(); cl != nil && cl.due <= at; cl = t.timers.first() {
 		t.expire(cl, now, &out)
 	}
 	t.unlock(now, &out)
@@ -649,13 +655,14 @@ func (t *table) tick() {
 // expire moves cl, due at now. It leaves cl answered, or due later.
 func (t *table) expire(cl *call, now time.Time, out *answers) {
 	p := &t.policy
-	if !now.Before(cl.deadline) {
+	at := momentOf(now)
+	if at >= cl.deadline {
 		// The worker holds the same deadline: no cancel message.
 		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), out)
 		return
 	}
-	if due(cl.hedgeAt, now) {
-		cl.hedgeAt = time.Time{}
+	if due(cl.hedgeAt, at) {
+		cl.hedgeAt = 0
 		if cl.state == published || cl.state == running {
 			if cl.attempts < p.maxAttempts {
 				cl.attempts++
@@ -667,8 +674,8 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 			}
 		}
 	}
-	if due(cl.ackAt, now) {
-		cl.ackAt = time.Time{}
+	if due(cl.ackAt, at) {
+		cl.ackAt = 0
 		if cl.state == published && cl.attempts < p.maxAttempts {
 			cl.attempts++
 			t.resend(cl, now, "", out)
@@ -678,7 +685,7 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 			t.log.Info("call not acknowledged, published again", "method", cl.method, "attempt", cl.attempts)
 		}
 	}
-	if cl.state == published && cl.watchQuiet && due(cl.sentAt.Add(p.quiet()), now) {
+	if cl.state == published && cl.watchQuiet && due(cl.sentAt.add(p.quiet()), at) {
 		cl.watchQuiet = false
 		// A worker that acknowledges held the call no longer than the
 		// delay without saying so: silent since, it is lost, as a worker
@@ -699,22 +706,22 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 			t.log.Info("worker lost a retry-safe call before its ack was due, published again", "method", cl.method, "attempt", cl.attempts)
 		}
 	}
-	if cl.state == running && due(cl.heardAt.Add(p.silence), now) {
+	if cl.state == running && due(cl.heardAt.add(p.silence), at) {
 		if !cl.safe || cl.attempts >= p.maxAttempts {
 			t.log.Warn("worker lost a call", "method", cl.method, "id", string(cl.c.ID), "silence", p.silence)
 			t.finish(cl, nil, workerLost(cl.method, p.silence, cl.attempts), out)
 			return
 		}
 		cl.attempts++
-		cl.heardAt = time.Time{}
+		cl.heardAt = 0
 		t.resend(cl, now, "", out)
 		if cl.state == answered {
 			return
 		}
 		t.log.Info("worker lost a retry-safe call, published again", "method", cl.method, "attempt", cl.attempts)
 	}
-	if due(cl.retryAt, now) {
-		cl.retryAt = time.Time{}
+	if due(cl.retryAt, at) {
+		cl.retryAt = 0
 		if cl.state == refused {
 			t.slots.leaveLine(cl)
 		}
@@ -729,7 +736,7 @@ func (t *table) expire(cl *call, now time.Time, out *answers) {
 }
 
 // due reports whether a timer armed at at has come at now.
-func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
+func due(at, now moment) bool { return at != 0 && at <= now }
 
 // cancel answers the calls of b still in the table, b's context having
 // ended: a cancellation, announced to the workers (rule 7), or a timeout
@@ -780,7 +787,7 @@ type timers []*call
 var _ heap.Interface = (*timers)(nil)
 
 func (h timers) Len() int           { return len(h) }
-func (h timers) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h timers) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h timers) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
@@ -806,7 +813,7 @@ func (h *timers) Pop() any {
 }
 
 // set makes cl due at due, in the heap or not yet.
-func (h *timers) set(cl *call, due time.Time) {
+func (h *timers) set(cl *call, due moment) {
 	cl.due = due
 	if cl.index < 0 {
 		heap.Push(h, cl)

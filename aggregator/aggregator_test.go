@@ -203,6 +203,25 @@ func TestDeadlineReachesWorker(t *testing.T) {
 	}
 }
 
+// A context's deadline sooner than the method's reaches the worker to
+// the nanosecond, as one read off the wire (no monotonic reading) does.
+func TestContextDeadlineReachesWorker(t *testing.T) {
+	ac, wc := setup(t)
+	deadlines := make(chan time.Time, 1)
+	serve(t, wc, "probe", func(env *schema.CallEnvelope, deadline time.Time) *schema.ReplyEnvelope {
+		deadlines <- deadline
+		return schema.ReplyResult([]byte(`true`))
+	})
+	a := newAgg(t, ac, aggregator.WithMethodTimeout("probe", time.Minute))
+	want := time.Unix(0, time.Now().Add(30*time.Second).UnixNano()+7)
+	ctx, cancel := context.WithDeadline(context.Background(), want)
+	defer cancel()
+	schema.Collect(ctx, a, []schema.Call{call(`1`, "probe", "")})
+	if d := <-deadlines; d.UnixNano() != want.UnixNano() {
+		t.Fatalf("worker saw deadline %d, want the context's %d", d.UnixNano(), want.UnixNano())
+	}
+}
+
 func TestTimeoutIsSmallestOfRequestMethodAndMax(t *testing.T) {
 	ac, _ := setup(t)
 	a := newAgg(t, ac,

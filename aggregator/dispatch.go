@@ -221,10 +221,16 @@ func (a *Aggregator) Dispatch(ctx context.Context, calls []schema.Call, emit fun
 		cl := &b.calls[i]
 		cl.c, cl.b, cl.i, cl.method, cl.index = c, b, i, c.Method, -1
 		cl.timeout = a.Timeout(c.Method, c.Timeout)
-		cl.deadline = b.start.Add(cl.timeout)
-		if bounded && ctxDeadline.Before(cl.deadline) {
-			cl.deadline = ctxDeadline
+		// A context's sooner deadline is taken as the time left from the
+		// batch's start, as the call's own is: one read off the wire,
+		// with no monotonic reading, then counts on the monotonic clock
+		// as the table's readings of time.Now do, and is shown to the
+		// worker with its own wall reading ([call.deadlineTime]).
+		left := cl.timeout
+		if bounded {
+			left = min(left, ctxDeadline.Sub(b.start))
 		}
+		cl.deadline = momentOf(b.start.Add(left))
 		a.begin(cl)
 	}
 	<-b.done
@@ -299,7 +305,7 @@ func (a *Aggregator) admit(cl *call) {
 // tryLocal offers cl to the Local, and sends it over the bus when the
 // Local does not take it.
 func (a *Aggregator) tryLocal(cl *call) {
-	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadline)
+	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadlineTime())
 	result, e, ok := a.local.TryInvoke(ctx, cl.c)
 	if ok && e != nil && ctx.Err() != nil {
 		// Answered as the bus path answers a call whose context ended:
@@ -348,7 +354,7 @@ func (a *Aggregator) publish(cl *call) {
 // keyed runs cl, a call with an idempotency key, through its
 // record in kv, and answers it.
 func (a *Aggregator) keyed(cl *call, kv jetstream.KeyValue) {
-	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadline)
+	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadlineTime())
 	defer cancel()
 	cl.result, cl.err = a.idempotent(ctx, cl.c, kv, idemKey(cl.c), cl.timeout, func() ([]byte, *schema.Error) {
 		done, refused := a.breakers.allow(cl.method)

@@ -75,7 +75,7 @@ func (s *freeSlots) refuse(cl *call, now time.Time) {
 	s.sweep(now)
 	q := s.line[cl.method]
 	i := len(q)
-	for i > 0 && q[i-1].firstBusy.After(cl.firstBusy) {
+	for i > 0 && q[i-1].firstBusy > cl.firstBusy {
 		i--
 	}
 	s.line[cl.method] = slices.Insert(q, i, cl)

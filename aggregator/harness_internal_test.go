@@ -92,14 +92,14 @@ func withProgress(f func(float64, string)) callOpt {
 // newCall returns a call of method, admitted and not yet started, in a
 // batch of its own under ctx.
 func (h *harness) newCall(ctx context.Context, method string, opts ...callOpt) *call {
-	b := &batch{ctx: ctx, calls: make([]call, 1)}
+	b := &batch{ctx: ctx, start: h.clk.now(), calls: make([]call, 1)}
 	cl := &b.calls[0]
 	*cl = call{c: &schema.Call{Request: schema.Request{Method: method, ID: []byte(`1`)}},
 		b: b, method: method, timeout: 5 * time.Second, index: -1, callID: "call-" + method}
 	for _, o := range opts {
 		o(cl)
 	}
-	cl.deadline = h.clk.now().Add(cl.timeout)
+	cl.deadline = momentOf(h.clk.now().Add(cl.timeout))
 	return cl
 }
 

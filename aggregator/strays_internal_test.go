@@ -176,10 +176,10 @@ func BenchmarkTableStartReply(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bt := &batch{ctx: context.Background()}
+	bt := &batch{ctx: context.Background(), start: time.Now()}
 	b.ReportAllocs()
 	for b.Loop() {
-		cl := &call{c: &schema.Call{}, b: bt, method: "echo", timeout: time.Second, deadline: time.Now().Add(time.Second), index: -1}
+		cl := &call{c: &schema.Call{}, b: bt, method: "echo", timeout: time.Second, deadline: momentOf(time.Now().Add(time.Second)), index: -1}
 		tb.start(cl, "toolbus.call.echo", nil)
 		tb.deliver(&nats.Msg{Subject: tb.prefix + cl.token, Data: reply})
 	}
