@@ -74,10 +74,9 @@ type call struct {
 	deadline moment
 	// held is what it holds of the in-flight caps, and brk reports its
 	// outcome to its method's circuit breaker; both are given back with
-	// the answer, as is its batch slot when slot is set.
+	// the answer, as is its batch slot when slot (below) is set.
 	held held
 	brk  func(*schema.Error)
-	slot bool
 	// sync, when not nil, is closed at the answer for the goroutine that
 	// waits for it (a call behind an idempotency record), which then
 	// answers the batch itself.
@@ -92,24 +91,27 @@ type call struct {
 	queue  string
 	token  string
 	callID string
-	safe   bool
 	// ask, when not nil, holds the key of a call whose caller can answer
 	// its tool's questions (rule 11); see ask.go.
 	ask *asking
+	// safe is set when the call may run more than once (retry-safe).
+	// The flags, slot and safe here and those after state, are declared
+	// together so that they share one word rather than take one each.
+	slot, safe bool
 
 	state state
 	// delayed is set when the call lets its worker hold back the ack
 	// (Toolbus-Ack-Delay); watchQuiet, while it is published, when its
 	// silence since sentAt, its latest publication, may yet lose it.
 	delayed, watchQuiet bool
-	sentAt              moment
-	attempts            int // publications that may have run the call
-	// direct is the direct subject of the latest publication; "" when it
-	// went to the queue group.
-	direct string
 	// askedFree is set once the call asks its workers to name the slots
 	// their replies free: only then may its reply name one.
 	askedFree bool
+	sentAt    moment
+	attempts  int // publications that may have run the call
+	// direct is the direct subject of the latest publication; "" when it
+	// went to the queue group.
+	direct string
 	// The timers; the zero moment is not armed. heardAt is when its
 	// worker last spoke, for the silence of a running call.
 	ackAt, heardAt, retryAt, hedgeAt moment
