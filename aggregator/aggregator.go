@@ -115,10 +115,9 @@ type call struct {
 	// The timers; the zero moment is not armed. heardAt is when its
 	// worker last spoke, for the silence of a running call.
 	ackAt, heardAt, retryAt, hedgeAt moment
-	// firstBusy is when a busy worker first refused the call; backoff
-	// and namedBackoff are its next waits before it is published again.
-	firstBusy             moment
-	backoff, namedBackoff time.Duration
+	// busy is what busy workers' refusals of the call decided; nil
+	// until the first.
+	busy *busyRefusals
 
 	due   moment // when the timers want it next
 	index int    // in the timers; -1 when not there
@@ -126,6 +125,16 @@ type call struct {
 	result []byte
 	err    *schema.Error
 	next   *call // in a list of answered calls
+}
+
+// busyRefusals is what busy workers' refusals of a call decided (rule
+// 10): when the first came, which places the call in its method's line,
+// and how long it waits after the next before it is published again, by
+// whether the refusing worker names its free slots or not. A call gets
+// it at its first refusal, as most calls are never refused.
+type busyRefusals struct {
+	first                 moment
+	backoff, namedBackoff time.Duration
 }
 
 // nextDue returns when cl is next due under p: the first of its armed
@@ -355,7 +364,6 @@ func (t *table) start(cl *call, subject string, data []byte) {
 		cl.data, cl.queue, cl.index = data, subject, -1
 		cl.token = bus.ReplyToken()
 		t.calls[cl.token] = cl
-		cl.backoff, cl.namedBackoff = busyBackoffMin, busyBackoffMax
 		if t.policy.liveness && t.slots.pressed(cl.method, now) {
 			t.askFree(cl)
 		}
@@ -528,14 +536,14 @@ func (t *table) progressed(cl *call, v string, m *nats.Msg, now time.Time, out *
 func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	cl.ackAt, cl.heardAt = 0, 0
 	cl.watchQuiet = false
-	if cl.firstBusy == 0 {
-		cl.firstBusy = momentOf(now)
+	if cl.busy == nil {
+		cl.busy = &busyRefusals{first: momentOf(now), backoff: busyBackoffMin, namedBackoff: busyBackoffMax}
 	}
 	// From now on the call's workers name the slots they free.
 	if !cl.askedFree {
 		t.askFree(cl)
 	}
-	if momentOf(now).sub(cl.firstBusy) >= t.policy.busyWait {
+	if momentOf(now).sub(cl.busy.first) >= t.policy.busyWait {
 		t.finish(cl, nil, workersBusy(cl.method, t.policy.busyWait), out)
 		return
 	}
@@ -559,11 +567,11 @@ func (t *table) refusedBusy(cl *call, named bool, now time.Time, out *answers) {
 	if named {
 		// The workers name their free slots: the backoff is only the
 		// fallback, for a slot nobody names.
-		cl.retryAt = momentOf(now).add(cl.namedBackoff)
-		cl.namedBackoff = min(2*cl.namedBackoff, namedFallbackMax)
+		cl.retryAt = momentOf(now).add(cl.busy.namedBackoff)
+		cl.busy.namedBackoff = min(2*cl.busy.namedBackoff, namedFallbackMax)
 	} else {
-		cl.retryAt = momentOf(now).add(cl.backoff)
-		cl.backoff = min(2*cl.backoff, busyBackoffMax)
+		cl.retryAt = momentOf(now).add(cl.busy.backoff)
+		cl.busy.backoff = min(2*cl.busy.backoff, busyBackoffMax)
 	}
 	t.schedule(cl)
 }

@@ -68,14 +68,14 @@ func (s *freeSlots) pressed(method string, now time.Time) bool {
 }
 
 // refuse puts cl, refused by a busy worker, in its method's line by
-// cl.firstBusy: a call refused again after a slot named free was taken
-// under it keeps its place.
+// when it was first refused: a call refused again after a slot named
+// free was taken under it keeps its place.
 func (s *freeSlots) refuse(cl *call, now time.Time) {
 	s.pressedAt[cl.method] = now
 	s.sweep(now)
 	q := s.line[cl.method]
 	i := len(q)
-	for i > 0 && q[i-1].firstBusy > cl.firstBusy {
+	for i > 0 && q[i-1].busy.first > cl.busy.first {
 		i--
 	}
 	s.line[cl.method] = slices.Insert(q, i, cl)

@@ -20,7 +20,7 @@ func TestFreeSlotsForgetStaleMethods(t *testing.T) {
 	}
 	// A slot named now, and a refusal now, sweep the stale ones.
 	s.freed("math.fresh", "toolbus.direct.w", now)
-	cl := &call{method: "math.fresh", firstBusy: momentOf(now)}
+	cl := &call{method: "math.fresh", busy: &busyRefusals{first: momentOf(now)}}
 	s.refuse(cl, now)
 	s.leaveLine(cl)
 	if len(s.pressedAt) != 1 || len(s.free) != 1 {
