@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 
@@ -406,4 +407,18 @@ func mayHaveRun(e *schema.Error) bool {
 		MayHaveRun bool `json:"may_have_run"`
 	}
 	return e != nil && json.Unmarshal(e.Data, &d) == nil && d.MayHaveRun
+}
+
+// maxCallSize bounds a call's entry, which every call in flight holds.
+const maxCallSize = 320
+
+// TestCallSize: a call's entry stays within maxCallSize bytes, the size
+// class it is allocated in when alone in its batch.
+func TestCallSize(t *testing.T) {
+	if got := unsafe.Sizeof(call{}); got > maxCallSize {
+		t.Errorf("unsafe.Sizeof(call{}) = %d, want at most %d: every call in flight holds one, and 10,000 calls "+
+			"in flight through one ingress must grow its resident memory by at most 40 MB (BENCHMARKS.md, "+
+			"\"10,000 calls in flight\"); keep new fields that few calls use behind a pointer, as busyRefusals is",
+			got, maxCallSize)
+	}
 }
