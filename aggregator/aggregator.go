@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -88,11 +89,33 @@ func momentOf(t time.Time) moment {
 	return nonZero(moment(t.Sub(epoch)))
 }
 
-// add returns the moment d after m; never the zero moment.
-func (m moment) add(d time.Duration) moment { return nonZero(m + moment(d)) }
+// add returns the moment d after m; never the zero moment. Past the
+// range of a moment it stops at the end, as time.Time.Add does, so that a
+// timer set a very long way off (an ack timeout meant as never) is never
+// due at once.
+func (m moment) add(d time.Duration) moment {
+	sum := m + moment(d)
+	switch {
+	case d > 0 && sum < m:
+		return math.MaxInt64
+	case d < 0 && sum > m:
+		return math.MinInt64
+	}
+	return nonZero(sum)
+}
 
-// sub returns the time from o to m.
-func (m moment) sub(o moment) time.Duration { return time.Duration(m - o) }
+// sub returns the time from o to m, stopping at the range of a Duration
+// as time.Time.Sub does.
+func (m moment) sub(o moment) time.Duration {
+	d := time.Duration(m - o)
+	switch {
+	case o < 0 && m > 0 && d < 0:
+		return math.MaxInt64
+	case o > 0 && m < 0 && d > 0:
+		return math.MinInt64
+	}
+	return d
+}
 
 // on returns m as a time read on the clock of anchor: anchor moved on by
 // the time from anchor's moment to m. Its wall reading is anchor's plus

@@ -287,6 +287,12 @@ func (a *Aggregator) seat(cl *call) {
 // admit checks cl against the in-flight caps and sends it to the Local
 // or over the bus.
 func (a *Aggregator) admit(cl *call) {
+	// A name no worker may serve is refused before it holds a slot or
+	// reaches the Local, as it would be on the bus.
+	if err := schema.CheckCallable(cl.method); err != nil {
+		a.table.answerOutside(cl, nil, schema.ErrorFrom(err))
+		return
+	}
 	if e := a.caps.take(cl.c, &cl.held); e != nil {
 		a.table.answerOutside(cl, nil, e)
 		return
@@ -322,7 +328,7 @@ func (a *Aggregator) tryLocal(cl *call) {
 
 // publish builds cl's message and starts it in the table. The subject
 // is made here, not on admission, so that a call the Local answers never
-// needs one.
+// needs one; admit has checked the method already.
 func (a *Aggregator) publish(cl *call) {
 	subject, err := a.subjects.Call(cl.method)
 	if err != nil {

@@ -478,3 +478,24 @@ func TestRuntimeAsLocal(t *testing.T) {
 		t.Errorf("calls seen on the bus = %v, want the bus call's and not the local call's", ids)
 	}
 }
+
+// TestLocalNeverSeesAnUncallableMethod: a name outside the method grammar
+// and a reserved rpc.* name are refused -32601 before the Local is asked,
+// as they are on the bus, even by a Local that would take any call.
+func TestLocalNeverSeesAnUncallableMethod(t *testing.T) {
+	ac, _ := setup(t)
+	takesAll := func(context.Context, *schema.Call) (json.RawMessage, *schema.Error, bool) {
+		return json.RawMessage(`"ran"`), nil, true
+	}
+	local := &fakeLocal{try: takesAll}
+	a := newAgg(t, ac, aggregator.WithLocal(local))
+	rs := schema.Collect(context.Background(), a, []schema.Call{call(`1`, "rpc.discover", `{}`), call(`2`, "bad..name", `{}`)})
+	for _, r := range rs {
+		if r.Error == nil || r.Error.Code != schema.CodeMethodNotFound {
+			t.Errorf("call %s = %s %v, want -32601", r.ID, r.Result, r.Error)
+		}
+	}
+	if got := local.seen(); len(got) != 0 {
+		t.Errorf("Local was offered %v, want nothing", got)
+	}
+}

@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -77,5 +78,30 @@ func TestMomentOrder(t *testing.T) {
 				t.Errorf("momentOf(%v).add(1.5s) = %d, want %d", early, got, want)
 			}
 		})
+	}
+}
+
+// TestMomentSaturates: adding or subtracting past a moment's range stops
+// at its end, as time.Time does, rather than wrapping round: a timer set
+// "never" (the longest Duration) from now is not due at once.
+func TestMomentSaturates(t *testing.T) {
+	now := momentOf(time.Now())
+	if got := now.add(math.MaxInt64); got != math.MaxInt64 {
+		t.Errorf("now.add(MaxInt64) = %d, want MaxInt64", got)
+	}
+	if got := now.add(math.MaxInt64); got < now {
+		t.Errorf("now.add(MaxInt64) = %d, before now %d", got, now)
+	}
+	if got := moment(-5).add(math.MinInt64); got != math.MinInt64 {
+		t.Errorf("(-5).add(MinInt64) = %d, want MinInt64", got)
+	}
+	if got := moment(math.MaxInt64).sub(-5); got != math.MaxInt64 {
+		t.Errorf("MaxInt64.sub(-5) = %v, want the longest Duration", got)
+	}
+	if got := moment(math.MinInt64).sub(5); got != math.MinInt64 {
+		t.Errorf("MinInt64.sub(5) = %v, want the most negative Duration", got)
+	}
+	if got := moment(10).sub(3); got != 7 {
+		t.Errorf("10.sub(3) = %v, want 7ns", got)
 	}
 }

@@ -64,15 +64,12 @@ func tokenRune(r rune) bool {
 }
 
 // Call returns the subject a call of method is published on. It fails for a
-// name outside the method grammar and for reserved rpc.* names, so the
-// result is never a wildcard and always lies under the prefix.
+// name outside the method grammar and for reserved rpc.* names
+// ([schema.CheckCallable]), so the result is never a wildcard and always
+// lies under the prefix.
 func (s Subjects) Call(method string) (string, error) {
-	if err := schema.ValidateMethod(method); err != nil {
+	if err := schema.CheckCallable(method); err != nil {
 		return "", err
-	}
-	if schema.IsReserved(method) {
-		return "", schema.NewError(schema.CodeMethodNotFound, "method not found: "+method+" is reserved for the ingress",
-			map[string]any{"reason": schema.ReasonReserved})
 	}
 	return s.prefix + ".call." + method, nil
 }

@@ -781,6 +781,21 @@ func quoteByte(c byte) string {
 	return "'" + string(c) + "'"
 }
 
+// CheckCallable reports why a call of method cannot go to a tool: a name
+// outside the method grammar ([ValidateMethod]'s error), or one reserved
+// for the ingress (rpc.*). Both are [CodeMethodNotFound] [*Error]s; nil
+// when a worker may serve it.
+func CheckCallable(method string) error {
+	if err := ValidateMethod(method); err != nil {
+		return err
+	}
+	if IsReserved(method) {
+		return NewError(CodeMethodNotFound, "method not found: "+method+" is reserved for the ingress",
+			map[string]any{"reason": ReasonReserved})
+	}
+	return nil
+}
+
 // IsReserved reports whether method is one of the ingress's own (rpc.*).
 func IsReserved(method string) bool {
 	return strings.HasPrefix(method, ReservedPrefix)
