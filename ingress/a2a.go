@@ -23,8 +23,8 @@ type A2AConfig struct {
 	// authentication is on. Default none.
 	PublicSkills []string
 	// Push keeps the tasks' push notification configs, and Guard checks
-	// the URLs they are sent to. Without Push, push notifications are not
-	// offered.
+	// the URLs they are sent to; a Push needs a Guard. Without Push, push
+	// notifications are not offered and Guard is not used.
 	Push  *a2a.PushStore
 	Guard *egress.Guard
 	// PushCallerMaxConfigs and PushCallerMaxBytes bound one caller's push
@@ -70,6 +70,9 @@ func (c A2AConfig) options() []a2a.Option {
 // tools as skills.
 func WithA2A(c A2AConfig) Option {
 	return func(cfg *config) error {
+		if c.Push != nil && c.Guard == nil {
+			return errors.New("ingress: the A2A door's push notifications need a Guard for the URLs they are sent to")
+		}
 		cfg.a2a = c.options()
 		cfg.a2aOn = true
 		return nil

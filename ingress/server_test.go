@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/ingress/a2a"
 	"github.com/toolbus/toolbus/internal/testwait"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -200,5 +201,17 @@ func TestShutdownBoundedByContext(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Errorf("Serve() error = %v, want nil after Shutdown", err)
+	}
+}
+
+// TestA2APushNeedsAGuard: an A2A door given a push store without the
+// guard of the URLs it sends to is refused when the option is applied.
+func TestA2APushNeedsAGuard(t *testing.T) {
+	var c config
+	if err := WithA2A(A2AConfig{Push: &a2a.PushStore{}})(&c); err == nil {
+		t.Error("WithA2A with a Push and no Guard = nil, want an error")
+	}
+	if err := WithA2A(A2AConfig{Name: "toolbus"})(&c); err != nil || !c.a2aOn {
+		t.Errorf("WithA2A without push = %v (on %v), want nil and the door on", err, c.a2aOn)
 	}
 }

@@ -128,6 +128,18 @@ var errZeroSubjects = errors.New("jobs: zero subjects: make them with bus.NewSub
 // Option configures [New].
 type Option func(*config) error
 
+// CheckOptions applies opts as [New] would and returns the first error,
+// so that settings can be checked before anything connects.
+func CheckOptions(opts ...Option) error {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WithAuthorize makes rpc.jobs.submit ask authorize whether the caller of
 // the submitting call (its context is passed on) may call the method it
 // submits; a non-nil answer refuses the submit with it. The ingress's

@@ -286,13 +286,9 @@ type Runner struct {
 	jobs  sync.WaitGroup // runs
 }
 
-// NewRunner returns a runner of inv's tools on js. The caller owns js and
-// its connection.
-func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runner, error) {
-	if js == nil || inv == nil {
-		return nil, errors.New("jobs: NewRunner needs a JetStream and an Invoker")
-	}
-	cfg := runnerConfig{
+// defaultRunnerConfig is a runner's configuration before its options.
+func defaultRunnerConfig() runnerConfig {
+	return runnerConfig{
 		subjects:         bus.DefaultSubjects(),
 		logger:           slog.Default(),
 		store:            defaultStoreConfig(),
@@ -305,6 +301,27 @@ func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runn
 		waitBackoff:      DefaultWaitBackoff,
 		maxWaitBackoff:   DefaultMaxWaitBackoff,
 	}
+}
+
+// CheckRunnerOptions applies opts as [NewRunner] would and returns the
+// first error, so that settings can be checked before anything connects.
+func CheckRunnerOptions(opts ...RunnerOption) error {
+	cfg := defaultRunnerConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewRunner returns a runner of inv's tools on js. The caller owns js and
+// its connection.
+func NewRunner(js jetstream.JetStream, inv Invoker, opts ...RunnerOption) (*Runner, error) {
+	if js == nil || inv == nil {
+		return nil, errors.New("jobs: NewRunner needs a JetStream and an Invoker")
+	}
+	cfg := defaultRunnerConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err

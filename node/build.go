@@ -160,6 +160,45 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	return NewGateway(nc, st, append(own, opts...)...)
 }
 
+// Validate checks the settings of c's jobs service and runner, naming
+// the flag of the first that cannot be used; nothing when jobs are off.
+func (c JobsConfig) Validate() error {
+	if !c.On {
+		return nil
+	}
+	service := []struct {
+		flag string
+		opt  jobs.Option
+	}{
+		{"--job-ttl", jobs.WithTTL(c.TTL)},
+		{"--job-max-attempts", jobs.WithMaxAttempts(c.MaxAttempts)},
+		{"--job-queue-max-bytes and --job-records-max-bytes", jobs.WithStoreBytes(c.QueueMaxBytes, c.RecordsMaxBytes)},
+		{"--job-caller-max-queued", jobs.WithCallerMaxQueued(c.CallerMaxQueued)},
+		{"--job-max-subscriptions and --job-caller-max-subscriptions", jobs.WithMaxSubscriptions(c.MaxSubscriptions, c.CallerMaxSubscriptions)},
+	}
+	for _, s := range service {
+		if err := jobs.CheckOptions(s.opt); err != nil {
+			return fmt.Errorf("%s: %w", s.flag, err)
+		}
+	}
+	runner := []struct {
+		flag string
+		opt  jobs.RunnerOption
+	}{
+		{"--job-lease", jobs.WithLease(c.Lease)},
+		{"--job-concurrency", jobs.WithRunConcurrency(c.Concurrency)},
+		{"--job-max-run-time", jobs.WithMaxRunTime(c.MaxRunTime)},
+		{"--job-progress-interval", jobs.WithProgressInterval(c.ProgressInterval)},
+		{"--job-wait-backoff and --job-max-wait-backoff", jobs.WithWaitBackoff(c.WaitBackoff, c.MaxWaitBackoff)},
+	}
+	for _, r := range runner {
+		if err := jobs.CheckRunnerOptions(r.opt); err != nil {
+			return fmt.Errorf("%s: %w", r.flag, err)
+		}
+	}
+	return nil
+}
+
 // serviceOptions are the options of the jobs service c describes, which
 // follow the gateway's own (subjects, logger, replicas, counters).
 func (c JobsConfig) serviceOptions() []jobs.Option {

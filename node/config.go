@@ -418,7 +418,7 @@ func (c GatewayConfig) Validate() error {
 	if _, err := egress.New(egress.WithAllow(c.Jobs.CallbackAllow...)); err != nil {
 		return fmt.Errorf("--callback-allow: %w", err)
 	}
-	return nil
+	return c.Jobs.Validate()
 }
 
 // Load returns the [auth.Config] of c, reading the files it names: the

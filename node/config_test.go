@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,37 @@ func TestFlagTables(t *testing.T) {
 	}
 	if err := gc.Validate(); err != nil {
 		t.Errorf("Validate() of the defaults and four flags = %v, want nil", err)
+	}
+}
+
+// TestGatewayConfigJobsFlags: Validate refuses a jobs setting that the
+// jobs service or runner would refuse once connected, naming its flag,
+// and checks none while jobs are off.
+func TestGatewayConfigJobsFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*node.JobsConfig)
+		flag string // "" for no error
+	}{
+		{"defaults", func(*node.JobsConfig) {}, ""},
+		{"progress interval zero", func(c *node.JobsConfig) { c.ProgressInterval = 0 }, "--job-progress-interval"},
+		{"wait backoff out of order", func(c *node.JobsConfig) { c.WaitBackoff, c.MaxWaitBackoff = time.Second, time.Millisecond }, "--job-wait-backoff"},
+		{"no attempts", func(c *node.JobsConfig) { c.MaxAttempts = -1 }, "--job-max-attempts"},
+		{"off: not checked", func(c *node.JobsConfig) { c.On, c.ProgressInterval = false, 0 }, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := node.DefaultGatewayConfig()
+			cfg.Auth.Mode = "off"
+			cfg.Jobs.On = true
+			tt.edit(&cfg.Jobs)
+			err := cfg.Validate()
+			switch {
+			case tt.flag == "" && err != nil:
+				t.Errorf("Validate = %v, want nil", err)
+			case tt.flag != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.flag)):
+				t.Errorf("Validate = %v, want an error naming %s first", err, tt.flag)
+			}
+		})
 	}
 }

@@ -183,6 +183,9 @@ func WithJobs(c JobsConfig) GatewayOption {
 		if _, err := egress.New(egress.WithAllow(c.CallbackAllow...)); err != nil {
 			return fmt.Errorf("node: callback allowlist: %w", err)
 		}
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("node: jobs: %w", err)
+		}
 		s.jobs = c
 		return nil
 	})
