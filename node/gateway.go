@@ -253,8 +253,8 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	if nc == nil || st == nil {
 		return nil, errors.New("node: gateway needs a NATS connection and a startup")
 	}
-	// The service and the runner count into the same counters unless an
-	// option says otherwise.
+	// The service and the runner count into the same counters, the
+	// gateway's own unless WithJobCounters gives others.
 	cfg := gatewaySettings{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
 		counters: jobs.NewCounters()}
 	for _, o := range opts {
