@@ -102,7 +102,7 @@ func (rt *Runtime) routeForLocked(method string) *route {
 	if r := rt.exact[method]; r != nil {
 		return r
 	}
-	for _, r := range rt.routes {
+	for _, r := range rt.patterns {
 		if schema.MatchMethod(r.pattern, method) {
 			return r
 		}

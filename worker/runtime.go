@@ -78,11 +78,13 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	routes []*route // in registration order
-	// exact holds the routes of plain method names (no '*' or '>'), so
-	// that a local call finds its route without matching every pattern.
-	exact   map[string]*route
-	started bool
-	closed  bool
+	// exact holds the routes of plain method names (no '*' or '>') and
+	// patterns those of wildcard patterns, so that a local call finds its
+	// route by name and matches only the patterns.
+	exact    map[string]*route
+	patterns []*route
+	started  bool
+	closed   bool
 
 	// inflight counts calls between taking a concurrency slot and sending
 	// their reply. Once draining is set no new call can start, and the
@@ -237,7 +239,9 @@ func (rt *Runtime) Handle(pattern string, h Handler, opts ...HandleOption) error
 		rt.flush()
 	}
 	rt.routes = append(rt.routes, r)
-	if !(schema.Descriptor{Name: pattern}).IsPattern() {
+	if (schema.Descriptor{Name: pattern}).IsPattern() {
+		rt.patterns = append(rt.patterns, r)
+	} else {
 		if rt.exact == nil {
 			rt.exact = map[string]*route{}
 		}
