@@ -184,7 +184,7 @@ func WithJobs(c JobsConfig) GatewayOption {
 			return fmt.Errorf("node: callback allowlist: %w", err)
 		}
 		if err := c.Validate(); err != nil {
-			return fmt.Errorf("node: jobs: %w", err)
+			return fmt.Errorf("node: %w", err)
 		}
 		s.jobs = c
 		return nil
