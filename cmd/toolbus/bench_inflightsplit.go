@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,8 +46,8 @@ side at the end. Every child is stopped at the end of its round.`,
 	fl := cmd.Flags()
 	fl.StringSliceVar(&cfg.Binaries, "binary", nil, "toolbus program run as the deployment's processes, repeatable: each runs once a round, in turn (default: this one)")
 	fl.IntVar(&cfg.Rounds, "rounds", 1, "rounds, each with a new deployment of every --binary")
-	fl.IntVar(&cfg.Batches, "batches", 10, "batches sent at once")
-	fl.IntVar(&cfg.Calls, "calls", 1000, "sleep calls in each batch")
-	fl.DurationVar(&cfg.Sleep, "sleep", 3*time.Second, "how long each call sleeps")
+	fl.IntVar(&cfg.Batches, "batches", bench.DefaultInFlightBatches, "batches sent at once")
+	fl.IntVar(&cfg.Calls, "calls", bench.DefaultInFlightCalls, "sleep calls in each batch")
+	fl.DurationVar(&cfg.Sleep, "sleep", bench.DefaultInFlightSleep, "how long each call sleeps")
 	return cmd
 }

@@ -21,19 +21,43 @@ const (
 	GoalInFlightSlack = 500 * time.Millisecond
 )
 
+// The in-flight scenario's defaults: ten batches of 1,000 sleep calls of
+// 3 s, 10,000 calls in flight at once.
+const (
+	DefaultInFlightBatches = 10
+	DefaultInFlightCalls   = 1000
+	DefaultInFlightSleep   = 3 * time.Second
+)
+
 // InFlightConfig says what [InFlight] sends.
 type InFlightConfig struct {
 	// URL is the toolbus ingress. Required.
 	URL string
 	// Batches is the number of batches sent at once, each on a connection
-	// of its own. Default 10.
+	// of its own. Default [DefaultInFlightBatches].
 	Batches int
-	// Calls is the number of sleep calls in one batch. Default 1000.
+	// Calls is the number of sleep calls in one batch. Default
+	// [DefaultInFlightCalls].
 	Calls int
-	// Sleep is how long each call sleeps. Default 3s.
+	// Sleep is how long each call sleeps. Default [DefaultInFlightSleep].
 	Sleep time.Duration
 	// RSS reports the resident memory of the process measured. Required.
 	RSS func() (uint64, error)
+}
+
+// inFlightDefaults returns batches, calls and sleep with each zero one
+// set to its default.
+func inFlightDefaults(batches, calls int, sleep time.Duration) (int, int, time.Duration) {
+	if batches == 0 {
+		batches = DefaultInFlightBatches
+	}
+	if calls == 0 {
+		calls = DefaultInFlightCalls
+	}
+	if sleep == 0 {
+		sleep = DefaultInFlightSleep
+	}
+	return batches, calls, sleep
 }
 
 // InFlightResult is what [InFlight] measured.
@@ -60,15 +84,7 @@ func InFlight(ctx context.Context, cfg InFlightConfig) (InFlightResult, error) {
 	if cfg.RSS == nil {
 		return InFlightResult{}, errors.New("bench: in-flight needs RSS")
 	}
-	if cfg.Batches == 0 {
-		cfg.Batches = 10
-	}
-	if cfg.Calls == 0 {
-		cfg.Calls = 1000
-	}
-	if cfg.Sleep == 0 {
-		cfg.Sleep = 3 * time.Second
-	}
+	cfg.Batches, cfg.Calls, cfg.Sleep = inFlightDefaults(cfg.Batches, cfg.Calls, cfg.Sleep)
 	ms := cfg.Sleep.Milliseconds()
 	params := []byte(`{"ms":` + strconv.FormatInt(ms, 10) + `}`)
 	want := []byte(`{"slept_ms":` + strconv.FormatInt(ms, 10) + `}`)

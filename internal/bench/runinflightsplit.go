@@ -31,15 +31,7 @@ func (cfg *InFlightSplitRunConfig) defaults() error {
 	if cfg.Rounds == 0 {
 		cfg.Rounds = 1
 	}
-	if cfg.Batches == 0 {
-		cfg.Batches = 10
-	}
-	if cfg.Calls == 0 {
-		cfg.Calls = 1000
-	}
-	if cfg.Sleep == 0 {
-		cfg.Sleep = 3 * time.Second
-	}
+	cfg.Batches, cfg.Calls, cfg.Sleep = inFlightDefaults(cfg.Batches, cfg.Calls, cfg.Sleep)
 	switch {
 	case cfg.Rounds < 0:
 		return fmt.Errorf("bench inflight-split: --rounds %d: want at least one", cfg.Rounds)
