@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/aggregator"
@@ -485,4 +486,15 @@ func TestBadReplyHidesTheBus(t *testing.T) {
 			t.Errorf("message %q, want the method named and no inbox subject", r.Error.Message)
 		}
 	}
+}
+
+// idemStore is the option of an idempotency store open on kv, closed when
+// the test ends (before its connections, which close later), so that its
+// watch of the records ends with the test.
+func idemStore(t *testing.T, kv jetstream.KeyValue) aggregator.Option {
+	t.Helper()
+	s := &aggregator.IdempotencyStore{}
+	s.Open(kv)
+	t.Cleanup(s.Close)
+	return aggregator.WithIdempotencyStore(s)
 }

@@ -127,7 +127,7 @@ func TestNewRejectsBadPolicy(t *testing.T) {
 		{name: "breaker", opt: aggregator.WithBreaker(aggregator.Breaker{Failures: -1})},
 		{name: "hedge", opt: aggregator.WithHedge(-time.Second)},
 		{name: "busy wait", opt: aggregator.WithBusyWait(0)},
-		{name: "idempotency", opt: aggregator.WithIdempotency(nil)},
+		{name: "idempotency", opt: aggregator.WithIdempotencyStore(nil)},
 	}
 	ac, _ := setup(t)
 	for _, tc := range tests {

@@ -24,7 +24,7 @@
 // retries and hedges of retry-safe methods ([WithRetrySafe],
 // [WithAckTimeout], [WithMaxAttempts], [WithHedge]); a circuit breaker per
 // method ([WithBreaker]); and idempotency records in JetStream
-// ([WithIdempotency]) shared by every ingress replica. All replies and
+// ([WithIdempotencyStore]) shared by every ingress replica. All replies and
 // progress messages of an aggregator arrive on one wildcard inbox
 // subscription, with liveness on or off. A call whose worker was lost
 // while the connection to NATS was down is published again once it is

@@ -39,7 +39,7 @@ func TestIdempotencyFullBucketRunsOnce(t *testing.T) {
 		<-release
 		return schema.ReplyResult(answer)
 	})
-	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
+	a := newAgg(t, ac, idemStore(t, kv))
 	pay := func(id string) schema.Response {
 		return collectKeyed(a, "order-1", []schema.Call{call(id, "pay", `{"amount":5}`)})[0]
 	}

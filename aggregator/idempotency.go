@@ -104,11 +104,11 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, subjects bus
 	return kv, nil
 }
 
-// WithIdempotency keeps idempotency records in kv (see [IdempotencyBucket])
-// for calls that carry a [schema.Call.IdempotencyKey] (default: keys are
+// WithIdempotencyStore keeps idempotency records in the bucket s has open
+// (see [IdempotencyBucket] and [IdempotencyStore.Open]) for calls that carry a [schema.Call.IdempotencyKey] (default: keys are
 // ignored). A key's call runs at most once while its record lives. A
 // duplicate of a call in flight, on this or any other aggregator sharing
-// kv, waits for the first and gets its answer; the duplicates of one
+// the bucket, waits for the first and gets its answer; the duplicates of one
 // aggregator share one watch of the bucket (one JetStream consumer,
 // however many wait), and read records with direct gets. A duplicate of a
 // finished call gets the stored answer, or, when the answer did not fit
@@ -125,23 +125,13 @@ func IdempotencyBucket(ctx context.Context, js jetstream.JetStream, subjects bus
 // cannot work never runs the call unprotected, unless
 // [WithIdempotencyFailOpen] says so. Each caller may hold a bounded number
 // of records ([WithIdempotencyCallerLimits]).
-func WithIdempotency(kv jetstream.KeyValue) Option {
-	return func(c *config) error {
-		if kv == nil {
-			return errors.New("aggregator: nil idempotency bucket")
-		}
-		s := &IdempotencyStore{}
-		s.Open(kv)
-		c.idem = s
-		return nil
-	}
-}
-
-// WithIdempotencyStore is [WithIdempotency] for a bucket that is opened
-// after the aggregator starts, as it is when JetStream is not up yet: a
-// call carrying an idempotency key is refused with -32003 (retryable,
-// naming what the store waits for) until [IdempotencyStore.Open] is
-// called. It never runs without its record.
+//
+// Until s is open, a call carrying an idempotency key is refused with
+// -32003 (retryable, naming what the store waits for), as it is when
+// JetStream is not up yet; it never runs without its record. The store is
+// its owner's, who closes it ([IdempotencyStore.Close]) when done with the
+// aggregator: the watch of the records stops then, not only when the
+// connection closes.
 func WithIdempotencyStore(s *IdempotencyStore) Option {
 	return func(c *config) error {
 		if s == nil {
@@ -181,14 +171,19 @@ func (s *IdempotencyStore) Close() {
 	}
 }
 
-// Open makes the store use kv from now on.
+// Open makes the store use kv from now on; the watch of the bucket it had
+// open before, if any, stops.
 func (s *IdempotencyStore) Open(kv jetstream.KeyValue) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var old *idemHub
 	if s.kv != kv {
-		s.hub = nil
+		old, s.hub = s.hub, nil
 	}
 	s.kv = kv
+	s.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 }
 
 // waits returns the hub of the waits on kv's records: one for the bucket

@@ -41,8 +41,8 @@ func TestIdempotency(t *testing.T) {
 		return schema.ReplyResult([]byte(`"ok"`))
 	})
 	// Two aggregators share the bucket, as two ingress replicas would.
-	a1 := newAgg(t, ac, aggregator.WithIdempotency(kv))
-	a2 := newAgg(t, wc, aggregator.WithIdempotency(kv))
+	a1 := newAgg(t, ac, idemStore(t, kv))
+	a2 := newAgg(t, wc, idemStore(t, kv))
 
 	first := make(chan schema.Response, 1)
 	go func() { first <- collectKeyed(a1, "k1", []schema.Call{call(`1`, "count", `[1]`)})[0] }()

@@ -79,7 +79,7 @@ func fill(t *testing.T, kv jetstream.KeyValue) {
 func TestIdempotencyStoreFullRefuses(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 64<<10, 8)
 	fill(t, kv)
-	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
+	a := newAgg(t, ac, idemStore(t, kv))
 	r := collectKeyed(a, "k", []schema.Call{callerCall(`1`, "count", "t")})[0]
 	if !errors.Is(r.Error, schema.ErrUnavailable) {
 		t.Fatalf("a call the full store cannot record = %+v, want -32003", r)
@@ -91,7 +91,7 @@ func TestIdempotencyStoreFullRefuses(t *testing.T) {
 		t.Fatalf("the refused call ran %d times, want 0", n)
 	}
 
-	open := newAgg(t, ac, aggregator.WithIdempotency(kv), aggregator.WithIdempotencyFailOpen(true))
+	open := newAgg(t, ac, idemStore(t, kv), aggregator.WithIdempotencyFailOpen(true))
 	if r := collectKeyed(open, "k", []schema.Call{callerCall(`1`, "count", "t")})[0]; r.Error != nil || runs.Load() != 1 {
 		t.Fatalf("fail-open: %+v after %d runs, want the call run once", r, runs.Load())
 	}
@@ -105,7 +105,7 @@ func TestIdempotencyStoreUnavailableRefuses(t *testing.T) {
 	if err := js.DeleteKeyValue(context.Background(), kv.Bucket()); err != nil {
 		t.Fatal(err)
 	}
-	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
+	a := newAgg(t, ac, idemStore(t, kv))
 	for i := range 3 {
 		r := collectKeyed(a, "k", []schema.Call{call(`1`, "count", "")})[0]
 		if !errors.Is(r.Error, schema.ErrUnavailable) || dataOf(t, r.Error)["reason"] != "idempotency_store_unavailable" {
@@ -122,7 +122,7 @@ func TestIdempotencyStoreUnavailableRefuses(t *testing.T) {
 // again.
 func TestIdempotencyAnswerNotKept(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 16<<10, 32<<10)
-	a := newAgg(t, ac, aggregator.WithIdempotency(kv))
+	a := newAgg(t, ac, idemStore(t, kv))
 	first := collectKeyed(a, "k", []schema.Call{call(`1`, "count", "")})[0]
 	if first.Error != nil {
 		t.Fatalf("first call = %v, want its answer", first.Error)
@@ -141,7 +141,7 @@ func TestIdempotencyAnswerNotKept(t *testing.T) {
 // replay and other callers go on; the anonymous caller has no bound.
 func TestIdempotencyCallerLimits(t *testing.T) {
 	ac, kv, runs := idemSetup(t, 0, 8)
-	a := newAgg(t, ac, aggregator.WithIdempotency(kv), aggregator.WithIdempotencyCallerLimits(2, 1<<20))
+	a := newAgg(t, ac, idemStore(t, kv), aggregator.WithIdempotencyCallerLimits(2, 1<<20))
 	for _, k := range []string{"k1", "k2"} {
 		if r := collectKeyed(a, k, []schema.Call{callerCall(`1`, "count", "flood")})[0]; r.Error != nil {
 			t.Fatalf("key %s: %v", k, r.Error)

@@ -225,7 +225,10 @@ func startSecured(t *testing.T) *securedCluster {
 	// Heartbeats every 20ms: a call of a few hundred milliseconds gets
 	// many answers on its reply subject, under toolbus.reply as `toolbus
 	// ingress` makes them (protocol revision 10).
-	if c.agg, err = aggregator.New(c.ingress, aggregator.WithHeartbeat(20*time.Millisecond, 10), aggregator.WithIdempotency(idem),
+	store := &aggregator.IdempotencyStore{}
+	store.Open(idem)
+	t.Cleanup(store.Close)
+	if c.agg, err = aggregator.New(c.ingress, aggregator.WithHeartbeat(20*time.Millisecond, 10), aggregator.WithIdempotencyStore(store),
 		aggregator.WithReplyPrefix(c.subjects.Replies())); err != nil {
 		t.Fatal(err)
 	}
