@@ -45,6 +45,10 @@ type fairness struct {
 	tmu   sync.Mutex
 	timer *time.Timer
 	wake  time.Time // when timer fires; zero when it is not set
+
+	// poll is the barrier that ends a round at the process's next network
+	// poll (see [fairness.awaitPoll]).
+	poll netBarrier
 }
 
 // layer returns the fairness layer of the chain, which queues each call
@@ -101,8 +105,15 @@ func (f *fairness) settle(m fair.Moves[fairRef]) {
 		e.Value.cm.expired()
 		e.Value.set.moves <- fairMove{i: e.Value.i, expired: true}
 	}
+	if m.AwaitPoll {
+		f.poll.await(f.polled)
+	}
 	f.arm()
 }
+
+// polled starts the scheduler's next round, the network having been
+// polled.
+func (f *fairness) polled() { f.settle(f.sched.Polled(time.Now())) }
 
 // arm sets the timer for the scheduler's next wake when that comes
 // sooner than the timer is set for. A timer that fires with nothing to do

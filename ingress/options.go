@@ -365,11 +365,17 @@ type Fairness struct {
 	// "Pacing" in the package doc of internal/fair). The default,
 	// [fair.DefaultCPUTarget], is 1: no pacing.
 	CPUTarget float64
+	// Round is how many calls the window takes between two reads of the
+	// ingress's connections while more than one caller is active (0:
+	// [fair.DefaultRound]; below 0, no bound): on a saturated core the
+	// ingress then reads every caller's next request at least once a
+	// round (see "Rounds" in the package doc of internal/fair).
+	Round int
 }
 
 // config returns the scheduler's configuration of f.
 func (f Fairness) config() fair.Config {
-	return fair.Config{Seats: f.Seats, HoldMin: f.HoldMin, HoldMax: f.HoldMax, FlowMaxQueued: f.CallerMaxQueued, CPUTarget: f.CPUTarget}
+	return fair.Config{Seats: f.Seats, HoldMin: f.HoldMin, HoldMax: f.HoldMax, FlowMaxQueued: f.CallerMaxQueued, CPUTarget: f.CPUTarget, Round: f.Round}
 }
 
 // WithFairness shares the ingress among callers as f says (see

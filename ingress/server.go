@@ -227,6 +227,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.a2a.Close()
 	err := s.srv.Shutdown(ctx)
 	wsErr := <-wsDone
+	if s.cfg.fair != nil {
+		s.cfg.fair.poll.close()
+	}
 	if err != nil {
 		// Close cannot fail in a way that matters more than the deadline
 		// the caller set; report that.

@@ -94,7 +94,7 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	// A caller's queue holds as many calls as may be in flight, unless
 	// set.
 	fairness := ingress.Fairness{Off: !cfg.Fair, Seats: cfg.FairSeats, HoldMin: cfg.FairHoldMin, HoldMax: cfg.FairHoldMax,
-		CPUTarget: cfg.FairCPUTarget, CallerMaxQueued: cfg.CallerMaxQueued}
+		CPUTarget: cfg.FairCPUTarget, Round: cfg.FairRound, CallerMaxQueued: cfg.CallerMaxQueued}
 	if fairness.CallerMaxQueued == 0 {
 		fairness.CallerMaxQueued = cfg.MaxInFlight
 	}

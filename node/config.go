@@ -122,13 +122,16 @@ type GatewayConfig struct {
 	// ([ingress.Fairness]). Default true.
 	Fair bool
 	// FairSeats (--fair-seats), FairHoldMin (--fair-hold-min), FairHoldMax
-	// (--fair-hold-max) and FairCPUTarget (--fair-cpu-target) shape the
-	// window of seats. Defaults [fair.DefaultSeats], [fair.DefaultHoldMin],
-	// [fair.DefaultHoldMax] and [fair.DefaultCPUTarget].
+	// (--fair-hold-max), FairCPUTarget (--fair-cpu-target) and FairRound
+	// (--fair-round) shape the window of seats. Defaults
+	// [fair.DefaultSeats], [fair.DefaultHoldMin], [fair.DefaultHoldMax],
+	// [fair.DefaultCPUTarget] and [fair.DefaultRound]; a FairRound below 0
+	// sets no bound on a round.
 	FairSeats     int
 	FairHoldMin   time.Duration
 	FairHoldMax   time.Duration
 	FairCPUTarget float64
+	FairRound     int
 	// CallerMaxQueued (--caller-max-queued) bounds one caller's queue for a
 	// seat; 0 for MaxInFlight. Default 0.
 	CallerMaxQueued int
@@ -367,6 +370,7 @@ func DefaultGatewayConfig() GatewayConfig {
 		FairHoldMin:      fair.DefaultHoldMin,
 		FairHoldMax:      fair.DefaultHoldMax,
 		FairCPUTarget:    fair.DefaultCPUTarget,
+		FairRound:        fair.DefaultRound,
 		Heartbeat:        aggregator.DefaultHeartbeat,
 		HeartbeatMisses:  aggregator.DefaultHeartbeatMisses,
 		AckTimeout:       aggregator.DefaultAckTimeout,

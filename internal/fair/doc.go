@@ -74,6 +74,26 @@
 // same window, and a call's latency under a flood is about the seats'
 // worth of calls, whatever the flood's size.
 //
+// # Rounds
+//
+// On a saturated core a Go process polls the network only when its run
+// queues are empty, and otherwise every 10 ms, so a caller with one call
+// in flight gets about one call through per poll whatever its share of
+// the window: the window's order only helps the calls that have been
+// read. So while more than one flow is active (two have entries queued,
+// or another flow than the last one admitted was admitted within the last
+// 200 ms), the window works in rounds: it takes at most [Config.Round]
+// entries ([DefaultRound]), then sets [Moves.AwaitPoll] and takes no more
+// until the owner calls [Scheduler.Polled] after the process's next
+// network poll. A busy process polls once it has run what it admitted,
+// and the requests that poll reads are queued before the next round is
+// chosen, each at its start tag: a caller's next call waits for about a
+// round, not for the poller's 10 ms. Deadlines and holds go on while a
+// round waits (see [Scheduler.Tick]); a flow alone is never held for a
+// poll, and a Round below 0 sets no bound. The owner makes the poll
+// happen: the ingress writes to a pipe whose reader is parked in the
+// network poller, which wakes it with the connections.
+//
 // # Pacing
 //
 // Pacing keeps the process's CPU from saturating while more than one flow

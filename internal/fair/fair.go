@@ -25,6 +25,11 @@ const (
 	// batches of a thousand small calls, as many as an ingress lets be in
 	// flight by default.
 	DefaultFlowMaxQueued = 10000
+	// DefaultRound is the entries the window takes between two network
+	// polls while flows compete: on one saturated core, a lone caller
+	// kept about half its call rate under another's echo flood at 8, a
+	// third at 16, and two thirds at 4 (BENCHMARKS.md, "Rounds").
+	DefaultRound = 8
 	// MaxWeight is the largest weight of a flow.
 	MaxWeight = 1000
 )
@@ -69,6 +74,10 @@ type Config struct {
 	// [DefaultCPUTarget]; 1 turns pacing off). Pacing needs the
 	// process's CPU time: see [Scheduler.MeasureCPU] and the package doc's "Pacing".
 	CPUTarget float64
+	// Round is how many entries the window takes between two network
+	// polls of the process while more than one flow is active (default
+	// [DefaultRound]; below 0, no bound): see the package doc's "Rounds".
+	Round int
 }
 
 // Validate reports a negative field, or a HoldMax below HoldMin, naming
@@ -106,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FlowMaxQueued == 0 {
 		c.FlowMaxQueued = DefaultFlowMaxQueued
+	}
+	if c.Round == 0 {
+		c.Round = DefaultRound
 	}
 	return c
 }
@@ -182,6 +194,10 @@ func (e *Entry[T]) Admitted() time.Time { return e.admitted }
 type Moves[T any] struct {
 	Admitted []*Entry[T]
 	Expired  []*Entry[T]
+	// AwaitPoll says that the round is over and queued entries wait for
+	// [Scheduler.Polled]: the owner calls it after the process's next
+	// network poll.
+	AwaitPoll bool
 }
 
 // flow is the scheduler's state of one flow: its queue, and what it has
@@ -218,6 +234,16 @@ type Scheduler[T any] struct {
 	seq         uint64
 	estimate    time.Duration // moving average of seat times
 	pace        pacer
+	// round is how many entries were admitted since the last poll while
+	// flows competed; gated is set when that reached the round's bound.
+	round int
+	gated bool
+	// other and otherAt are the last flow admitted other than last, and
+	// when; lastName is the flow admitted last.
+	lastName          string
+	other             string
+	otherAt           time.Time
+	lastSet, hasOther bool
 }
 
 // New returns a scheduler of cfg, with every queue empty.
@@ -446,9 +472,58 @@ func (s *Scheduler[T]) Stats() Stats {
 	return st
 }
 
+// Polled tells s that the process has polled the network since it last
+// set [Moves.AwaitPoll]: a new round starts, and the window takes what
+// fits.
+func (s *Scheduler[T]) Polled(now time.Time) Moves[T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m Moves[T]
+	s.round, s.gated = 0, false
+	s.admit(now, &m)
+	return m
+}
+
+// competing reports whether more than one flow is queued, or one other
+// than the flow admitted last was admitted within activeSpan.
+func (s *Scheduler[T]) competing(now time.Time) bool {
+	return len(s.busy) > 1 || s.hasOther && now.Sub(s.otherAt) <= activeSpan
+}
+
+// roundOver reports whether admitting an entry of the flow named name at
+// now would take the round past its bound.
+func (s *Scheduler[T]) roundOver(now time.Time, name string) bool {
+	r := s.cfg.Round
+	if r <= 0 || s.round < r {
+		return false
+	}
+	if name != s.lastName || !s.lastSet {
+		return true // admitted, it would make the flows compete
+	}
+	return s.competing(now)
+}
+
+// counted records the admission of an entry of the flow named name at
+// now: the flows admitted lately, and the round while they compete.
+func (s *Scheduler[T]) counted(now time.Time, name string) {
+	if name != s.lastName || !s.lastSet {
+		if s.lastSet {
+			s.other, s.otherAt, s.hasOther = s.lastName, now, true
+		}
+		s.lastName, s.lastSet = name, true
+	}
+	if s.competing(now) {
+		s.round++
+	}
+}
+
 // admit fills the free seats from the busy flows in order of start tag;
 // a head whose deadline has come expires instead.
 func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
+	if s.gated {
+		m.AwaitPoll = len(s.busy) > 0
+		return
+	}
 	paced := s.pacing()
 	if paced {
 		s.steer(now)
@@ -461,8 +536,15 @@ func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
 			m.Expired = append(m.Expired, e)
 			continue
 		}
+		if s.roundOver(now, fl.name) {
+			s.gated, m.AwaitPoll = true, true
+			return
+		}
 		if paced && !s.take(now, fl.name) {
 			return
+		}
+		if s.cfg.Round > 0 {
+			s.counted(now, fl.name)
 		}
 		fl.inside++ // before unqueue, which forgets a flow with nothing left
 		s.unqueue(e)

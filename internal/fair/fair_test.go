@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,12 @@ type window struct {
 	inside  []*fair.Entry[string]
 	order   []string
 	expired []string
+	// manual leaves the network polls to the test (see polled); without
+	// it, a round that ends is followed by a poll at once, as on a core
+	// with time to spare.
+	manual bool
+	// awaiting is set when a round ended and no poll followed yet.
+	awaiting bool
 }
 
 func newWindow(t *testing.T, cfg fair.Config) *window {
@@ -41,6 +48,18 @@ func (w *window) take(m fair.Moves[string]) {
 	for _, e := range m.Expired {
 		w.expired = append(w.expired, e.Value)
 	}
+	if m.AwaitPoll {
+		w.awaiting = true
+		if !w.manual {
+			w.polled()
+		}
+	}
+}
+
+// polled tells the scheduler that the network was polled.
+func (w *window) polled() {
+	w.awaiting = false
+	w.take(w.s.Polled(w.now))
 }
 
 // enqueue queues n entries of cost for f and returns how many were taken.
@@ -416,13 +435,13 @@ func TestConfig(t *testing.T) {
 		want    fair.Config
 	}{
 		{name: "zero takes the defaults", cfg: fair.Config{},
-			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: fair.DefaultHoldMin, HoldMax: fair.DefaultHoldMax, FlowMaxQueued: fair.DefaultFlowMaxQueued}},
+			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: fair.DefaultHoldMin, HoldMax: fair.DefaultHoldMax, FlowMaxQueued: fair.DefaultFlowMaxQueued, Round: fair.DefaultRound}},
 		{name: "a fixed hold", cfg: fair.Config{HoldMin: time.Second, HoldMax: time.Second},
-			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Second, HoldMax: time.Second, FlowMaxQueued: fair.DefaultFlowMaxQueued}},
+			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Second, HoldMax: time.Second, FlowMaxQueued: fair.DefaultFlowMaxQueued, Round: fair.DefaultRound}},
 		{name: "a short HoldMax lowers the default HoldMin", cfg: fair.Config{HoldMax: time.Millisecond},
-			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Millisecond, HoldMax: time.Millisecond, FlowMaxQueued: fair.DefaultFlowMaxQueued}},
+			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Millisecond, HoldMax: time.Millisecond, FlowMaxQueued: fair.DefaultFlowMaxQueued, Round: fair.DefaultRound}},
 		{name: "a long HoldMin raises the default HoldMax", cfg: fair.Config{HoldMin: time.Second},
-			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Second, HoldMax: time.Second, FlowMaxQueued: fair.DefaultFlowMaxQueued}},
+			want: fair.Config{Seats: fair.DefaultSeats, HoldMin: time.Second, HoldMax: time.Second, FlowMaxQueued: fair.DefaultFlowMaxQueued, Round: fair.DefaultRound}},
 		{name: "negative seats", cfg: fair.Config{Seats: -1}, wantErr: true},
 		{name: "negative hold", cfg: fair.Config{HoldMin: -time.Second}, wantErr: true},
 		{name: "negative queue", cfg: fair.Config{FlowMaxQueued: -1}, wantErr: true},
@@ -480,7 +499,13 @@ func TestConcurrent(t *testing.T) {
 	admitted := make(chan *fair.Entry[int], 1<<16)
 	outcomes := make([]int, 20*200)
 	var omu sync.Mutex
+	// A round that ends waits for a poll, which one of the goroutines
+	// makes at random later.
+	var pollWanted atomic.Bool
 	settle := func(m fair.Moves[int]) {
+		if m.AwaitPoll {
+			pollWanted.Store(true)
+		}
 		for _, e := range m.Admitted {
 			admitted <- e
 		}
@@ -533,6 +558,9 @@ func TestConcurrent(t *testing.T) {
 				if r.IntN(10) == 0 {
 					settle(s.Tick(now()))
 				}
+				if r.IntN(3) == 0 && pollWanted.Swap(false) {
+					settle(s.Polled(now()))
+				}
 			}
 		})
 	}
@@ -540,6 +568,9 @@ func TestConcurrent(t *testing.T) {
 	// Drain: finish what is inside until nothing is left.
 	for {
 		settle(s.Tick(now().Add(time.Hour)))
+		if pollWanted.Swap(false) {
+			settle(s.Polled(now()))
+		}
 		select {
 		case e := <-admitted:
 			settle(s.Done(now(), e))
@@ -556,5 +587,93 @@ func TestConcurrent(t *testing.T) {
 	}
 	if st := s.Stats(); st.Used != 0 || st.Waiting != 0 || len(st.Flows) != 0 {
 		t.Errorf("Stats() after all is done = %+v, want empty", st)
+	}
+}
+
+// TestRounds checks that while two flows compete the window takes at most
+// a round's entries between two network polls, the entry of the flow
+// that waits least first, that a queued entry's deadline holds while the
+// round waits, and that a flow alone, or Round below 0, is never held
+// for a poll.
+func TestRounds(t *testing.T) {
+	w := newWindow(t, fair.Config{Seats: 16, Round: 4})
+	w.manual = true
+	flood := fair.Flow{Name: "flood"}
+	w.enqueue(flood, 100, 1)
+	if len(w.order) != 16 || w.awaiting {
+		t.Fatalf("a flow alone took %d seats of 16 (awaiting a poll: %v), want all of them at once", len(w.order), w.awaiting)
+	}
+	w.enqueue(fair.Flow{Name: "victim"}, 1, 1)
+	for range 10 {
+		w.finishOldest(time.Microsecond)
+	}
+	got := w.order[16:]
+	if len(got) != 4 || got[0] != "victim" || !w.awaiting {
+		t.Fatalf("after 10 seats freed while two flows compete, admitted %v (awaiting a poll: %v); want 4, the victim's first, then a poll awaited", got, w.awaiting)
+	}
+	for range 2 {
+		w.finishOldest(time.Microsecond)
+	}
+	if n := len(w.order); n != 20 {
+		t.Fatalf("seats freed while a poll is awaited let in %d more, want none", n-20)
+	}
+	w.polled()
+	if n := len(w.order); n != 24 || !w.awaiting {
+		t.Fatalf("a poll let in %d, want a round of 4, then a poll awaited again", n-20)
+	}
+	// A queued entry's deadline comes while the round waits.
+	dl := &fair.Entry[string]{Value: "late", Cost: 1, Deadline: w.now.Add(time.Millisecond)}
+	_, m := w.s.Enqueue(w.now, fair.Flow{Name: "late"}, []*fair.Entry[string]{dl})
+	w.take(m)
+	w.now = w.now.Add(time.Millisecond)
+	w.take(w.s.Tick(w.now))
+	if len(w.expired) != 1 || w.expired[0] != "late" {
+		t.Fatalf("expired while a poll is awaited = %v, want the late entry", w.expired)
+	}
+	// The victim was last admitted a second ago: the flood alone fills
+	// every free seat after the next poll.
+	w.now = w.now.Add(time.Second)
+	w.polled()
+	if w.awaiting || w.s.Stats().Used != 16 {
+		t.Fatalf("after the other flows left, the flood took %d seats of 16 (awaiting a poll: %v), want all of them", w.s.Stats().Used, w.awaiting)
+	}
+
+	off := newWindow(t, fair.Config{Seats: 16, Round: -1})
+	off.manual = true
+	off.enqueue(fair.Flow{Name: "a"}, 100, 1)
+	off.enqueue(fair.Flow{Name: "b"}, 100, 1)
+	off.run(150)
+	if off.awaiting {
+		t.Errorf("with Round -1, two flows awaited a poll")
+	}
+	shares := count(off.order[32:132])
+	if shares["a"] < 45 || shares["b"] < 45 {
+		t.Errorf("with Round -1, 100 admissions of two flows = %v, want about half each", shares)
+	}
+}
+
+// TestRoundsShare checks that rounds keep the shares: two flows, one
+// sending batches of 50, the other one entry at a time, each polled
+// round admitting about as many of each while both have entries queued.
+func TestRoundsShare(t *testing.T) {
+	w := newWindow(t, fair.Config{Seats: 8, Round: 8})
+	w.manual = true
+	w.enqueue(fair.Flow{Name: "batch"}, 50, 1)
+	w.enqueue(fair.Flow{Name: "single"}, 50, 1)
+	for range 40 {
+		for len(w.inside) > 0 {
+			w.finishOldest(time.Microsecond)
+		}
+		if !w.awaiting {
+			t.Fatalf("the window emptied without a poll awaited after %d admissions", len(w.order))
+		}
+		w.polled()
+		if len(w.order) >= 80 {
+			break
+		}
+	}
+	got := count(w.order[8:80])
+	if got["batch"] != 36 || got["single"] != 36 {
+		t.Errorf("72 admissions in rounds of two competing flows = %v, want 36 each", got)
 	}
 }
