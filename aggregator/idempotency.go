@@ -195,7 +195,10 @@ func (s *IdempotencyStore) waits(kv jetstream.KeyValue) *idemHub {
 		return s.hub
 	}
 	h := newIdemHub(kv, s.clock)
-	h.closed = s.closed
+	// A hub for a bucket the store no longer has open (read just before
+	// Open replaced it) is nobody's to close: it starts no watch, and its
+	// waiters read their records at intervals.
+	h.closed = s.closed || kv != s.kv
 	if kv == s.kv {
 		s.hub = h
 	}
@@ -670,7 +673,8 @@ func (w *idemWaiter) stop() {
 	}
 }
 
-// close stops the watch loop for good.
+// close stops the watch loop for good. Every waiter is told to read its
+// record again: with no watch up, it reads at intervals from then on.
 func (h *idemHub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -682,6 +686,12 @@ func (h *idemHub) close() {
 	if h.stop != nil {
 		h.stop()
 		h.stop = nil
+	}
+	h.up = false
+	for _, ws := range h.byKey {
+		for w := range ws {
+			latest.Offer(w.changes, idemChange{})
+		}
 	}
 }
 
@@ -750,6 +760,9 @@ func (h *idemHub) run(ctx context.Context, log *slog.Logger) {
 func (h *idemHub) setUp(up bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if up && h.closed {
+		return // closed meanwhile: the watch ends at once
+	}
 	h.up = up
 	if !up {
 		return

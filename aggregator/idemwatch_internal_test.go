@@ -60,16 +60,29 @@ func TestIdempotencyDuplicatesShareOneWatch(t *testing.T) {
 }
 
 // TestIdempotencyStoreCloseStopsTheWatch: Close ends the watch at once,
-// not after it idled, and no later duplicate starts one.
+// not after it idled, tells the duplicates waiting to read their records
+// again, and no later duplicate starts one.
 func TestIdempotencyStoreCloseStopsTheWatch(t *testing.T) {
 	b := newIdemBench(t)
 	store := &IdempotencyStore{}
 	store.Open(b.kv)
 	h := store.waits(b.kv)
 	w := h.wait("k1", slog.New(slog.DiscardHandler))
-	testwait.Eventually(t, func() bool { return b.consumers(t) == 1 }, "the bucket is watched")
+	testwait.Eventually(t, func() bool { return b.consumers(t) == 1 && h.watching() }, "the bucket is watched")
+	select {
+	case <-w.changes: // the watch came up: read again
+	default:
+	}
 	store.Close()
 	testwait.Eventually(t, func() bool { return b.consumers(t) == 0 && !h.watching() }, "the watch ends at Close")
+	// The waiter is told to read its record again, and reads at
+	// intervals from then on, rather than waiting for a watch that is
+	// gone until its deadline.
+	select {
+	case <-w.changes:
+	default:
+		t.Error("Close did not tell the waiting duplicate to read its record again")
+	}
 	w.stop()
 	w2 := store.waits(b.kv).wait("k2", slog.New(slog.DiscardHandler))
 	defer w2.stop()

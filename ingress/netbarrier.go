@@ -9,7 +9,7 @@ import (
 )
 
 // netBarrierIdle is how long the barrier's reader stays without a wait
-// before it ends; the next wait starts another.
+// before it ends and closes its pipe; the next wait makes another.
 const netBarrierIdle = 50 * time.Millisecond
 
 // netBarrier runs a function after the process's next network poll.
@@ -22,20 +22,26 @@ const netBarrierIdle = 50 * time.Millisecond
 //
 // The barrier is a pipe whose reader is parked in the network poller: a
 // byte written to it makes the reader runnable only when the poller
-// runs, together with every connection that has something to read. When
-// the process is not saturated, an idle processor polls at once, and the
-// barrier costs a pipe write and read. Where the pipe cannot be made, the
-// function runs at once on a goroutine of its own: no barrier, the same
-// progress.
+// runs, together with every connection that has something to read. A byte
+// written before the reader was parked would be read at once, without a
+// poll: the reader tells such a byte from one it was woken by, and asks
+// for another. When the process is not saturated, an idle processor polls
+// at once, and the barrier costs a pipe write and read. Where the pipe
+// cannot be made, the function runs at once on a goroutine of its own: no
+// barrier, the same progress.
 //
-// Its zero value is ready. The reader runs only while waits come: it
-// starts with a wait and ends after [netBarrierIdle] without one, or when
-// the barrier closes. It is safe for concurrent use.
+// Its zero value is ready. The reader and its pipe live only while waits
+// come: they are made by a wait, and end after [netBarrierIdle] without
+// one, or when the barrier closes. It is safe for concurrent use.
 type netBarrier struct {
-	mu      sync.Mutex
-	r, w    *os.File
-	reading bool // a reader runs
-	// broken is set when the pipe could not be made, closed by close:
+	// idle is how long the reader stays without a wait (0:
+	// [netBarrierIdle]).
+	idle time.Duration
+
+	mu sync.Mutex
+	// r and w are the pipe; nil while no reader runs.
+	r, w *os.File
+	// broken is set when a pipe could not be made, closed by close:
 	// waits then run their function at once.
 	broken, closed bool
 	readers        sync.WaitGroup
@@ -45,6 +51,10 @@ type netBarrier struct {
 	pending atomic.Bool
 	// fn is what runs after the poll; the latest wait sets it.
 	fn atomic.Pointer[func()]
+	// reads numbers the reader's reads, and wroteIn is the number of the
+	// read under way when the latest byte was written: a byte written
+	// before the read that returns it began did not wait for a poll.
+	reads, wroteIn atomic.Uint64
 }
 
 // await runs fn after the next network poll. A wait made while another is
@@ -53,10 +63,14 @@ type netBarrier struct {
 // (when the barrier closes), so it must be harmless to run again.
 func (b *netBarrier) await(fn func()) {
 	b.mu.Lock()
-	if b.r == nil && !b.broken && !b.closed {
-		var err error
-		if b.r, b.w, err = os.Pipe(); err != nil {
+	if !b.broken && !b.closed && b.r == nil {
+		r, w, err := os.Pipe()
+		if err != nil {
 			b.broken = true
+		} else {
+			b.r, b.w = r, w
+			b.readers.Add(1)
+			go b.read(r)
 		}
 	}
 	if b.broken || b.closed {
@@ -65,29 +79,25 @@ func (b *netBarrier) await(fn func()) {
 		return
 	}
 	b.fn.Store(&fn)
-	if !b.reading {
-		b.reading = true
-		b.readers.Add(1)
-		go b.read()
-	}
 	// Under the lock, so that a reader about to end for want of waits
 	// sees it.
 	poke := b.pending.CompareAndSwap(false, true)
+	w := b.w
 	b.mu.Unlock()
 	if poke {
 		// The byte is written by a goroutine of its own, which the
 		// runtime runs once the caller blocks: should the caller be the
 		// reader itself (its function ended a round), the reader is
-		// parked again by then, and the byte wakes it at the next poll
-		// rather than at once.
-		go b.poke()
+		// parked again by then.
+		go b.poke(w)
 	}
 }
 
 // poke writes the byte that wakes the reader; when the pipe is closed,
 // it runs the function itself.
-func (b *netBarrier) poke() {
-	if _, err := b.w.Write([]byte{0}); err != nil {
+func (b *netBarrier) poke(w *os.File) {
+	b.wroteIn.Store(b.reads.Load())
+	if _, err := w.Write([]byte{0}); err != nil {
 		b.pending.Store(false)
 		b.run()
 	}
@@ -100,22 +110,39 @@ func (b *netBarrier) run() {
 	}
 }
 
-// read runs the function after each wake, until no wait came for
-// netBarrierIdle or the pipe closed.
-func (b *netBarrier) read() {
+// read runs the function after each wake, until no wait came for the
+// idle time or the pipe closed; then it closes the pipe.
+func (b *netBarrier) read(r *os.File) {
 	defer b.readers.Done()
+	idle := b.idle
+	if idle <= 0 {
+		idle = netBarrierIdle
+	}
 	buf := make([]byte, 64)
 	for {
-		_ = b.r.SetReadDeadline(time.Now().Add(netBarrierIdle))
-		_, err := b.r.Read(buf)
+		_ = r.SetReadDeadline(time.Now().Add(idle))
+		n := b.reads.Add(1)
+		_, err := r.Read(buf)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			b.mu.Lock()
 			if !b.pending.Load() {
-				b.reading = false
+				// No byte is on its way: nobody writes to w any more.
+				_ = b.w.Close()
+				_ = r.Close()
+				b.r, b.w = nil, nil
 				b.mu.Unlock()
 				return
 			}
 			b.mu.Unlock()
+			continue
+		}
+		if err == nil && b.wroteIn.Load() < n {
+			// Written before this read began, so read without a poll:
+			// ask again, once parked. pending stays set.
+			b.mu.Lock()
+			w := b.w
+			b.mu.Unlock()
+			go b.poke(w)
 			continue
 		}
 		// Cleared before the function runs, so that a wait it makes, or
@@ -123,9 +150,7 @@ func (b *netBarrier) read() {
 		b.pending.Store(false)
 		b.run()
 		if err != nil {
-			b.mu.Lock()
-			b.reading = false
-			b.mu.Unlock()
+			_ = r.Close()
 			return
 		}
 	}
@@ -141,11 +166,10 @@ func (b *netBarrier) close() {
 	}
 	b.closed = true
 	w := b.w
+	b.w = nil
 	b.mu.Unlock()
-	if w == nil {
-		return
+	if w != nil {
+		_ = w.Close()
 	}
-	_ = w.Close()
 	b.readers.Wait()
-	_ = b.r.Close()
 }

@@ -1,8 +1,11 @@
 package ingress
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestNetBarrier checks that every wait's function runs after it, that
@@ -63,11 +66,12 @@ func TestNetBarrierUnused(t *testing.T) {
 	<-done
 }
 
-// TestNetBarrierReaderEnds checks that the reader ends once no wait comes
-// (a server used only as a handler, never shut down, keeps no goroutine),
-// and that the next wait starts another.
+// TestNetBarrierReaderEnds checks that the reader ends, and closes its
+// pipe, once no wait comes (a server used only as a handler, never shut
+// down, keeps no goroutine and no file), and that the next wait makes
+// another.
 func TestNetBarrierReaderEnds(t *testing.T) {
-	var b netBarrier
+	b := netBarrier{idle: time.Millisecond}
 	defer b.close()
 	for range 2 {
 		ran := make(chan struct{})
@@ -75,10 +79,45 @@ func TestNetBarrierReaderEnds(t *testing.T) {
 		<-ran
 		b.readers.Wait() // returns once the reader has ended for want of waits
 		b.mu.Lock()
-		reading := b.reading
+		r, w := b.r, b.w
 		b.mu.Unlock()
-		if reading {
-			t.Fatal("the reader ended but still counts as reading")
+		if r != nil || w != nil {
+			t.Fatal("the reader ended but left its pipe open")
 		}
 	}
+}
+
+// TestNetBarrierWaitsForPoll checks the barrier's point: on one processor
+// kept busy by a goroutine that yields but never blocks, the function
+// does not run until that goroutine is done and the runtime polls the
+// network. A function run at once, or a byte read without a poll, runs it
+// while the goroutine still yields. The runtime also polls every 10 ms
+// when it has not otherwise, which a loaded machine can make the yields
+// outlast, so the test tries a few times and needs one clean run.
+func TestNetBarrierWaitsForPoll(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var b netBarrier
+	defer b.close()
+	for range 5 {
+		var ran atomic.Bool
+		done := make(chan struct{})
+		var once sync.Once
+		b.await(func() {
+			ran.Store(true)
+			once.Do(func() { close(done) })
+		})
+		early := false
+		for range 2000 {
+			runtime.Gosched()
+			if ran.Load() {
+				early = true
+				break
+			}
+		}
+		<-done
+		if !early {
+			return
+		}
+	}
+	t.Fatal("in 5 tries, the function ran each time while another goroutine still had work, before the network was polled")
 }

@@ -238,12 +238,11 @@ type Scheduler[T any] struct {
 	// flows competed; gated is set when that reached the round's bound.
 	round int
 	gated bool
-	// other and otherAt are the last flow admitted other than last, and
-	// when; lastName is the flow admitted last.
-	lastName          string
-	other             string
-	otherAt           time.Time
-	lastSet, hasOther bool
+	// lastName is the flow admitted last, at lastAt; otherAt is when a
+	// flow other than it was last admitted (zero: none yet).
+	lastName        string
+	lastAt, otherAt time.Time
+	lastSet         bool
 }
 
 // New returns a scheduler of cfg, with every queue empty.
@@ -394,7 +393,9 @@ func (s *Scheduler[T]) NextWake() (t time.Time, ok bool) {
 			t, ok = d, true
 		}
 	}
-	if d, paced := s.nextToken(); paced && (!ok || d.Before(t)) {
+	// While a round waits for a poll the pace's tokens do not fill (no
+	// admission takes them), so the next token is not a time to wake.
+	if d, paced := s.nextToken(); paced && !s.gated && (!ok || d.Before(t)) {
 		t, ok = d, true
 	}
 	return t, ok
@@ -487,7 +488,7 @@ func (s *Scheduler[T]) Polled(now time.Time) Moves[T] {
 // competing reports whether more than one flow is queued, or one other
 // than the flow admitted last was admitted within activeSpan.
 func (s *Scheduler[T]) competing(now time.Time) bool {
-	return len(s.busy) > 1 || s.hasOther && now.Sub(s.otherAt) <= activeSpan
+	return len(s.busy) > 1 || !s.otherAt.IsZero() && now.Sub(s.otherAt) <= activeSpan
 }
 
 // roundOver reports whether admitting an entry of the flow named name at
@@ -497,8 +498,8 @@ func (s *Scheduler[T]) roundOver(now time.Time, name string) bool {
 	if r <= 0 || s.round < r {
 		return false
 	}
-	if name != s.lastName || !s.lastSet {
-		return true // admitted, it would make the flows compete
+	if s.lastSet && name != s.lastName && now.Sub(s.lastAt) <= activeSpan {
+		return true // admitted, it would compete with the flow admitted last
 	}
 	return s.competing(now)
 }
@@ -506,20 +507,27 @@ func (s *Scheduler[T]) roundOver(now time.Time, name string) bool {
 // counted records the admission of an entry of the flow named name at
 // now: the flows admitted lately, and the round while they compete.
 func (s *Scheduler[T]) counted(now time.Time, name string) {
-	if name != s.lastName || !s.lastSet {
-		if s.lastSet {
-			s.other, s.otherAt, s.hasOther = s.lastName, now, true
-		}
-		s.lastName, s.lastSet = name, true
+	if s.lastSet && name != s.lastName {
+		s.otherAt = s.lastAt
 	}
+	s.lastName, s.lastAt, s.lastSet = name, now, true
 	if s.competing(now) {
 		s.round++
+	}
+}
+
+// unround ends the round, and lifts its gate, when the flows no longer
+// compete: a flow alone is never held for a poll.
+func (s *Scheduler[T]) unround(now time.Time) {
+	if s.cfg.Round > 0 && (s.round > 0 || s.gated) && !s.competing(now) {
+		s.round, s.gated = 0, false
 	}
 }
 
 // admit fills the free seats from the busy flows in order of start tag;
 // a head whose deadline has come expires instead.
 func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
+	s.unround(now)
 	if s.gated {
 		m.AwaitPoll = len(s.busy) > 0
 		return

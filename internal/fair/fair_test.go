@@ -677,3 +677,58 @@ func TestRoundsShare(t *testing.T) {
 		t.Errorf("72 admissions in rounds of two competing flows = %v, want 36 each", got)
 	}
 }
+
+// TestRoundsAlone checks that a flow alone is not held for a poll by a
+// round that other flows, long gone, left behind.
+func TestRoundsAlone(t *testing.T) {
+	w := newWindow(t, fair.Config{Seats: 16, Round: 4})
+	w.manual = true
+	// a and b compete for a whole round, which ends with nothing left
+	// queued.
+	w.enqueue(fair.Flow{Name: "a"}, 1, 1)
+	w.enqueue(fair.Flow{Name: "b"}, 4, 1)
+	for len(w.inside) > 0 {
+		w.finishOldest(time.Microsecond)
+	}
+	// An hour later, c alone.
+	w.now = w.now.Add(time.Hour)
+	from := len(w.order)
+	w.enqueue(fair.Flow{Name: "c"}, 100, 1)
+	if n := len(w.order) - from; n != 16 || w.awaiting {
+		t.Fatalf("a flow alone an hour after others took %d seats of 16 (awaiting a poll: %v), want all of them at once", n, w.awaiting)
+	}
+}
+
+// TestRoundsPaced checks that while a round waits for a poll, the pace
+// sets no wake: its tokens do not fill meanwhile, so a wake for them
+// would come at once, again and again.
+func TestRoundsPaced(t *testing.T) {
+	w, cpu := measured(t, fair.Config{Seats: 50, CPUTarget: 0.5, Round: 2, HoldMin: time.Hour, HoldMax: time.Hour})
+	w.enqueue(fair.Flow{Name: "flood"}, 10000, 1)
+	w.enqueue(fair.Flow{Name: "victim"}, 10000, 1)
+	for range 60 {
+		cpu.step(time.Millisecond, 1)
+		w.now = w.now.Add(time.Millisecond)
+		w.finishInside()
+		w.take(w.s.Tick(w.now))
+	}
+	w.manual = true
+	checked := 0
+	for range 200 {
+		cpu.step(100*time.Microsecond, 1)
+		w.now = w.now.Add(100 * time.Microsecond)
+		w.finishInside()
+		w.take(w.s.Tick(w.now))
+		if !w.awaiting {
+			continue
+		}
+		checked++
+		if at, ok := w.s.NextWake(); ok && !at.After(w.now) {
+			t.Fatalf("while a round waits for a poll, NextWake = %v, at or before now %v: a timer would fire again at once", at.Sub(t0), w.now.Sub(t0))
+		}
+		w.polled()
+	}
+	if checked == 0 {
+		t.Fatal("no round waited for a poll")
+	}
+}
