@@ -152,17 +152,29 @@ func flowOf(p *auth.Principal) fair.Flow {
 	return fair.Flow{Name: p.Name, Weight: p.Weight, Exempt: p.Exempt}
 }
 
-// awaitTurn waits until the body of n bytes that the caller of hdr sent
-// may be parsed: its turn in the caller's queue. It returns hdr with the
+// parseAtOnce is the size under which a body of one request (not a
+// batch) is parsed without waiting for its caller's turn, on every door:
+// parsing it costs the ingress less than the call itself, which then
+// waits its turn like any other.
+const parseAtOnce = fair.CostUnit
+
+// parsesAtOnce reports whether body is parsed without waiting for its
+// caller's turn (see [parseAtOnce]).
+func parsesAtOnce(body []byte) bool { return len(body) < parseAtOnce && isSingle(body) }
+
+// awaitTurn waits until the body that the caller of hdr sent may be
+// parsed: its turn in the caller's queue, unless it parses at once
+// ([parsesAtOnce]). It returns hdr with the
 // time waited taken off the deadline the client asked for, and what ends
 // the turn once the body's calls are planned; or the answer to the whole
 // message when the caller's queue is full or the wait outlasted the
 // deadline. Without fairness it returns at once.
-func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, n int) (callHeaders, func(), *schema.Error) {
+func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, body []byte) (callHeaders, func(), *schema.Error) {
 	f := s.cfg.fair
-	if f == nil {
+	if f == nil || parsesAtOnce(body) {
 		return hdr, noTurn, nil
 	}
+	n := len(body)
 	start := time.Now()
 	timeout := s.deadline("", hdr.timeout)
 	flow := flowOf(hdr.caller)

@@ -430,10 +430,10 @@ func TestFairNotification(t *testing.T) {
 	testwait.Eventually(t, func() bool { return s.FairStats().Used == 0 }, "every seat is free")
 }
 
-// TestFairBody: a body waits for its caller's turn before it is parsed,
-// so that a single call sent while another caller's batch waits behind a
-// full window goes first; a body past its caller's queue, or past its
-// deadline in the queue, is answered as a whole.
+// TestFairBody: a batch body waits for its caller's turn before it is
+// parsed, so that a single call sent while another caller's batch waits
+// behind a full window goes first; a body past its caller's queue, or past
+// its deadline in the queue, is answered as a whole.
 func TestFairBody(t *testing.T) {
 	g := newGate()
 	g.timeout = time.Hour
@@ -487,6 +487,15 @@ func TestFairBody(t *testing.T) {
 	if rec := <-victim; decodeOne(t, rec.Body.Bytes()).Result != `"done"` {
 		t.Errorf("victim's answer = %s", rec.Body)
 	}
+	// The victim's body, one small call, was parsed at once, so its call
+	// may have gone before the flood's call 1, which then comes next.
+	for ; floodSeen < 2; floodSeen++ {
+		a := g.next(t)
+		if string(a.call.ID) != "1" {
+			t.Fatalf("the flood's call %s reached the dispatcher before its call 1", a.call.ID)
+		}
+		close(a.open)
+	}
 
 	// Another body of the flood finds its queue full: answered whole.
 	queued(t, s, "flood", 499)
@@ -494,8 +503,10 @@ func TestFairBody(t *testing.T) {
 	if a := decodeOne(t, rec.Body.Bytes()); a.Code != schema.CodeOverloaded || a.Data["limit"] != "caller_max_queued" {
 		t.Errorf("a body past the caller's queue = %s, want -32002 naming caller_max_queued", rec.Body)
 	}
-	// A body whose deadline comes while it waits: answered -32001.
-	rec = serve(h, post(`{"jsonrpc":"2.0","id":1,"method":"work"}`, auth.APIKeyHeader, "victim-key", schema.HeaderTimeout, "30ms"))
+	// A body whose deadline comes while it waits: answered -32001. (A
+	// batch: a body of one small call is parsed at once, and its call
+	// waits instead.)
+	rec = serve(h, post(`[{"jsonrpc":"2.0","id":1,"method":"work"}]`, auth.APIKeyHeader, "victim-key", schema.HeaderTimeout, "30ms"))
 	if a := decodeOne(t, rec.Body.Bytes()); a.Code != schema.CodeTimeout || a.ID != "null" {
 		t.Errorf("a body past its deadline in the queue = %s, want -32001 with a null id", rec.Body)
 	}
@@ -522,7 +533,7 @@ func TestFairBody(t *testing.T) {
 // after them on a connection of its own, is let in before any of them is
 // parsed.
 func TestFairWebSocketBody(t *testing.T) {
-	const n = 300 // calls per batch: about 45 KB, well past wsParseAtOnce
+	const n = 300 // calls per batch: about 45 KB, well past parseAtOnce
 	g := newGate()
 	s, _ := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour}, WithWebSocketMaxInFlight(4*n))
 	batch := func(from int) string {
@@ -583,9 +594,9 @@ func TestFairWebSocketBody(t *testing.T) {
 	}
 }
 
-// TestFairRESTBody: a REST body waits for its caller's turn before it is
-// parsed, behind the caller's calls already queued: one that is not JSON
-// is answered once its turn comes, not at once.
+// TestFairRESTBody: a REST body of 16 KiB or more waits for its caller's
+// turn before it is parsed, behind the caller's calls already queued: one
+// that is not JSON is answered once its turn comes, not at once.
 func TestFairRESTBody(t *testing.T) {
 	g := newGate()
 	s, d := newFairServer(t, g, Fairness{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour})
@@ -593,7 +604,10 @@ func TestFairRESTBody(t *testing.T) {
 	held := g.next(t)
 	queued(t, s, "flood", 1)
 	answered := make(chan *httptest.ResponseRecorder, 1)
-	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/tools/work/invoke", strings.NewReader(`{"p":`))
+	// 16 KiB or more: a body of one call smaller than that is parsed at
+	// once, and only its call waits.
+	notJSON := `{"p":"` + strings.Repeat("x", parseAtOnce)
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/tools/work/invoke", strings.NewReader(notJSON))
 	r.Header.Set(auth.APIKeyHeader, "flood-key")
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)

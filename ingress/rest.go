@@ -73,9 +73,9 @@ func (s *Server) rest(w http.ResponseWriter, r *http.Request) outcome {
 		o.reason = "read body: " + err.Error()
 		return o
 	}
-	// The body waits for its caller's turn before it is parsed, as a
-	// POST /rpc body does (see [WithFairness]).
-	hdr, endTurn, werr := s.awaitTurn(r.Context(), hdr, len(body))
+	// A body of 16 KiB or more waits for its caller's turn before it is
+	// parsed, as a POST /rpc body does (see [Server.awaitTurn]).
+	hdr, endTurn, werr := s.awaitTurn(r.Context(), hdr, body)
 	if werr != nil {
 		return s.restError(w, rid, 0, werr)
 	}

@@ -107,10 +107,11 @@ func (s *Server) rpc(w http.ResponseWriter, r *http.Request) outcome {
 	}
 
 	sse := wantsEvents(r.Header)
-	// The body waits for its caller's turn before it is parsed, and holds
-	// a seat while its calls are planned: a large batch is its caller's
-	// work, done in its caller's share (see [WithFairness]).
-	hdr, endTurn, perr := s.awaitTurn(r.Context(), hdr, len(body))
+	// A batch, or a body of 16 KiB or more, waits for its caller's turn
+	// before it is parsed, and holds a seat while its calls are planned:
+	// a large batch is its caller's work, done in its caller's share (see
+	// [Server.awaitTurn]).
+	hdr, endTurn, perr := s.awaitTurn(r.Context(), hdr, body)
 	var elems []element
 	var batch bool
 	if perr == nil {

@@ -563,12 +563,17 @@ func BenchmarkRPC(b *testing.B) {
 		batch.WriteString(`{"jsonrpc":"2.0","method":"echo","params":{"n":` + strconv.Itoa(i) + `},"id":` + strconv.Itoa(i) + `}`)
 	}
 	batch.WriteByte(']')
-	for _, bm := range []struct{ name, body string }{
-		{"echo", echo},
-		{"batch100", batch.String()},
+	for _, bm := range []struct {
+		name, body string
+		opts       []Option
+	}{
+		{"echo", echo, nil},
+		{"batch100", batch.String(), nil},
+		{"echo-fair", echo, []Option{WithFairness(Fairness{})}},
+		{"batch100-fair", batch.String(), []Option{WithFairness(Fairness{})}},
 	} {
 		b.Run(bm.name, func(b *testing.B) {
-			s, _ := newServer(b)
+			s, _ := newServer(b, bm.opts...)
 			h := s.Handler()
 			body := []byte(bm.body)
 			b.ReportAllocs()

@@ -15,7 +15,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/toolbus/toolbus/ingress/quota"
-	"github.com/toolbus/toolbus/internal/fair"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -190,17 +189,11 @@ func (cn *wsConn) read(ctx context.Context) error {
 	}
 }
 
-// wsParseAtOnce is the size under which a message of one request (not a
-// batch) is parsed without waiting for its caller's turn: parsing it
-// costs the ingress no more than the call itself, which then waits its
-// turn like any other.
-const wsParseAtOnce = fair.CostUnit
-
 // take plans a message read from the connection, in the order the
 // messages came. A message waits for its caller's turn before it is
 // parsed, as a POST body does (see [WithFairness]), so that parsing a
 // caller's large batch is work done in that caller's share; one request
-// under [wsParseAtOnce] does not, so that rpc.cancel never waits behind
+// under [parseAtOnce] does not, so that rpc.cancel never waits behind
 // the caller's own queue. The reading goroutine never waits: it has to
 // go on reading for the pongs to arrive. A message that can be planned
 // at once, with none waiting before it, is planned on it; the others
@@ -208,7 +201,7 @@ const wsParseAtOnce = fair.CostUnit
 // and which counts against the connection's in-flight cap: a message
 // past the cap is refused whole.
 func (cn *wsConn) take(ctx context.Context, body []byte) {
-	turn := cn.s.cfg.fair != nil && (len(body) >= wsParseAtOnce || !isSingle(body))
+	turn := cn.s.cfg.fair != nil && !parsesAtOnce(body)
 	cn.mu.Lock()
 	if !turn && !cn.planning {
 		cn.mu.Unlock()
@@ -251,8 +244,8 @@ func (cn *wsConn) planBacklog(ctx context.Context) {
 		cn.mu.Unlock()
 		hdr, endTurn := cn.hdr, noTurn
 		var e *schema.Error
-		if cn.s.cfg.fair != nil && (len(body) >= wsParseAtOnce || !isSingle(body)) {
-			hdr, endTurn, e = cn.s.awaitTurn(ctx, cn.hdr, len(body))
+		if cn.s.cfg.fair != nil && !parsesAtOnce(body) {
+			hdr, endTurn, e = cn.s.awaitTurn(ctx, cn.hdr, body)
 		}
 		// The message's place under the in-flight cap goes to its calls.
 		cn.mu.Lock()
