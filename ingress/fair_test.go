@@ -668,3 +668,62 @@ func TestFairMetricsCallers(t *testing.T) {
 		})
 	}
 }
+
+// TestFairRounds: while two callers are busy, the window admits in rounds
+// that each wait for the ingress to read its connections again; the two
+// share the window, every call is answered, and the rounds show in
+// toolbus_fair_rounds_total.
+func TestFairRounds(t *testing.T) {
+	g := newGate()
+	reg := prometheus.NewRegistry()
+	s, d := newFairServer(t, g, Fairness{Seats: 4, HoldMin: time.Hour, HoldMax: time.Hour, Round: 2}, WithMetrics(reg))
+	flood := dispatch(t, t.Context(), d, "flood", fairCalls("flood", 20, 0))
+	var held []arrival
+	for range 4 {
+		held = append(held, g.next(t)) // the flood alone takes every seat
+	}
+	queued(t, s, "flood", 16)
+	victim := dispatch(t, t.Context(), d, "victim", fairCalls("victim", 20, 0))
+	queued(t, s, "victim", 20)
+	for _, a := range held {
+		close(a.open)
+	}
+	var order []string
+	for range 36 {
+		a := g.next(t)
+		order = append(order, a.call.Caller)
+		close(a.open)
+	}
+	if n := count(order[:20]); n["flood"] < 8 || n["victim"] < 8 {
+		t.Errorf("the first 20 admissions while both callers were busy = %v, want about half each", n)
+	}
+	for _, a := range []*answers{flood, victim} {
+		for range 20 {
+			if _, r := a.wait(t); r.Error != nil {
+				t.Fatalf("answer %+v, want done", r)
+			}
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounds := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "toolbus_fair_rounds_total" {
+			rounds = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if rounds < 1 {
+		t.Errorf("toolbus_fair_rounds_total = %v after two callers competed, want at least 1", rounds)
+	}
+}
+
+// count returns how many of values each value is.
+func count(values []string) map[string]int {
+	n := map[string]int{}
+	for _, v := range values {
+		n[v]++
+	}
+	return n
+}

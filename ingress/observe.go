@@ -666,6 +666,8 @@ var (
 		"Calls past their hold without an answer: out of the window, waiting on a worker.", nil, nil)
 	fairHoldDesc = prometheus.NewDesc("toolbus_fair_hold_seconds",
 		"How long a call keeps its seat without an answer before it counts as waiting on a worker (adapts within --fair-hold-min and --fair-hold-max).", nil, nil)
+	fairRoundsDesc = prometheus.NewDesc("toolbus_fair_rounds_total",
+		"Rounds of --fair-round calls after which the window waited for the ingress to read its connections again, while more than one caller was busy.", nil, nil)
 )
 
 func (w *fairWindowCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -673,6 +675,7 @@ func (w *fairWindowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- fairUsedDesc
 	ch <- fairWaitingDesc
 	ch <- fairHoldDesc
+	ch <- fairRoundsDesc
 }
 
 func (w *fairWindowCollector) Collect(ch chan<- prometheus.Metric) {
@@ -681,6 +684,7 @@ func (w *fairWindowCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fairUsedDesc, prometheus.GaugeValue, float64(st.Used))
 	ch <- prometheus.MustNewConstMetric(fairWaitingDesc, prometheus.GaugeValue, float64(st.Waiting))
 	ch <- prometheus.MustNewConstMetric(fairHoldDesc, prometheus.GaugeValue, st.Hold.Seconds())
+	ch <- prometheus.MustNewConstMetric(fairRoundsDesc, prometheus.CounterValue, float64(st.Rounds))
 }
 
 // workersCollector exports the registry's live workers per method.

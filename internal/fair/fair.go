@@ -238,6 +238,8 @@ type Scheduler[T any] struct {
 	// flows competed; gated is set when that reached the round's bound.
 	round int
 	gated bool
+	// rounds counts the rounds that ended in a wait for a poll.
+	rounds uint64
 	// lastName is the flow admitted last, at lastAt; otherAt is when a
 	// flow other than it was last admitted (zero: none yet).
 	lastName        string
@@ -456,6 +458,9 @@ type Stats struct {
 	Waiting int
 	// Hold is the hold now.
 	Hold time.Duration
+	// Rounds is how many rounds ended in a wait for a network poll so
+	// far (see the package doc's "Rounds").
+	Rounds uint64
 	// Flows are the flows with entries queued or in the window, in no
 	// order; exempt flows are not among them.
 	Flows []FlowStats
@@ -466,7 +471,7 @@ type Stats struct {
 func (s *Scheduler[T]) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Flows: make([]FlowStats, 0, len(s.flows))}
+	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Rounds: s.rounds, Flows: make([]FlowStats, 0, len(s.flows))}
 	for _, fl := range s.flows {
 		st.Flows = append(st.Flows, FlowStats{Name: fl.name, Weight: fl.weight, Queued: fl.n, QueuedCost: fl.cost, Inside: fl.inside})
 	}
@@ -546,6 +551,7 @@ func (s *Scheduler[T]) admit(now time.Time, m *Moves[T]) {
 		}
 		if s.roundOver(now, fl.name) {
 			s.gated, m.AwaitPoll = true, true
+			s.rounds++
 			return
 		}
 		if paced && !s.take(now, fl.name) {

@@ -611,6 +611,9 @@ func TestRounds(t *testing.T) {
 	if len(got) != 4 || got[0] != "victim" || !w.awaiting {
 		t.Fatalf("after 10 seats freed while two flows compete, admitted %v (awaiting a poll: %v); want 4, the victim's first, then a poll awaited", got, w.awaiting)
 	}
+	if r := w.s.Stats().Rounds; r != 1 {
+		t.Errorf("Stats().Rounds after one round = %d, want 1", r)
+	}
 	for range 2 {
 		w.finishOldest(time.Microsecond)
 	}
