@@ -162,6 +162,19 @@ const parseAtOnce = fair.CostUnit
 // caller's turn (see [parseAtOnce]).
 func parsesAtOnce(body []byte) bool { return len(body) < parseAtOnce && isSingle(body) }
 
+// isSingle reports whether a message holds one request rather than a
+// batch: whether its first byte past JSON's white space is not '['.
+func isSingle(body []byte) bool {
+	for _, b := range body {
+		switch b {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return b != '['
+	}
+	return true
+}
+
 // awaitTurn waits until the body that the caller of hdr sent may be
 // parsed: its turn in the caller's queue, unless it parses at once
 // ([parsesAtOnce]). It returns hdr with the

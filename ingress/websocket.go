@@ -260,19 +260,6 @@ func (cn *wsConn) planBacklog(ctx context.Context) {
 	}
 }
 
-// isSingle reports whether a message holds one request rather than a
-// batch: whether its first byte past JSON's white space is not '['.
-func isSingle(body []byte) bool {
-	for _, b := range body {
-		switch b {
-		case ' ', '\t', '\n', '\r':
-			continue
-		}
-		return b != '['
-	}
-	return true
-}
-
 // refusal is the answer to a message or call the connection takes no
 // more of: it is shutting down, or at its in-flight cap. cn.mu is held.
 func (cn *wsConn) refusal() *schema.Error {
