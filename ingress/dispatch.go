@@ -506,21 +506,26 @@ func (r *router) extension(method string) Extension {
 // time.
 func (r *router) dispatch(ctx context.Context, next schema.Dispatcher, calls []schema.Call, emit func(i int, resp schema.Response)) {
 	var local []int
-	var rest schema.Subset
 	for i := range calls {
 		c := &calls[i]
-		switch {
-		case r.extension(c.Method) != nil:
+		if r.extension(c.Method) != nil ||
+			c.Async && !c.IsNotification() && r.promoter != nil && r.promoter.Promotable(ctx, c.Method) {
 			local = append(local, i)
-		case c.Async && !c.IsNotification() && r.promoter != nil && r.promoter.Promotable(ctx, c.Method):
-			local = append(local, i)
-		default:
-			rest.Add(i, *c)
 		}
 	}
 	if len(local) == 0 {
 		next.Dispatch(ctx, calls, emit)
 		return
+	}
+	// Only now, and only when some calls run here, are the others copied
+	// into a set of their own.
+	rest := schema.Subset{Calls: make([]schema.Call, 0, len(calls)-len(local))}
+	for i, k := 0, 0; i < len(calls); i++ {
+		if k < len(local) && local[k] == i {
+			k++
+			continue
+		}
+		rest.Add(i, calls[i])
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup

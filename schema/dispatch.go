@@ -56,8 +56,13 @@ type Subset struct {
 	index []int
 }
 
-// Add adds c, the call at index i of the set.
+// Add adds c, the call at index i of the set. A Subset made with room
+// for its calls (Calls of length 0 and the capacity it needs) makes room
+// for their indexes at once too.
 func (s *Subset) Add(i int, c Call) {
+	if s.index == nil && cap(s.Calls) > 0 {
+		s.index = make([]int, 0, cap(s.Calls))
+	}
 	s.Calls = append(s.Calls, c)
 	s.index = append(s.index, i)
 }
