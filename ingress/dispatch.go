@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -97,7 +96,7 @@ func (s *Server) plan(elems []element, hdr callHeaders, local map[string]localMe
 		if k%yieldEvery == yieldEvery-1 {
 			// A large batch is planned in short steps: another
 			// caller's request, read meanwhile, runs in between.
-			runtime.Gosched()
+			s.yield()
 		}
 		if el.err != nil {
 			// An element whose id could not be read is answered with a
@@ -287,8 +286,9 @@ func appendResponse(b []byte, r response) ([]byte, error) {
 	return r.AppendJSON(b)
 }
 
-// appendResponses appends one answer, or the array of a batch's answers.
-func appendResponses(b []byte, rs []response, batch bool) ([]byte, error) {
+// appendResponses appends one answer, or the array of a batch's answers,
+// calling yield between steps of a large batch.
+func appendResponses(b []byte, rs []response, batch bool, yield func()) ([]byte, error) {
 	if !batch {
 		return appendResponse(b, rs[0])
 	}
@@ -298,7 +298,7 @@ func appendResponses(b []byte, rs []response, batch bool) ([]byte, error) {
 			b = append(b, ',')
 		}
 		if i%yieldEvery == yieldEvery-1 {
-			runtime.Gosched() // as in plan: a large batch in short steps
+			yield() // as in plan: a large batch in short steps
 		}
 		var err error
 		if b, err = appendResponse(b, r); err != nil {

@@ -111,6 +111,19 @@ func (f *fairness) settle(m fair.Moves[fairRef]) {
 	f.arm()
 }
 
+// yield lets other work run in the middle of a large batch's planning or
+// answers: while callers compete, until the ingress has read its
+// connections again, so that another caller's request read meanwhile is
+// queued before the batch goes on; otherwise until the goroutines already
+// runnable have run.
+func (s *Server) yield() {
+	if f := s.cfg.fair; f != nil && f.sched.Competing(time.Now()) {
+		f.poll.wait()
+		return
+	}
+	runtime.Gosched()
+}
+
 // polled starts the scheduler's next round, the network having been
 // polled.
 func (f *fairness) polled() { f.settle(f.sched.Polled(time.Now())) }

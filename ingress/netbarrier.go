@@ -51,6 +51,9 @@ type netBarrier struct {
 	pending atomic.Bool
 	// fn is what runs after the poll; the latest wait sets it.
 	fn atomic.Pointer[func()]
+	// waiters are the goroutines blocked in wait, released by the next
+	// wake; guarded by mu.
+	waiters []chan struct{}
 	// reads numbers the reader's reads, and wroteIn is the number of the
 	// read under way when the latest byte was written: a byte written
 	// before the read that returns it began did not wait for a poll.
@@ -63,6 +66,32 @@ type netBarrier struct {
 // (when the barrier closes), so it must be harmless to run again.
 func (b *netBarrier) await(fn func()) {
 	b.mu.Lock()
+	if !b.start() {
+		b.mu.Unlock()
+		go fn()
+		return
+	}
+	b.fn.Store(&fn)
+	b.pokeLocked()
+}
+
+// wait blocks until the next network poll, or until the barrier closes.
+// The function of the latest await runs after that poll too.
+func (b *netBarrier) wait() {
+	b.mu.Lock()
+	if !b.start() {
+		b.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	b.waiters = append(b.waiters, ch)
+	b.pokeLocked()
+	<-ch
+}
+
+// start makes the pipe and its reader when none runs, and reports whether
+// the barrier works; b.mu is held.
+func (b *netBarrier) start() bool {
 	if !b.broken && !b.closed && b.r == nil {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -73,12 +102,12 @@ func (b *netBarrier) await(fn func()) {
 			go b.read(r)
 		}
 	}
-	if b.broken || b.closed {
-		b.mu.Unlock()
-		go fn()
-		return
-	}
-	b.fn.Store(&fn)
+	return !b.broken && !b.closed
+}
+
+// pokeLocked makes sure a byte is on its way to the reader, and unlocks
+// b.mu.
+func (b *netBarrier) pokeLocked() {
 	// Under the lock, so that a reader about to end for want of waits
 	// sees it.
 	poke := b.pending.CompareAndSwap(false, true)
@@ -99,7 +128,19 @@ func (b *netBarrier) poke(w *os.File) {
 	b.wroteIn.Store(b.reads.Load())
 	if _, err := w.Write([]byte{0}); err != nil {
 		b.pending.Store(false)
+		b.release()
 		b.run()
+	}
+}
+
+// release lets every goroutine blocked in wait go on.
+func (b *netBarrier) release() {
+	b.mu.Lock()
+	ws := b.waiters
+	b.waiters = nil
+	b.mu.Unlock()
+	for _, ch := range ws {
+		close(ch)
 	}
 }
 
@@ -148,6 +189,7 @@ func (b *netBarrier) read(r *os.File) {
 		// Cleared before the function runs, so that a wait it makes, or
 		// one made meanwhile, writes a byte again.
 		b.pending.Store(false)
+		b.release()
 		b.run()
 		if err != nil {
 			_ = r.Close()
@@ -172,4 +214,5 @@ func (b *netBarrier) close() {
 		_ = w.Close()
 	}
 	b.readers.Wait()
+	b.release()
 }

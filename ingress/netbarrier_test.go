@@ -98,26 +98,46 @@ func TestNetBarrierWaitsForPoll(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var b netBarrier
 	defer b.close()
-	for range 5 {
-		var ran atomic.Bool
-		done := make(chan struct{})
-		var once sync.Once
-		b.await(func() {
-			ran.Store(true)
-			once.Do(func() { close(done) })
-		})
-		early := false
-		for range 2000 {
-			runtime.Gosched()
-			if ran.Load() {
-				early = true
-				break
+	for _, how := range []struct {
+		name  string
+		start func(ran *atomic.Bool, done chan struct{})
+	}{
+		{"await", func(ran *atomic.Bool, done chan struct{}) {
+			var once sync.Once
+			b.await(func() {
+				ran.Store(true)
+				once.Do(func() { close(done) })
+			})
+		}},
+		{"wait", func(ran *atomic.Bool, done chan struct{}) {
+			go func() {
+				b.wait()
+				ran.Store(true)
+				close(done)
+			}()
+		}},
+	} {
+		t.Run(how.name, func(t *testing.T) {
+			for range 5 {
+				var ran atomic.Bool
+				done := make(chan struct{})
+				how.start(&ran, done)
+				early := false
+				for range 2000 {
+					runtime.Gosched()
+					if ran.Load() {
+						early = true
+						break
+					}
+				}
+				<-done
+				if !early {
+					return
+				}
 			}
-		}
-		<-done
-		if !early {
-			return
-		}
+			t.Fatal("in 5 tries, the waiter went on each time while another goroutine still had work, before the network was polled")
+		})
 	}
-	t.Fatal("in 5 tries, the function ran each time while another goroutine still had work, before the network was polled")
+	b.close()
+	b.wait() // returns at once once closed
 }

@@ -271,7 +271,7 @@ func (s *Server) write(ctx context.Context, w http.ResponseWriter, resps []respo
 	}()
 	var b []byte
 	var err error
-	b, err = appendResponses((*bp)[:0], resps, batch)
+	b, err = appendResponses((*bp)[:0], resps, batch, s.yield)
 	if err != nil {
 		// Only an error message that cannot be marshalled gets here.
 		s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))

@@ -480,7 +480,7 @@ func (cn *wsConn) slow(cause *slowReader) {
 // write sends one message: an answer, or a batch's array. A message that
 // cannot be written within the write timeout closes the connection.
 func (cn *wsConn) write(ctx context.Context, rs []response, batch bool) {
-	b, err := appendResponses(nil, rs, batch)
+	b, err := appendResponses(nil, rs, batch, cn.s.yield)
 	if err != nil {
 		cn.s.log.LogAttrs(ctx, slog.LevelError, "encode response", slog.String("error", err.Error()))
 		b, _ = schema.Response{Error: internalError()}.AppendJSON(nil)

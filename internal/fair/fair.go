@@ -490,6 +490,14 @@ func (s *Scheduler[T]) Polled(now time.Time) Moves[T] {
 	return m
 }
 
+// Competing reports whether flows compete at now, so that the window
+// works in rounds (see the package doc's "Rounds").
+func (s *Scheduler[T]) Competing(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Round > 0 && s.competing(now)
+}
+
 // competing reports whether more than one flow is queued, or one other
 // than the flow admitted last was admitted within activeSpan.
 func (s *Scheduler[T]) competing(now time.Time) bool {

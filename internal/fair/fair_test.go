@@ -614,6 +614,9 @@ func TestRounds(t *testing.T) {
 	if r := w.s.Stats().Rounds; r != 1 {
 		t.Errorf("Stats().Rounds after one round = %d, want 1", r)
 	}
+	if !w.s.Competing(w.now) {
+		t.Error("Competing() = false while two flows compete")
+	}
 	for range 2 {
 		w.finishOldest(time.Microsecond)
 	}
@@ -699,6 +702,9 @@ func TestRoundsAlone(t *testing.T) {
 	w.enqueue(fair.Flow{Name: "c"}, 100, 1)
 	if n := len(w.order) - from; n != 16 || w.awaiting {
 		t.Fatalf("a flow alone an hour after others took %d seats of 16 (awaiting a poll: %v), want all of them at once", n, w.awaiting)
+	}
+	if w.s.Competing(w.now) {
+		t.Error("Competing() = true for a flow alone")
 	}
 }
 
