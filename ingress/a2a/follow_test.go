@@ -29,6 +29,9 @@ import (
 type holds struct {
 	mu    sync.Mutex
 	gates map[string]*gate
+	// opened is set by openAll: a gate made afterwards, by a call that
+	// started late, is open at once.
+	opened bool
 }
 
 func (h *holds) gate(key string) *gate {
@@ -39,13 +42,18 @@ func (h *holds) gate(key string) *gate {
 	}
 	if h.gates[key] == nil {
 		h.gates[key] = newGate()
+		if h.opened {
+			h.gates[key].open()
+		}
 	}
 	return h.gates[key]
 }
 
+// openAll opens every gate, and every one made from now on.
 func (h *holds) openAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.opened = true
 	for _, g := range h.gates {
 		g.open()
 	}
