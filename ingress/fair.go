@@ -117,8 +117,7 @@ func (f *fairness) settle(m fair.Moves[fairRef]) {
 // queued before the batch goes on; otherwise until the goroutines already
 // runnable have run.
 func (s *Server) yield() {
-	if f := s.cfg.fair; f != nil && f.sched.Competing(time.Now()) {
-		f.poll.wait()
+	if f := s.cfg.fair; f != nil && f.sched.Competing(time.Now()) && f.poll.wait() {
 		return
 	}
 	runtime.Gosched()

@@ -75,18 +75,20 @@ func (b *netBarrier) await(fn func()) {
 	b.pokeLocked()
 }
 
-// wait blocks until the next network poll, or until the barrier closes.
-// The function of the latest await runs after that poll too.
-func (b *netBarrier) wait() {
+// wait blocks until the next network poll, or until the barrier closes,
+// and reports whether it waited: false when the barrier is closed or has
+// no pipe. The function of the latest await runs after that poll too.
+func (b *netBarrier) wait() bool {
 	b.mu.Lock()
 	if !b.start() {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	ch := make(chan struct{})
 	b.waiters = append(b.waiters, ch)
 	b.pokeLocked()
 	<-ch
+	return true
 }
 
 // start makes the pipe and its reader when none runs, and reports whether

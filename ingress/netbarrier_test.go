@@ -139,5 +139,7 @@ func TestNetBarrierWaitsForPoll(t *testing.T) {
 		})
 	}
 	b.close()
-	b.wait() // returns at once once closed
+	if b.wait() {
+		t.Error("wait on a closed barrier reported that it waited")
+	}
 }
