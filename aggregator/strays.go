@@ -98,36 +98,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.questions, prometheus.CounterValue, float64(q.Invalid), "invalid")
 }
 
-// endedTokens remembers the reply tokens of the calls that ended last,
-// in two generations of [EndedRemembered]: when the newer is full, the
-// older is emptied and becomes the newer. Adding a token costs a map
-// insertion, and the maps keep their room, so that once warm it
-// allocates nothing. It is not safe for concurrent use.
-type endedTokens struct {
-	cur, old map[string]struct{}
-}
-
-// add remembers token.
-func (e *endedTokens) add(token string) {
-	if len(e.cur) >= EndedRemembered || e.cur == nil {
-		if e.old == nil {
-			e.old = make(map[string]struct{})
-		}
-		clear(e.old)
-		e.cur, e.old = e.old, e.cur
-	}
-	e.cur[token] = struct{}{}
-}
-
-// has reports whether token is remembered.
-func (e *endedTokens) has(token string) bool {
-	if _, ok := e.cur[token]; ok {
-		return true
-	}
-	_, ok := e.old[token]
-	return ok
-}
-
 // strayLog writes the line about unmatched messages, at most one per
 // every: a worker forging answers sends many, and one line per message
 // would be a flood of its making.

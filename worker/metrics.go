@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/internal/callstats"
-	"github.com/toolbus/toolbus/schema"
 )
 
 // WithMetrics registers the runtime's Prometheus metrics with reg. Default:
@@ -156,20 +154,6 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return zero, fmt.Errorf("worker: register metrics: %w", err)
 }
 
-// routeMetrics holds one route's series, looked up once at registration so
-// that a call costs no label lookup unless it fails. A nil *routeMetrics
-// (metrics off) does nothing.
-type routeMetrics struct {
-	calls    *prometheus.CounterVec // curried with the route's method
-	codes    *callstats.Codes
-	ok       prometheus.Counter
-	duration prometheus.Observer
-	inFlight prometheus.Gauge
-	refused  [numRefusals]prometheus.Counter
-	orphaned prometheus.Counter
-	dropped  prometheus.Counter
-}
-
 // forRoute returns the series of pattern, made now so that they are
 // exported at zero before the first call. A nil *metrics returns nil.
 func (m *metrics) forRoute(pattern string) *routeMetrics {
@@ -190,43 +174,6 @@ func (m *metrics) forRoute(pattern string) *routeMetrics {
 		rm.refused[i] = m.refused.WithLabelValues(pattern, reason)
 	}
 	return rm
-}
-
-func (rm *routeMetrics) begin() {
-	if rm != nil {
-		rm.inFlight.Inc()
-	}
-}
-
-func (rm *routeMetrics) end(d time.Duration, rpcErr *schema.Error) {
-	if rm == nil {
-		return
-	}
-	rm.inFlight.Dec()
-	rm.duration.Observe(d.Seconds())
-	if rpcErr == nil {
-		rm.ok.Inc()
-		return
-	}
-	rm.calls.WithLabelValues(rm.codes.Label(rpcErr.Code)).Inc()
-}
-
-func (rm *routeMetrics) refuse(why refusal) {
-	if rm != nil {
-		rm.refused[why].Inc()
-	}
-}
-
-func (rm *routeMetrics) orphan() {
-	if rm != nil {
-		rm.orphaned.Inc()
-	}
-}
-
-func (rm *routeMetrics) dropAnswer() {
-	if rm != nil {
-		rm.dropped.Inc()
-	}
 }
 
 // refusalOf tells why a call that waited for a slot gave up, from the error

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -617,6 +618,64 @@ func endSpan(span trace.Span, rpcErr *schema.Error) {
 		span.SetStatus(codes.Error, rpcErr.Message)
 	}
 	span.End()
+}
+
+// routeMetrics holds one route's series (worker/metrics.go defines
+// them; [metrics.forRoute] makes these), looked up once at registration so
+// that a call costs no label lookup unless it fails. A nil *routeMetrics
+// (metrics off) does nothing.
+type routeMetrics struct {
+	calls    *prometheus.CounterVec // curried with the route's method
+	codes    *callstats.Codes
+	ok       prometheus.Counter
+	duration prometheus.Observer
+	inFlight prometheus.Gauge
+	refused  [numRefusals]prometheus.Counter
+	orphaned prometheus.Counter
+	dropped  prometheus.Counter
+}
+
+// begin counts a call whose handler starts.
+func (rm *routeMetrics) begin() {
+	if rm != nil {
+		rm.inFlight.Inc()
+	}
+}
+
+// end counts a call whose handler ran for d and answered rpcErr, nil
+// for a result.
+func (rm *routeMetrics) end(d time.Duration, rpcErr *schema.Error) {
+	if rm == nil {
+		return
+	}
+	rm.inFlight.Dec()
+	rm.duration.Observe(d.Seconds())
+	if rpcErr == nil {
+		rm.ok.Inc()
+		return
+	}
+	rm.calls.WithLabelValues(rm.codes.Label(rpcErr.Code)).Inc()
+}
+
+// refuse counts a call whose handler never ran, and why.
+func (rm *routeMetrics) refuse(why refusal) {
+	if rm != nil {
+		rm.refused[why].Inc()
+	}
+}
+
+// orphan counts a call canceled because nobody listened for its answer.
+func (rm *routeMetrics) orphan() {
+	if rm != nil {
+		rm.orphaned.Inc()
+	}
+}
+
+// dropAnswer counts a message on the answer subject of no call.
+func (rm *routeMetrics) dropAnswer() {
+	if rm != nil {
+		rm.dropped.Inc()
+	}
 }
 
 // logCall writes a log line about req (nil when the call could not be
