@@ -366,12 +366,7 @@ func (s *Scheduler[T]) Tick(now time.Time) Moves[T] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var m Moves[T]
-	hold := s.hold()
-	for e := s.first; e != nil && now.Sub(e.admitted) >= hold; e = s.first {
-		s.unseat(e)
-		e.state = waiting
-		s.waitingN++
-	}
+	s.release(now)
 	for len(s.deadlines) > 0 && !now.Before(s.deadlines[0].Deadline) {
 		e := s.deadlines[0]
 		s.unqueue(e)
@@ -381,13 +376,28 @@ func (s *Scheduler[T]) Tick(now time.Time) Moves[T] {
 	return m
 }
 
+// release makes the seated entries past their hold at now wait, which
+// frees their seats.
+func (s *Scheduler[T]) release(now time.Time) {
+	hold := s.hold()
+	for e := s.first; e != nil && now.Sub(e.admitted) >= hold; e = s.first {
+		s.unseat(e)
+		e.state = waiting
+		s.waitingN++
+	}
+}
+
 // NextWake returns when [Scheduler.Tick] has something to do next: the
-// oldest seated entry's hold ends, or a queued entry's deadline comes.
-// ok is false when neither will happen.
+// oldest seated entry's hold ends while an entry is queued (the seat it
+// frees lets one in), or a queued entry's deadline comes. ok is false
+// when neither will happen. With nothing queued, a hold that ends is no
+// reason to wake, so that a caller alone is not woken for it call after
+// call: once an entry is queued, NextWake gives the hold's end again
+// (passed already, when it ended meanwhile).
 func (s *Scheduler[T]) NextWake() (t time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.first != nil {
+	if s.first != nil && len(s.busy) > 0 {
 		t, ok = s.first.admitted.Add(s.hold()), true
 	}
 	if len(s.deadlines) > 0 {

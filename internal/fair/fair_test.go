@@ -281,6 +281,32 @@ func TestQueueBound(t *testing.T) {
 	}
 }
 
+// TestHoldWakesOnlyForAQueue: a hold that ends is a reason to wake only
+// while an entry waits for the seat it frees. A caller alone, whose
+// entries all fit, sets no timer; once an entry waits, the oldest seat's
+// hold end is the wake, passed already if it ended meanwhile, and the
+// tick then lets the waiting entry in.
+func TestHoldWakesOnlyForAQueue(t *testing.T) {
+	w := newWindow(t, fair.Config{Seats: 2, HoldMin: time.Millisecond, HoldMax: time.Millisecond})
+	w.enqueue(fair.Flow{Name: "alone"}, 2, 1) // both seats
+	if at, ok := w.s.NextWake(); ok {
+		t.Fatalf("NextWake() = %v with nothing queued, want none: a caller alone would be woken for its holds", at.Sub(t0))
+	}
+	w.now = w.now.Add(5 * time.Millisecond) // both holds ended, nobody woke
+	w.enqueue(fair.Flow{Name: "other"}, 1, 1)
+	if got := count(w.order)["other"]; got != 0 {
+		t.Fatalf("other got %d admissions with both seats held, want 0 before a tick", got)
+	}
+	at, ok := w.s.NextWake()
+	if want := t0.Add(time.Millisecond); !ok || !at.Equal(want) {
+		t.Fatalf("NextWake() = %v, %v with an entry queued, want the first hold's end %v", at.Sub(t0), ok, want.Sub(t0))
+	}
+	w.take(w.s.Tick(w.now))
+	if got := count(w.order)["other"]; got != 1 {
+		t.Errorf("other got %d admissions after the tick, want 1: the held seats were freed", got)
+	}
+}
+
 func TestDeadlines(t *testing.T) {
 	// A hold of an hour: the seat stays taken while the queue waits.
 	w := newWindow(t, fair.Config{Seats: 1, HoldMin: time.Hour, HoldMax: time.Hour})
