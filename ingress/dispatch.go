@@ -36,9 +36,10 @@ type response struct {
 // parse parses a JSON-RPC message under the server's limits. A non-nil
 // error is the whole message's answer, sent alone with a null id in 2.0
 // form. With [WithJSONRPC1], elements without a "jsonrpc" member are read
-// as JSON-RPC 1.0 requests.
+// as JSON-RPC 1.0 requests. A large batch is parsed in steps
+// ([schema.ParseSteps]) that each yield ([Server.yield]), as its plan is.
 func (s *Server) parse(body []byte) (elems []element, batch bool, err *schema.Error) {
-	items, batch, err := schema.Parse(body, s.limit)
+	items, batch, err := schema.ParseSteps(body, s.limit, s.step)
 	if err != nil {
 		return nil, batch, err
 	}

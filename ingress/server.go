@@ -47,6 +47,9 @@ type Server struct {
 	mux        *http.ServeMux
 	srv        *http.Server
 	limit      schema.Limits
+	// step is yield, bound once, for the steps a large batch is parsed
+	// in (a method value made per request would be an allocation).
+	step func()
 
 	// router routes extension methods; nil without extensions.
 	router *router
@@ -121,6 +124,7 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 		auth:    cfg.auth,
 		limiter: quota.NewLimiter(cfg.rate, cfg.callerRates),
 	}
+	s.step = s.yield
 	if cfg.registry != nil {
 		// rpc.discover shows each caller what it may see, which takes the
 		// authentication configured by any option.

@@ -108,6 +108,19 @@ type Limits struct {
 //
 // The items never alias body: the caller may reuse it once Parse returns.
 func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
+	return ParseSteps(body, lim, nil)
+}
+
+// StepElements is how many elements of a batch [ParseSteps] reads
+// between two calls of its step.
+const StepElements = 32
+
+// ParseSteps is [Parse] in bounded steps: when step is not nil, it is
+// called after every [StepElements] elements of a batch, in each of the
+// two passes (the check of the body's JSON, and the decoding of its
+// elements), so that a server parsing a large batch can let other work
+// run between steps. A single request is one step.
+func ParseSteps(body []byte, lim Limits, step func()) (items []Item, batch bool, err *Error) {
 	first, ok := firstByte(body)
 	if !ok {
 		return nil, false, NewError(CodeParseError, "parse error: empty body", nil)
@@ -115,7 +128,7 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	// One pass checks the JSON, its nesting and its UTF-8: this is the
 	// one place where a call's params are checked, and nothing after it
 	// (the aggregator, the worker) reads them again to check them.
-	verdict, n := scanJSON(body, lim.MaxDepth)
+	verdict, n := scanJSON(body, lim.MaxDepth, step)
 	switch verdict {
 	case scanTooDeep:
 		return nil, false, LimitError("max_depth", int64(lim.MaxDepth), -1)
@@ -152,7 +165,12 @@ func Parse(body []byte, lim Limits) (items []Item, batch bool, err *Error) {
 	// One copy of the body backs every id and params of the batch.
 	body = bytes.Clone(body)
 	items = make([]Item, 0, n)
-	forEachElement(body, func(raw []byte) { items = append(items, parseItem(raw)) })
+	forEachElement(body, func(raw []byte) {
+		items = append(items, parseItem(raw))
+		if step != nil && len(items)%StepElements == 0 && len(items) < n {
+			step()
+		}
+	})
 	return items, true, nil
 }
 
@@ -244,7 +262,7 @@ const (
 // [utf8.Valid]; it reads each byte once and allocates only for nesting
 // past 256 levels. elems counts the elements of the array b holds (0 for
 // another value), as far as the scan went.
-func scanJSON(b []byte, max int) (v scanVerdict, elems int) {
+func scanJSON(b []byte, max int, step func()) (v scanVerdict, elems int) {
 	// open holds one bit per open array or object, 1 for an object.
 	var small [4]uint64
 	open := small[:]
@@ -323,6 +341,9 @@ func scanJSON(b []byte, max int) (v scanVerdict, elems int) {
 			inObject := open[(depth-1)/64]&(uint64(1)<<((depth-1)%64)) != 0
 			if depth == 1 && !inObject {
 				elems++
+				if step != nil && elems%StepElements == 0 {
+					step()
+				}
 			}
 			if b[i] == ',' {
 				i = skipSpace(b, i+1)
@@ -346,7 +367,7 @@ func scanJSON(b []byte, max int) (v scanVerdict, elems int) {
 // validJSON reports whether b is one JSON value, as [json.Valid] does:
 // bytes that are not UTF-8 inside a string pass, as they do there.
 func validJSON(b []byte) bool {
-	v, _ := scanJSON(b, 0)
+	v, _ := scanJSON(b, 0, nil)
 	return v == scanOK || v == scanUTF8
 }
 

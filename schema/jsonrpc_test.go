@@ -594,7 +594,7 @@ func TestScanJSON(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, _ := scanJSON([]byte(tc.body), tc.max); got != tc.want {
+			if got, _ := scanJSON([]byte(tc.body), tc.max, nil); got != tc.want {
 				t.Errorf("scanJSON(%q, %d) = %d, want %d", tc.body, tc.max, got, tc.want)
 			}
 			referenceVerdict(t, []byte(tc.body), tc.max)
@@ -607,14 +607,14 @@ func TestScanJSON(t *testing.T) {
 func TestScanJSONDeep(t *testing.T) {
 	for _, n := range []int{255, 256, 257, 1000} {
 		deep := []byte(strings.Repeat(`{"a":[`, n) + `1` + strings.Repeat(`]}`, n))
-		if got, _ := scanJSON(deep, 0); got != scanOK {
+		if got, _ := scanJSON(deep, 0, nil); got != scanOK {
 			t.Errorf("scanJSON(%d levels of {\"a\":[...]}, 0) = %d, want %d", 2*n, got, scanOK)
 		}
-		if got, _ := scanJSON(deep, 2*n-1); got != scanTooDeep {
+		if got, _ := scanJSON(deep, 2*n-1, nil); got != scanTooDeep {
 			t.Errorf("scanJSON(%d levels, %d) = %d, want %d", 2*n, 2*n-1, got, scanTooDeep)
 		}
 		crossed := []byte(strings.Repeat(`{"a":[`, n) + `1` + strings.Repeat(`}]`, n))
-		if got, _ := scanJSON(crossed, 0); got != scanSyntax {
+		if got, _ := scanJSON(crossed, 0, nil); got != scanSyntax {
 			t.Errorf("scanJSON(%d levels closed in the wrong order, 0) = %d, want %d", 2*n, got, scanSyntax)
 		}
 	}
@@ -670,5 +670,51 @@ func TestGarbageInMustReturn(t *testing.T) {
 		_ = r.UnmarshalJSON(b)
 		referenceVerdict(t, b, 8)
 		referenceVerdict(t, b, 0)
+	}
+}
+
+// TestParseSteps: a batch is parsed in steps of StepElements elements in
+// each pass, with the same items as Parse; a single request is one step.
+func TestParseSteps(t *testing.T) {
+	lim := Limits{MaxBatchItems: 200, MaxDepth: 8}
+	tests := []struct {
+		name  string
+		body  []byte
+		steps int
+	}{
+		// The check counts 32, 64 and 96; the decoding 32, 64 and 96,
+		// before the last 4.
+		{"100 elements", benchBatch(100), 6},
+		// The check counts 32 and 64; the decoding 32, not after the
+		// last.
+		{"64 elements", benchBatch(64), 3},
+		{"31 elements", benchBatch(31), 0},
+		{"a single request", []byte(`{"jsonrpc":"2.0","method":"echo","id":1}`), 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want, wantBatch, wantErr := Parse(tc.body, lim)
+			steps := 0
+			got, batch, err := ParseSteps(tc.body, lim, func() { steps++ })
+			if err != nil || wantErr != nil {
+				t.Fatalf("ParseSteps = %v, Parse = %v; want both nil", err, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) || batch != wantBatch {
+				t.Errorf("ParseSteps gave other items than Parse")
+			}
+			if steps != tc.steps {
+				t.Errorf("step called %d times, want %d", steps, tc.steps)
+			}
+		})
+	}
+	// Past the batch limit the body is refused after the check, whose
+	// steps ran; no element is decoded.
+	steps := 0
+	_, _, err := ParseSteps(benchBatch(300), lim, func() { steps++ })
+	if err == nil || err.Code != CodeLimitExceeded {
+		t.Fatalf("ParseSteps of 300 elements under a limit of 200 = %v, want %d", err, CodeLimitExceeded)
+	}
+	if steps != 300/StepElements {
+		t.Errorf("step called %d times for the check of 300 elements, want %d", steps, 300/StepElements)
 	}
 }

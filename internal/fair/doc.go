@@ -93,8 +93,8 @@
 // poll, and a Round below 0 sets no bound. The owner makes the poll
 // happen: the ingress writes to a pipe whose reader is parked in the
 // network poller, which wakes it with the connections. While
-// [Scheduler.Competing], the ingress also works a large batch's planning
-// and answers in steps that each wait for a poll.
+// [Scheduler.Competing], the ingress also works a large batch's parse,
+// planning and answers in steps that each wait for a poll.
 //
 // # Pacing
 //
