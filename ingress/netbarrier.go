@@ -3,6 +3,7 @@ package ingress
 import (
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,9 @@ const netBarrierIdle = 50 * time.Millisecond
 // runs, together with every connection that has something to read. A byte
 // written before the reader was parked would be read at once, without a
 // poll: the reader tells such a byte from one it was woken by, and asks
-// for another. When the process is not saturated, an idle processor polls
+// for another. Woken, the reader yields once before it runs the
+// function, as the poller may hand it back before the connections it
+// found ready too: their requests are read first. When the process is not saturated, an idle processor polls
 // at once, and the barrier costs a pipe write and read. Where the pipe
 // cannot be made, the function runs at once on a goroutine of its own: no
 // barrier, the same progress.
@@ -188,6 +191,11 @@ func (b *netBarrier) read(r *os.File) {
 			go b.poke(w)
 			continue
 		}
+		// The poll that woke the reader made runnable every connection
+		// with something to read, and the reader may be the first of
+		// them to run: it lets them run before its function, so that
+		// the requests they read are queued before it chooses a round.
+		runtime.Gosched()
 		// Cleared before the function runs, so that a wait it makes, or
 		// one made meanwhile, writes a byte again.
 		b.pending.Store(false)
