@@ -20,7 +20,7 @@ func (s *Server) FairStats() fair.Stats {
 	if s.cfg.fair == nil {
 		return fair.Stats{}
 	}
-	return s.cfg.fair.sched.Stats()
+	return s.cfg.fair.sched.Stats(time.Now())
 }
 
 // FairMetrics returns the toolbus_fair_* series by caller, each caller

@@ -139,11 +139,20 @@ func (b *netBarrier) poke(w *os.File) {
 }
 
 // release lets every goroutine blocked in wait go on.
-func (b *netBarrier) release() {
+func (b *netBarrier) release() { releaseAll(b.takeWaiters()) }
+
+// takeWaiters returns the goroutines blocked in wait, which the next
+// wake no longer releases.
+func (b *netBarrier) takeWaiters() []chan struct{} {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	ws := b.waiters
 	b.waiters = nil
-	b.mu.Unlock()
+	return ws
+}
+
+// releaseAll lets the waiters ws go on.
+func releaseAll(ws []chan struct{}) {
 	for _, ch := range ws {
 		close(ch)
 	}
@@ -191,15 +200,18 @@ func (b *netBarrier) read(r *os.File) {
 			go b.poke(w)
 			continue
 		}
+		// Cleared, and the waiters of this wake taken, before anything
+		// else runs, so that a wait made from here on (by the function,
+		// or meanwhile) writes a byte again and waits for its own poll.
+		b.pending.Store(false)
+		woken := b.takeWaiters()
 		// The poll that woke the reader made runnable every connection
 		// with something to read, and the reader may be the first of
-		// them to run: it lets them run before its function, so that
-		// the requests they read are queued before it chooses a round.
+		// them to run: it lets them run before the waiters and its
+		// function, so that the requests they read are queued before a
+		// round is chosen.
 		runtime.Gosched()
-		// Cleared before the function runs, so that a wait it makes, or
-		// one made meanwhile, writes a byte again.
-		b.pending.Store(false)
-		b.release()
+		releaseAll(woken)
 		b.run()
 		if err != nil {
 			_ = r.Close()

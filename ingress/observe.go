@@ -679,7 +679,7 @@ func (w *fairWindowCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (w *fairWindowCollector) Collect(ch chan<- prometheus.Metric) {
-	st := w.sched.Stats()
+	st := w.sched.Stats(time.Now())
 	ch <- prometheus.MustNewConstMetric(fairSeatsDesc, prometheus.GaugeValue, float64(st.Seats))
 	ch <- prometheus.MustNewConstMetric(fairUsedDesc, prometheus.GaugeValue, float64(st.Used))
 	ch <- prometheus.MustNewConstMetric(fairWaitingDesc, prometheus.GaugeValue, float64(st.Waiting))

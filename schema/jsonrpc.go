@@ -119,7 +119,9 @@ const StepElements = 32
 // called after every [StepElements] elements of a batch, in each of the
 // two passes (the check of the body's JSON, and the decoding of its
 // elements), so that a server parsing a large batch can let other work
-// run between steps. A single request is one step.
+// run between steps. A single request is one step, and the check takes
+// no more steps than a batch of lim.MaxBatchItems elements would, however
+// many elements a body past that limit has.
 func ParseSteps(body []byte, lim Limits, step func()) (items []Item, batch bool, err *Error) {
 	first, ok := firstByte(body)
 	if !ok {
@@ -128,7 +130,18 @@ func ParseSteps(body []byte, lim Limits, step func()) (items []Item, batch bool,
 	// One pass checks the JSON, its nesting and its UTF-8: this is the
 	// one place where a call's params are checked, and nothing after it
 	// (the aggregator, the worker) reads them again to check them.
-	verdict, n := scanJSON(body, lim.MaxDepth, step)
+	scanStep := step
+	if step != nil && first == '[' && lim.MaxBatchItems > 0 {
+		// Past the batch limit the body is refused once checked: its
+		// check is no work of a batch to be shared in steps.
+		steps := 0
+		scanStep = func() {
+			if steps++; steps*StepElements <= lim.MaxBatchItems {
+				step()
+			}
+		}
+	}
+	verdict, n := scanJSON(body, lim.MaxDepth, scanStep)
 	switch verdict {
 	case scanTooDeep:
 		return nil, false, LimitError("max_depth", int64(lim.MaxDepth), -1)

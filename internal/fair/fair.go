@@ -476,12 +476,18 @@ type Stats struct {
 	Flows []FlowStats
 }
 
-// Stats returns a snapshot of the window and of every flow that has
-// anything queued or in it.
-func (s *Scheduler[T]) Stats() Stats {
+// Stats returns a snapshot of the window at now and of every flow that
+// has anything queued or in it. A seated entry past its hold at now counts
+// as waiting, though the window releases its seat only when it next needs
+// one ([Scheduler.NextWake]).
+func (s *Scheduler[T]) Stats(now time.Time) Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Rounds: s.rounds, Flows: make([]FlowStats, 0, len(s.flows))}
+	for e := s.first; e != nil && now.Sub(e.admitted) >= st.Hold; e = e.next {
+		st.Used--
+		st.Waiting++
+	}
 	for _, fl := range s.flows {
 		st.Flows = append(st.Flows, FlowStats{Name: fl.name, Weight: fl.weight, Queued: fl.n, QueuedCost: fl.cost, Inside: fl.inside})
 	}

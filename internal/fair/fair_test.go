@@ -238,7 +238,7 @@ func TestExempt(t *testing.T) {
 	if got := count(w.order); got["health"] != 3 || got["flood"] != 2 {
 		t.Fatalf("admitted %v, want the 2 seats' flood entries and all 3 exempt entries at once", got)
 	}
-	if st := w.s.Stats(); st.Used != 5 {
+	if st := w.s.Stats(w.now); st.Used != 5 {
 		t.Errorf("Stats().Used = %d, want 5 (an exempt flow's entries take seats past the window)", st.Used)
 	}
 	// The others wait for the exempt entries to leave.
@@ -293,6 +293,9 @@ func TestHoldWakesOnlyForAQueue(t *testing.T) {
 		t.Fatalf("NextWake() = %v with nothing queued, want none: a caller alone would be woken for its holds", at.Sub(t0))
 	}
 	w.now = w.now.Add(5 * time.Millisecond) // both holds ended, nobody woke
+	if st := w.s.Stats(w.now); st.Used != 0 || st.Waiting != 2 {
+		t.Errorf("Stats(now) with both holds ended = %d used, %d waiting; want 0 and 2: the seats past their hold are reported so without a wake", st.Used, st.Waiting)
+	}
 	w.enqueue(fair.Flow{Name: "other"}, 1, 1)
 	if got := count(w.order)["other"]; got != 0 {
 		t.Fatalf("other got %d admissions with both seats held, want 0 before a tick", got)
@@ -360,7 +363,7 @@ func TestCancel(t *testing.T) {
 	if ok, _ := w.s.Cancel(w.now, es[0]); ok {
 		t.Errorf("Cancel of an admitted entry = true, want false")
 	}
-	if st := w.s.Stats(); len(st.Flows) != 1 || st.Flows[0].Name != "b" || st.Flows[0].Inside != 1 || st.Flows[0].Queued != 0 {
+	if st := w.s.Stats(w.now); len(st.Flows) != 1 || st.Flows[0].Name != "b" || st.Flows[0].Inside != 1 || st.Flows[0].Queued != 0 {
 		t.Errorf("Stats().Flows = %+v, want b's alone, with z inside", st.Flows)
 	}
 }
@@ -379,13 +382,13 @@ func TestHold(t *testing.T) {
 	if len(w.order) != 4 {
 		t.Fatalf("after the hold %d entries were admitted, want 4", len(w.order))
 	}
-	if st := w.s.Stats(); st.Used != 2 || st.Waiting != 2 {
+	if st := w.s.Stats(w.now); st.Used != 2 || st.Waiting != 2 {
 		t.Errorf("Stats() = %d used, %d waiting; want 2 and 2", st.Used, st.Waiting)
 	}
 	for range 4 {
 		w.finishOldest(0)
 	}
-	if st := w.s.Stats(); st.Used != 0 || st.Waiting != 0 || len(st.Flows) != 0 {
+	if st := w.s.Stats(w.now); st.Used != 0 || st.Waiting != 0 || len(st.Flows) != 0 {
 		t.Errorf("Stats() once all are done = %+v, want nothing inside", st)
 	}
 
@@ -611,7 +614,7 @@ func TestConcurrent(t *testing.T) {
 			t.Errorf("entry %d came out %d times, want once", v, n)
 		}
 	}
-	if st := s.Stats(); st.Used != 0 || st.Waiting != 0 || len(st.Flows) != 0 {
+	if st := s.Stats(time.Now()); st.Used != 0 || st.Waiting != 0 || len(st.Flows) != 0 {
 		t.Errorf("Stats() after all is done = %+v, want empty", st)
 	}
 }
@@ -637,7 +640,7 @@ func TestRounds(t *testing.T) {
 	if len(got) != 4 || got[0] != "victim" || !w.awaiting {
 		t.Fatalf("after 10 seats freed while two flows compete, admitted %v (awaiting a poll: %v); want 4, the victim's first, then a poll awaited", got, w.awaiting)
 	}
-	if r := w.s.Stats().Rounds; r != 1 {
+	if r := w.s.Stats(w.now).Rounds; r != 1 {
 		t.Errorf("Stats().Rounds after one round = %d, want 1", r)
 	}
 	if !w.s.Competing(w.now) {
@@ -666,8 +669,8 @@ func TestRounds(t *testing.T) {
 	// every free seat after the next poll.
 	w.now = w.now.Add(time.Second)
 	w.polled()
-	if w.awaiting || w.s.Stats().Used != 16 {
-		t.Fatalf("after the other flows left, the flood took %d seats of 16 (awaiting a poll: %v), want all of them", w.s.Stats().Used, w.awaiting)
+	if w.awaiting || w.s.Stats(w.now).Used != 16 {
+		t.Fatalf("after the other flows left, the flood took %d seats of 16 (awaiting a poll: %v), want all of them", w.s.Stats(w.now).Used, w.awaiting)
 	}
 
 	off := newWindow(t, fair.Config{Seats: 16, Round: -1})
