@@ -139,20 +139,11 @@ func (b *netBarrier) poke(w *os.File) {
 }
 
 // release lets every goroutine blocked in wait go on.
-func (b *netBarrier) release() { releaseAll(b.takeWaiters()) }
-
-// takeWaiters returns the goroutines blocked in wait, which the next
-// wake no longer releases.
-func (b *netBarrier) takeWaiters() []chan struct{} {
+func (b *netBarrier) release() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	ws := b.waiters
 	b.waiters = nil
-	return ws
-}
-
-// releaseAll lets the waiters ws go on.
-func releaseAll(ws []chan struct{}) {
+	b.mu.Unlock()
 	for _, ch := range ws {
 		close(ch)
 	}
@@ -200,18 +191,20 @@ func (b *netBarrier) read(r *os.File) {
 			go b.poke(w)
 			continue
 		}
-		// Cleared, and the waiters of this wake taken, before anything
-		// else runs, so that a wait made from here on (by the function,
-		// or meanwhile) writes a byte again and waits for its own poll.
-		b.pending.Store(false)
-		woken := b.takeWaiters()
 		// The poll that woke the reader made runnable every connection
 		// with something to read, and the reader may be the first of
-		// them to run: it lets them run before the waiters and its
-		// function, so that the requests they read are queued before a
-		// round is chosen.
+		// them to run: it lets them run before its function, so that
+		// the requests they read are queued before it chooses a round.
+		// A wait made during the yield shares this wake and goes on
+		// after it without a poll of its own: taking the waiters and
+		// clearing pending before the yield, so that it waits for the
+		// next poll, was measured and kept the victim of a flood no
+		// better than without the yield (BENCHMARKS.md).
 		runtime.Gosched()
-		releaseAll(woken)
+		// Cleared before the function runs, so that a wait it makes, or
+		// one made meanwhile, writes a byte again.
+		b.pending.Store(false)
+		b.release()
 		b.run()
 		if err != nil {
 			_ = r.Close()
