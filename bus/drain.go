@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,22 @@ func Drain(nc *nats.Conn) {
 	case <-t.C:
 		nc.Close()
 	}
+}
+
+// slowDrainAfter is how long a drain may take before [DrainLogged] says
+// that the shutdown waits for it.
+const slowDrainAfter = 2 * time.Second
+
+// DrainLogged is [Drain], and writes a warning to log when the drain
+// takes longer than two seconds, so that a shutdown that hangs says where.
+func DrainLogged(nc *nats.Conn, log *slog.Logger) {
+	began := time.Now()
+	slow := time.AfterFunc(slowDrainAfter, func() {
+		log.Warn("shutdown: still waiting for the NATS connection to drain",
+			"waited", time.Since(began).Round(time.Millisecond).String(), "connected", nc.IsConnected())
+	})
+	defer slow.Stop()
+	Drain(nc)
 }
 
 // DrainSubscription stops sub taking messages and lets it handle those it

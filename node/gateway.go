@@ -63,8 +63,8 @@ type Gateway struct {
 	push *a2a.PushStore               // nil without [WithA2A]
 
 	mu       sync.Mutex
-	started  bool                              // Start was called, or Shutdown
-	stops    []func(ctx context.Context) error // run last first by Shutdown
+	started  bool  // Start was called, or Shutdown
+	stops    stops // run last first by Shutdown
 	shutdown sync.Once
 	stopErr  error
 }
@@ -380,14 +380,14 @@ func (g *Gateway) Start(l net.Listener) error {
 	}
 	g.started = true
 	fail := func(err error) error {
-		stopAll(context.Background(), &g.stops)
+		stopAll(context.Background(), g.cfg.log, &g.stops)
 		return err
 	}
 	stopCheck := checkReplyGrant(g.st, g.nc, g.cfg.subjects)
-	g.stops = append(g.stops, func(context.Context) error { stopCheck(); return nil })
+	g.stops.add("reply subjects check", func(context.Context) error { stopCheck(); return nil })
 	if g.idem != nil {
 		stop := g.st.SetUp(partIdempotency, g.nc, g.cfg.replicas, g.openIdempotency)
-		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+		g.stops.add("idempotency setup", func(context.Context) error { stop(); return nil })
 	}
 	if g.Registry != nil {
 		feed, err := bus.NewAnnouncements(g.nc, g.cfg.subjects)
@@ -397,23 +397,23 @@ func (g *Gateway) Start(l net.Listener) error {
 		if err := g.Registry.Start(feed); err != nil {
 			return fail(err)
 		}
-		g.stops = append(g.stops, func(context.Context) error { g.Registry.Close(); return nil })
+		g.stops.add("tool registry", func(context.Context) error { g.Registry.Close(); return nil })
 		// The known tools live in JetStream when the gateway needs it
 		// anyway, for jobs, whose submits they judge; without jobs the
 		// ingress runs on a NATS without JetStream, and knows what it
 		// hears.
 		if g.jobs != nil {
 			stop := g.st.SetUp(partTools, g.nc, g.cfg.replicas, g.openTools)
-			g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+			g.stops.add("known tools setup", func(context.Context) error { stop(); return nil })
 		}
 	}
 	if g.push != nil {
 		stop := g.st.SetUp(partA2APush, g.nc, g.cfg.replicas, g.openPush)
-		g.stops = append(g.stops, func(context.Context) error { stop(); return nil })
+		g.stops.add("A2A push setup", func(context.Context) error { stop(); return nil })
 	}
 	if g.jobs != nil {
 		stop := g.st.SetUp(partJobs, g.nc, g.cfg.replicas, g.openJobs)
-		g.stops = append(g.stops, func(ctx context.Context) error {
+		g.stops.add("jobs service", func(ctx context.Context) error {
 			stop()
 			if svc := g.jobs.svc.Load(); svc != nil {
 				return svc.Shutdown(ctx)
@@ -421,18 +421,18 @@ func (g *Gateway) Start(l net.Listener) error {
 			return nil
 		})
 		stopRunner := g.st.SetUp(partRunner, g.nc, g.cfg.replicas, g.Runner.Start)
-		g.stops = append(g.stops, func(ctx context.Context) error {
+		g.stops.add("job runner", func(ctx context.Context) error {
 			stopRunner()
 			return g.Runner.Shutdown(ctx)
 		})
 		stopSampling := g.sampleJobsQueued(callstats.TrendStep)
-		g.stops = append(g.stops, func(context.Context) error { stopSampling(); return nil })
+		g.stops.add("jobs sampling", func(context.Context) error { stopSampling(); return nil })
 	}
 	svc, err := serveStatus(g.nc, g.cfg.subjects, bus.KindIngress, g.cfg.version, func() bus.Status { return ingressStatus(g.Ingress) })
 	if err != nil {
 		return fail(err)
 	}
-	g.stops = append(g.stops, func(context.Context) error { return svc.Stop() })
+	g.stops.add("status service", func(context.Context) error { return svc.Stop() })
 	served := make(chan error, 1)
 	go func() {
 		err := g.Ingress.Serve(l)
@@ -444,7 +444,7 @@ func (g *Gateway) Start(l net.Listener) error {
 		}
 		served <- err
 	}()
-	g.stops = append(g.stops, func(ctx context.Context) error {
+	g.stops.add("HTTP server (answering its calls in flight)", func(ctx context.Context) error {
 		return errors.Join(g.Ingress.Shutdown(ctx), <-served)
 	})
 	return nil
@@ -462,7 +462,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		g.started = true
-		g.stopErr = stopAll(ctx, &g.stops)
+		g.stopErr = stopAll(ctx, g.cfg.log, &g.stops)
 		if g.idem != nil {
 			g.idem.Close()
 		}

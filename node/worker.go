@@ -3,8 +3,10 @@ package node
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -34,8 +36,8 @@ type Worker struct {
 	probesAddr string
 
 	mu       sync.Mutex
-	started  bool                              // Start was called, or Shutdown
-	stops    []func(ctx context.Context) error // run last first by Shutdown
+	started  bool  // Start was called, or Shutdown
+	stops    stops // run last first by Shutdown
 	shutdown sync.Once
 	stopErr  error
 }
@@ -85,14 +87,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.started = true
 	fail := func(err error) error {
-		stopAll(context.WithoutCancel(ctx), &w.stops)
+		stopAll(context.WithoutCancel(ctx), w.cfg.log, &w.stops)
 		return err
 	}
 	for _, b := range w.bridges {
 		if err := b.Start(ctx); err != nil {
 			return fail(err)
 		}
-		w.stops = append(w.stops, func(context.Context) error { return b.Close() })
+		w.stops.add("bridge", func(context.Context) error { return b.Close() })
 	}
 	if w.probes != nil {
 		l, err := listenProbes(w.probesAddr)
@@ -105,14 +107,14 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 		}()
 		w.cfg.log.Info("worker metrics and probes", "url", "http://"+l.Addr().String()+"/metrics")
-		w.stops = append(w.stops, w.probes.Shutdown)
+		w.stops.add("probes server", w.probes.Shutdown)
 	}
 	if err := w.Runtime.Start(); err != nil {
 		return fail(err)
 	}
 	// The runtime answers `toolbus status` itself (worker.WithoutStatus
 	// turns it off), so that a worker built without node is listed too.
-	w.stops = append(w.stops, w.Runtime.Shutdown)
+	w.stops.add("runtime (draining its calls)", w.Runtime.Shutdown)
 	return nil
 }
 
@@ -126,18 +128,48 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.started = true
-		w.stopErr = stopAll(ctx, &w.stops)
+		w.stopErr = stopAll(ctx, w.cfg.log, &w.stops)
 	})
 	return w.stopErr
 }
 
-// stopAll runs the functions of *stops in reverse order of their adding
-// and forgets them.
-func stopAll(ctx context.Context, stops *[]func(ctx context.Context) error) error {
+// stopStep is the stop of one part of a process, named for the log.
+type stopStep struct {
+	name string
+	stop func(ctx context.Context) error
+}
+
+// stops are the stops of a process's parts, run last first.
+type stops []stopStep
+
+// add adds the stop of the part name.
+func (l *stops) add(name string, stop func(ctx context.Context) error) {
+	*l = append(*l, stopStep{name: name, stop: stop})
+}
+
+// slowStopAfter is how long a part may take to stop before the shutdown
+// says, once, which part it still waits for.
+const slowStopAfter = 2 * time.Second
+
+// stopAll runs the stops of *l in reverse order of their adding and
+// forgets them. A part that takes longer than [slowStopAfter] is named
+// in a warning, so that a shutdown that hangs says where.
+func stopAll(ctx context.Context, log *slog.Logger, l *stops) error {
+	return stopAllWarning(ctx, log, l, slowStopAfter)
+}
+
+// stopAllWarning is [stopAll] with the time after which a part is named.
+func stopAllWarning(ctx context.Context, log *slog.Logger, l *stops, slowAfter time.Duration) error {
 	var errs []error
-	for i := len(*stops) - 1; i >= 0; i-- {
-		errs = append(errs, (*stops)[i](ctx))
+	for i := len(*l) - 1; i >= 0; i-- {
+		step := (*l)[i]
+		began := time.Now()
+		slow := time.AfterFunc(slowAfter, func() {
+			log.Warn("shutdown: still waiting for a part to stop", "part", step.name, "waited", time.Since(began).Round(time.Millisecond).String())
+		})
+		errs = append(errs, step.stop(ctx))
+		slow.Stop()
 	}
-	*stops = nil
+	*l = nil
 	return errors.Join(errs...)
 }

@@ -89,7 +89,7 @@ func ingressModule(cfg node.GatewayConfig) fx.Option {
 				return nil, ingressAddr{}, err
 			}
 			// Appended first, the connection drains last.
-			lc.Append(fx.StopHook(func() { bus.Drain(nc) }))
+			lc.Append(fx.StopHook(func() { bus.DrainLogged(nc, tel.Log) }))
 			g, err := node.NewGatewayFrom(nc, st, cfg, tel)
 			if err != nil {
 				return nil, ingressAddr{}, err
@@ -127,7 +127,7 @@ func workerModule(cfg node.WorkerConfig, local *worker.Deferred) fx.Option {
 		// Appended first, the connection closes last, and also when the
 		// application stops before the worker has started (a start that
 		// was canceled or failed in a later hook).
-		lc.Append(fx.StopHook(func() { bus.Drain(nc) }))
+		lc.Append(fx.StopHook(func() { bus.DrainLogged(nc, tel.Log) }))
 		w, err := node.NewWorkerFrom(nc, st, cfg, tel)
 		if err != nil {
 			nc.Close()
