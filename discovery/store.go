@@ -22,6 +22,12 @@ const DefaultToolsMaxBytes int64 = 64 << 20
 // storeTimeout bounds one write to the bucket, and opening its watch.
 const storeTimeout = 10 * time.Second
 
+// watchStopWithin bounds how long [Registry.Close] waits for the watch of
+// the bucket to end. Ending it deletes its consumer on the server, a
+// request that waits out its timeout when the server is gone; the watch
+// then ends by itself that much later, and a shutdown does not wait.
+const watchStopWithin = time.Second
+
 // ToolsBucket creates the JetStream key-value bucket of the known tools of
 // the cluster of subjects, named after their [bus.Subjects.Token]
 // ("<prefix>_tools"), or
@@ -221,8 +227,19 @@ func (r *Registry) Persist(ctx context.Context, kv jetstream.KeyValue) error {
 	}
 	stopWatch := func() {
 		cancel()
-		_ = w.Stop()
-		for range w.Updates() { // closed once the subscription is
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			_ = w.Stop()
+			for range w.Updates() { // closed once the subscription is
+			}
+		}()
+		t := time.NewTimer(watchStopWithin)
+		defer t.Stop()
+		select {
+		case <-ended:
+		case <-t.C:
+			r.log.Warn("the watch of the known tools did not end within a second (NATS unreachable?); not waiting for it")
 		}
 	}
 	for loaded := false; !loaded; {

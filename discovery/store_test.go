@@ -269,3 +269,46 @@ func TestToolsBucket(t *testing.T) {
 		t.Errorf("TTL = %v, want 48h", st.TTL())
 	}
 }
+
+// stuckBucket is a bucket whose watch cannot be stopped until release is
+// closed, as when ending it asks a server that is gone to delete its
+// consumer. Only WatchAll is served.
+type stuckBucket struct {
+	jetstream.KeyValue
+	release chan struct{}
+	updates chan jetstream.KeyValueEntry
+}
+
+func (b *stuckBucket) WatchAll(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	b.updates <- nil // every record read: there are none
+	return stuckWatch{b}, nil
+}
+
+type stuckWatch struct{ b *stuckBucket }
+
+func (w stuckWatch) Updates() <-chan jetstream.KeyValueEntry { return w.b.updates }
+func (w stuckWatch) Stop() error {
+	<-w.b.release
+	close(w.b.updates)
+	return nil
+}
+
+// TestCloseDoesNotWaitForAStuckWatch: Close returns while the watch of
+// the bucket is still ending, so that a shutdown with NATS gone does not
+// wait out a request to it; the watch ends by itself once it can.
+func TestCloseDoesNotWaitForAStuckWatch(t *testing.T) {
+	b := &stuckBucket{release: make(chan struct{}), updates: make(chan jetstream.KeyValueEntry, 1)}
+	r := newTestRegistry(t)
+	if err := r.Persist(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // returns with Stop still blocked, or the test hangs
+	select {
+	case _, open := <-b.updates:
+		if !open {
+			t.Fatal("the watch ended before its Stop was released")
+		}
+	default:
+	}
+	close(b.release) // the watch ends; goleak checks that it did
+}
