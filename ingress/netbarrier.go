@@ -28,8 +28,9 @@ const netBarrierIdle = 50 * time.Millisecond
 // poll: the reader tells such a byte from one it was woken by, and asks
 // for another. Woken, the reader yields once before it runs the
 // function, as the poller may hand it back before the connections it
-// found ready too: their requests are read first. When the process is not saturated, an idle processor polls
-// at once, and the barrier costs a pipe write and read. Where the pipe
+// found ready too: their requests are read first. When the process is
+// not saturated, an idle processor polls at once, and the barrier costs
+// a pipe write and read. Where the pipe
 // cannot be made, the function runs at once on a goroutine of its own: no
 // barrier, the same progress.
 //
