@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -347,11 +348,17 @@ func (tb *tenantsBench) aloneOne(ctx context.Context, d string) (a TenantsAlone,
 		}
 		for _, i := range order {
 			t, fair := ts[i], i == 0
+			before, cpuErr := t.cpu()
 			r, loads, err := tb.tenants(ctx, t, tb.config(t, true), fmt.Sprintf("%s alone", d))
 			if err != nil {
 				return a, err
 			}
 			a.Add(fair, r)
+			if after, err := t.cpu(); cpuErr == nil && err == nil {
+				a.AddCPU(fair, after-before)
+			} else if a.CPUError == nil {
+				a.CPUError = errors.Join(cpuErr, err)
+			}
 			q := r.Quiet
 			fmt.Fprintf(tb.out, "run %d, --fair=%t: %.0f calls/s, p50 %v, p99 %v, %d failed; %s\n", run+1, fair,
 				q.Throughput, q.P50.Round(time.Microsecond), q.P99.Round(time.Microsecond), q.Errors, placement(t.placed, loads))
@@ -710,6 +717,48 @@ func disjoint(a, b string) bool {
 
 // processRSS reads the resident memory of process pid from
 // /proc/<pid>/status (Linux only).
+// processCPU returns the CPU time, user and system, that process pid has
+// used, from /proc/<pid>/stat (Linux only), in the kernel's clock ticks of
+// 10 ms (USER_HZ, 100 on every Linux toolbus runs on).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read the server's CPU time: %w (only Linux has /proc)", err)
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted are those after it, the process state first.
+	_, rest, ok := bytes.Cut(b, []byte(") "))
+	fields := strings.Fields(string(rest))
+	if !ok || len(fields) < 13 {
+		return 0, fmt.Errorf("read the server's CPU time: /proc/%d/stat has %d fields after the name, want 13 or more", pid, len(fields))
+	}
+	var ticks uint64
+	for _, f := range fields[11:13] { // utime and stime, the 14th and 15th fields
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read the server's CPU time: %q: %w", f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// cpu returns the CPU time every process of t has used so far.
+func (t *tenantsTarget) cpu() (time.Duration, error) {
+	t.mu.Lock()
+	ps := slices.Clone(t.all)
+	t.mu.Unlock()
+	var sum time.Duration
+	for _, p := range ps {
+		d, err := processCPU(p.Pid())
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 func processRSS(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -813,6 +813,33 @@ type TenantsAlone struct {
 	Deployment string
 	// On and Off merge the victim's calls with fairness on and off.
 	On, Off Result
+	// OnCPU and OffCPU are the CPU time the servers' processes used in
+	// those runs, their settling quarter included ([TenantsAlone.AddCPU]);
+	// CPUError says why they are missing (no /proc).
+	OnCPU, OffCPU time.Duration
+	CPUError      error
+}
+
+// AddCPU adds the CPU time d the servers used in a run with fairness on
+// or off.
+func (a *TenantsAlone) AddCPU(on bool, d time.Duration) {
+	if on {
+		a.OnCPU += d
+	} else {
+		a.OffCPU += d
+	}
+}
+
+// cpuPerCall is the servers' CPU time per call the victim counted, or 0
+// when either is missing. The CPU time includes each run's settling
+// quarter, whose calls are not counted, so it is a quarter or so above the
+// true cost; fairness on and off are measured alike, and their ratio is
+// the figure to read.
+func cpuPerCall(cpu time.Duration, r Result) time.Duration {
+	if cpu <= 0 || r.Requests <= 0 {
+		return 0
+	}
+	return cpu / time.Duration(r.Requests)
 }
 
 // Add merges the victim's calls of r, measured with fairness on or off.
@@ -832,14 +859,19 @@ func (a *TenantsAlone) Add(on bool, r TenantsResult) {
 // and off, and their ratios, for each deployment.
 func ReportTenantsAlone(w io.Writer, alone []TenantsAlone) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "deployment\tfair\tcalls/s\tp50\tp90\tp99\tcalls\tfailed")
+	fmt.Fprintln(tw, "deployment\tfair\tcalls/s\tp50\tp90\tp99\tcalls\tfailed\tserver CPU/call")
 	for _, a := range alone {
 		for _, s := range []struct {
 			name string
 			r    Result
-		}{{"on", a.On}, {"off", a.Off}} {
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\n", a.Deployment, s.name, s.r.Throughput,
-				formatDuration(s.r.P50), formatDuration(s.r.P90), formatDuration(s.r.P99), s.r.Requests, s.r.Errors)
+			cpu  time.Duration
+		}{{"on", a.On, a.OnCPU}, {"off", a.Off, a.OffCPU}} {
+			perCall := "-"
+			if c := cpuPerCall(s.cpu, s.r); c > 0 {
+				perCall = formatDuration(c)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t%d\t%s\n", a.Deployment, s.name, s.r.Throughput,
+				formatDuration(s.r.P50), formatDuration(s.r.P90), formatDuration(s.r.P99), s.r.Requests, s.r.Errors, perCall)
 		}
 		ratio := func(on, off float64) string {
 			if off == 0 {
@@ -847,10 +879,20 @@ func ReportTenantsAlone(w io.Writer, alone []TenantsAlone) error {
 			}
 			return fmt.Sprintf("%.3f×", on/off)
 		}
-		fmt.Fprintf(tw, "%s\ton/off\t%s\t%s\t%s\t%s\t\t\n", a.Deployment, ratio(a.On.Throughput, a.Off.Throughput),
-			ratio(float64(a.On.P50), float64(a.Off.P50)), ratio(float64(a.On.P90), float64(a.Off.P90)), ratio(float64(a.On.P99), float64(a.Off.P99)))
+		fmt.Fprintf(tw, "%s\ton/off\t%s\t%s\t%s\t%s\t\t\t%s\n", a.Deployment, ratio(a.On.Throughput, a.Off.Throughput),
+			ratio(float64(a.On.P50), float64(a.Off.P50)), ratio(float64(a.On.P90), float64(a.Off.P90)), ratio(float64(a.On.P99), float64(a.Off.P99)),
+			ratio(float64(cpuPerCall(a.OnCPU, a.On)), float64(cpuPerCall(a.OffCPU, a.Off))))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range alone {
+		if a.CPUError != nil {
+			fmt.Fprintf(w, "%s: server CPU/call not measured: %v\n", a.Deployment, a.CPUError)
+		}
+	}
+	fmt.Fprintln(w, "server CPU/call: the servers' user and system time over each run, its settling quarter included, per call counted; compare on with off")
+	return nil
 }
 
 func yesNo(b bool) string {

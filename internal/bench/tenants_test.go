@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -143,12 +145,49 @@ func TestTenantsAlone(t *testing.T) {
 		t.Fatalf("after four runs On = %d calls at %.0f/s, Off = %d at %.0f/s, want 2000 at 1000/s each",
 			a.On.Requests, a.On.Throughput, a.Off.Requests, a.Off.Throughput)
 	}
+	// The servers used 2.2 s with fairness on and 2 s off, for 2000 calls
+	// each: 1.1 ms and 1 ms a call.
+	a.AddCPU(true, time.Second)
+	a.AddCPU(false, 2*time.Second)
+	a.AddCPU(true, 1200*time.Millisecond)
 	var out strings.Builder
 	if err := ReportTenantsAlone(&out, []TenantsAlone{a}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "dev         on/off  1.000×") {
 		t.Errorf("ReportTenantsAlone lacks the ratio row:\n%s", out.String())
+	}
+	for _, want := range []string{"server CPU/call", "1.1ms", "1ms", "1.100×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("ReportTenantsAlone lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestProcessCPU reads this process's CPU time, which grows as it works.
+func TestProcessCPU(t *testing.T) {
+	before, err := processCPU(os.Getpid())
+	if err != nil {
+		if runtime.GOOS == "linux" {
+			t.Fatal(err)
+		}
+		t.Skipf("no /proc here: %v", err)
+	}
+	// Work until the kernel has counted at least one more tick.
+	for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+		if x%(1<<20) != 0 {
+			continue
+		}
+		after, err := processCPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after < before {
+			t.Fatalf("CPU time went back: %v, then %v", before, after)
+		}
+		if after > before {
+			return
+		}
 	}
 }
 
