@@ -15,6 +15,10 @@ type Target struct {
 	// Body, when not empty, is sent to this target in place of the
 	// config's Body ([Matrix] only).
 	Body string
+	// CPU, when not nil, returns the CPU time that every process serving
+	// the target has used so far ([Matrix] only): a proxy's and its
+	// backend's, a split deployment's three.
+	CPU func() (time.Duration, error)
 }
 
 // CompareConfig says how [Compare] runs its rounds. Every round of each
@@ -57,6 +61,21 @@ type Side struct {
 	// Rounds holds the throughput of each round in the order they ran, to
 	// show how noisy the machine was.
 	Rounds []float64
+	// CPU is the CPU time the target's processes used in its measured
+	// rounds ([Matrix] only, when the target has a CPU): measured across
+	// each whole round, warmup included, and counted at the measured
+	// part's share of the round's time. CPUError says why it is missing.
+	CPU      time.Duration
+	CPUError error
+}
+
+// CPUPerRequest returns the CPU time the target's processes spent on one
+// request, and false when it is not known.
+func (s Side) CPUPerRequest() (time.Duration, bool) {
+	if s.Target.CPU == nil || s.CPUError != nil || s.Result.Requests == 0 {
+		return 0, false
+	}
+	return s.CPU / time.Duration(s.Result.Requests), true
 }
 
 // Comparison is the outcome of [Compare] at one concurrency.

@@ -71,7 +71,7 @@ func TestCompare(t *testing.T) {
 			t.Errorf("at %d: AddedMean = %v, want %v", c.Concurrency, c.AddedMean, want)
 		}
 	}
-	if cs[0].Baseline.Target != a || cs[0].Subject.Target != b {
+	if got := cs[0].Baseline.Target; got.Name != a.Name || got.URL != a.URL || cs[0].Subject.Target.Name != b.Name || cs[0].Subject.Target.URL != b.URL {
 		t.Errorf("targets = %v, %v, want %v, %v", cs[0].Baseline.Target, cs[0].Subject.Target, a, b)
 	}
 }

@@ -96,14 +96,23 @@ func Matrix(ctx context.Context, targets []Target, cfg CompareConfig) ([]Row, er
 	}
 	perRound := cfg.Warmup + cfg.Duration
 	cfg.Progress.planTime(time.Duration(len(cfg.Concurrency)*cfg.Rounds*len(targets))*perRound, "req")
+	// A round's CPU time is read around the whole round, its warmup
+	// included; the measured part is counted at its share of the time.
+	measured := float64(cfg.Duration) / float64(cfg.Warmup+cfg.Duration)
 	var out []Row
 	for _, c := range cfg.Concurrency {
 		rounds := make([][]Result, len(targets))
+		cpu := make([]time.Duration, len(targets))
+		cpuErr := make([]error, len(targets))
 		for range cfg.Rounds {
 			for i, t := range targets {
 				body := cfg.Body
 				if t.Body != "" {
 					body = []byte(t.Body)
+				}
+				var before time.Duration
+				if t.CPU != nil && cpuErr[i] == nil {
+					before, cpuErr[i] = t.CPU()
 				}
 				res, err := load(ctx, LoadConfig{
 					URL:         t.URL,
@@ -118,12 +127,20 @@ func Matrix(ctx context.Context, targets []Target, cfg CompareConfig) ([]Row, er
 				if err != nil {
 					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)
 				}
+				if t.CPU != nil && cpuErr[i] == nil {
+					var after time.Duration
+					if after, cpuErr[i] = t.CPU(); cpuErr[i] == nil {
+						cpu[i] += time.Duration(float64(after-before) * measured)
+					}
+				}
 				rounds[i] = append(rounds[i], res)
 			}
 		}
 		row := Row{Concurrency: c}
 		for i, t := range targets {
-			row.Sides = append(row.Sides, mergeRounds(t, rounds[i]))
+			side := mergeRounds(t, rounds[i])
+			side.CPU, side.CPUError = cpu[i], cpuErr[i]
+			row.Sides = append(row.Sides, side)
 		}
 		out = append(out, row)
 	}
@@ -259,9 +276,10 @@ func ReportMatrix(w io.Writer, rows []Row) error {
 	}
 	first := rows[0].Sides[0].Target.Name
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "echo, measured from a load generator process of its own; every target is a process (or processes) of its own; %d alternating rounds each, req/s the median round\n",
+	fmt.Fprintf(tw, "echo, measured from a load generator process of its own; every target is a process (or processes) of its own; %d alternating rounds each, req/s the median round; "+
+		"cpu/req is the CPU time of every process serving the target (a proxy and its backend, a split deployment's three) per answered request, read from /proc\n",
 		len(rows[0].Sides[0].Rounds))
-	fmt.Fprintf(tw, "concurrency\ttarget\treq/s\tp50\tp90\tp99\tmean\tmax\tok\terrors\tvs %s\trounds req/s\n", first)
+	fmt.Fprintf(tw, "concurrency\ttarget\treq/s\tp50\tp90\tp99\tmean\tmax\tok\terrors\tvs %s\tcpu/req\trounds req/s\n", first)
 	for _, r := range rows {
 		base := r.Sides[0]
 		for _, s := range r.Sides {
@@ -274,14 +292,23 @@ func ReportMatrix(w io.Writer, rows []Row) error {
 			if s.Target.Name != base.Target.Name {
 				vs = fmt.Sprintf("%.2f× %s", ratio(s, base), signed(res.Mean-base.Result.Mean))
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n",
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
 				r.Concurrency, s.Target.Name, res.Throughput,
 				formatDuration(res.P50), formatDuration(res.P90), formatDuration(res.P99),
-				formatDuration(res.Mean), formatDuration(res.Max), res.Requests, res.Errors, vs, strings.Join(rounds, " "))
+				formatDuration(res.Mean), formatDuration(res.Max), res.Requests, res.Errors, vs, cpuColumn(s, base), strings.Join(rounds, " "))
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range rows {
+		for _, s := range r.Sides {
+			if s.CPUError != nil {
+				if _, err := fmt.Fprintf(w, "cpu/req of %s at concurrency %d unknown: %v\n", s.Target.Name, r.Concurrency, s.CPUError); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := writeVerdicts(w, OutsideVerdicts(rows)...); err != nil {
 		return err
@@ -296,6 +323,20 @@ func ReportMatrix(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// cpuColumn is s's CPU time per request, and its ratio to base's when s
+// is not base; "-" when it is not known.
+func cpuColumn(s, base Side) string {
+	d, ok := s.CPUPerRequest()
+	if !ok {
+		return "-"
+	}
+	text := formatDuration(d)
+	if b, okBase := base.CPUPerRequest(); okBase && b > 0 && s.Target.Name != base.Target.Name {
+		text += fmt.Sprintf(" (%.2f×)", float64(d)/float64(b))
+	}
+	return text
 }
 
 // resultJSON is how a [Result] travels from a load generator process: its

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -47,6 +48,60 @@ func TestMatrix(t *testing.T) {
 	}
 	for _, w := range []string{"toolbus dev added mean latency at concurrency 1", "toolbus dev echo throughput at concurrency 64",
 		"a 10-call echo batch costs ≤ 3× one call", "echo latency at concurrency 64"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("ReportMatrix lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+// TestMatrixCPU checks that a target's CPU is read around each of its
+// rounds, counted at the measured part's share of the round, and shown
+// per request; that a failing reading leaves it unknown and says why;
+// and that a target without one shows none.
+func TestMatrixCPU(t *testing.T) {
+	// Each reading is 10ms later than the last: every round reads twice,
+	// so that a round measures 10ms.
+	ticking := func() func() (time.Duration, error) {
+		var n time.Duration
+		return func() (time.Duration, error) { n += 10 * time.Millisecond; return n, nil }
+	}
+	errNoProc := errors.New("no /proc here")
+	targets := []Target{
+		{Name: TargetPlain, URL: serve(t, PlainEcho()), CPU: ticking()},
+		{Name: TargetDev, URL: serve(t, fakeToolbus{}), CPU: ticking()},
+		{Name: TargetSplit, URL: serve(t, fakeToolbus{}), CPU: func() (time.Duration, error) { return 0, errNoProc }},
+		{Name: TargetProxy, URL: serve(t, PlainEcho())},
+	}
+	// Warmup and measured part alike: a round's 10ms counts 5ms.
+	rows, err := Matrix(t.Context(), targets, CompareConfig{
+		Concurrency: []int{1}, Rounds: 3, Duration: 40 * time.Millisecond, Warmup: 40 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("Matrix() error = %v, want nil", err)
+	}
+	for _, name := range []string{TargetPlain, TargetDev} {
+		s, _ := rows[0].Side(name)
+		if s.CPU != 15*time.Millisecond || s.CPUError != nil {
+			t.Errorf("%s: CPU, CPUError = %v, %v, want 15ms (three rounds of 10ms, half of each measured), nil", name, s.CPU, s.CPUError)
+		}
+		if got, ok := s.CPUPerRequest(); !ok || got != s.CPU/time.Duration(s.Result.Requests) {
+			t.Errorf("%s: CPUPerRequest() = %v, %v, want %v, true", name, got, ok, s.CPU/time.Duration(s.Result.Requests))
+		}
+	}
+	split, _ := rows[0].Side(TargetSplit)
+	if !errors.Is(split.CPUError, errNoProc) {
+		t.Errorf("split: CPUError = %v, want %v", split.CPUError, errNoProc)
+	}
+	for _, name := range []string{TargetSplit, TargetProxy} {
+		if s, _ := rows[0].Side(name); func() bool { _, ok := s.CPUPerRequest(); return ok }() {
+			t.Errorf("%s: CPUPerRequest() known, want unknown", name)
+		}
+	}
+	var out strings.Builder
+	if err := ReportMatrix(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"cpu/req", "cpu/req of toolbus split at concurrency 1 unknown: no /proc here"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("ReportMatrix lacks %q:\n%s", w, out.String())
 		}

@@ -190,31 +190,32 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]Target, 
 	}
 	var targets []Target
 	var plainURL, devURL string
+	var plain, dev *proc.Process
 	if want["plain"] || want["proxy"] {
-		_, u, err := cs.start(ctx, "plain", serveReadyLine, "bench", "serve", "--kind", "plain")
+		p, u, err := cs.start(ctx, "plain", serveReadyLine, "bench", "serve", "--kind", "plain")
 		if err != nil {
 			return nil, err
 		}
-		plainURL = u
+		plainURL, plain = u, p
 		if want["plain"] {
-			targets = append(targets, Target{Name: TargetPlain, URL: u})
+			targets = append(targets, Target{Name: TargetPlain, URL: u, CPU: cpuOf(p)})
 		}
 	}
 	if want["proxy"] {
-		_, u, err := cs.start(ctx, "proxy", serveReadyLine, "bench", "serve", "--kind", "proxy", "--to", plainURL)
+		p, u, err := cs.start(ctx, "proxy", serveReadyLine, "bench", "serve", "--kind", "proxy", "--to", plainURL)
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, Target{Name: TargetProxy, URL: u})
+		targets = append(targets, Target{Name: TargetProxy, URL: u, CPU: cpuOf(p, plain)})
 	}
 	if want["dev"] || want["batch"] {
-		_, u, err := cs.startDev(ctx, "dev")
+		p, u, err := cs.startDev(ctx, "dev")
 		if err != nil {
 			return nil, err
 		}
-		devURL = u
+		devURL, dev = u, p
 		if want["dev"] {
-			targets = append(targets, Target{Name: TargetDev, URL: u})
+			targets = append(targets, Target{Name: TargetDev, URL: u, CPU: cpuOf(p)})
 		}
 	}
 	if want["split"] {
@@ -222,28 +223,28 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]Target, 
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, Target{Name: TargetSplit, URL: sp.url})
+		targets = append(targets, Target{Name: TargetSplit, URL: sp.url, CPU: cpuOf(sp.nats, sp.worker, sp.ingress)})
 	}
 	if want["batch"] {
-		targets = append(targets, Target{Name: TargetBatch, URL: devURL, Body: EchoBatch(BatchCalls)})
+		targets = append(targets, Target{Name: TargetBatch, URL: devURL, Body: EchoBatch(BatchCalls), CPU: cpuOf(dev)})
 	}
 	if want["dev-access-log"] {
-		_, u, err := cs.startDev(ctx, "dev-access-log", "--access-log")
+		p, u, err := cs.startDev(ctx, "dev-access-log", "--access-log")
 		if err != nil {
 			return nil, err
 		}
-		targets = append(targets, Target{Name: TargetDevAccessLog, URL: u})
+		targets = append(targets, Target{Name: TargetDevAccessLog, URL: u, CPU: cpuOf(p)})
 	}
 	if want["dev-bus"] || want["batch-bus"] {
-		_, u, err := cs.startDev(ctx, "dev-bus", "--local-calls=false")
+		p, u, err := cs.startDev(ctx, "dev-bus", "--local-calls=false")
 		if err != nil {
 			return nil, err
 		}
 		if want["dev-bus"] {
-			targets = append(targets, Target{Name: TargetDevBus, URL: u})
+			targets = append(targets, Target{Name: TargetDevBus, URL: u, CPU: cpuOf(p)})
 		}
 		if want["batch-bus"] {
-			targets = append(targets, Target{Name: TargetBatchBus, URL: u, Body: EchoBatch(BatchCalls)})
+			targets = append(targets, Target{Name: TargetBatchBus, URL: u, Body: EchoBatch(BatchCalls), CPU: cpuOf(p)})
 		}
 	}
 	for _, t := range targets {
@@ -252,6 +253,22 @@ func (cs *children) startTargets(ctx context.Context, keys []string) ([]Target, 
 		}
 	}
 	return targets, nil
+}
+
+// cpuOf returns what reads the CPU time the processes ps have used so
+// far, together.
+func cpuOf(ps ...*proc.Process) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		var sum time.Duration
+		for _, p := range ps {
+			d, err := processCPU(p.Pid())
+			if err != nil {
+				return 0, err
+			}
+			sum += d
+		}
+		return sum, nil
+	}
 }
 
 func slicesContainsKey(k string) bool {
