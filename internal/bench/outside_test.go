@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -158,5 +159,29 @@ func TestResultJSON(t *testing.T) {
 	}
 	if got.P99 != r.P99 || got.Mean != r.Mean || got.Requests != 3 || got.FirstError == nil || *got.hist != *h {
 		t.Errorf("round trip = %+v, want %+v", got, r)
+	}
+}
+
+// TestPinned checks the commands of pinned servers and load generators:
+// the program under taskset on each side's CPUs; and that without
+// taskset the error says how to do without.
+func TestPinned(t *testing.T) {
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		t.Fatalf("taskset is not installed (%v): the bench's --pin needs it, and so does this test; install util-linux", err)
+	}
+	server, load, err := pinned([]string{"/bin/toolbus", "--x"}, "0", "1-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{taskset, "-c", "0", "/bin/toolbus", "--x"}; !slices.Equal(server, want) {
+		t.Errorf("server = %q, want %q", server, want)
+	}
+	if want := []string{taskset, "-c", "1-3", "/bin/toolbus", "--x"}; !slices.Equal(load, want) {
+		t.Errorf("load = %q, want %q", load, want)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if _, _, err := pinned([]string{"/bin/toolbus"}, "0", "1"); !errors.Is(err, exec.ErrNotFound) {
+		t.Errorf("pinned without taskset: err = %v, want one wrapping %v", err, exec.ErrNotFound)
 	}
 }

@@ -58,6 +58,11 @@ type RunConfig struct {
 	// generators of the echo comparison and the in-flight scenario; empty
 	// means this program (os.Executable).
 	Command []string
+	// Pin runs the echo comparison's targets on ServerCPUs and its load
+	// generators on LoadCPUs (taskset -c lists) with taskset.
+	Pin        bool
+	ServerCPUs string
+	LoadCPUs   string
 	// Cluster starts the cluster of the in-process scenarios. Required
 	// unless all of them are skipped.
 	Cluster StartCluster

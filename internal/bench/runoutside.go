@@ -88,10 +88,12 @@ func ServeChild(out io.Writer, kind, to string) error {
 
 // children starts the processes of a bench and stops them all.
 type children struct {
-	command, env []string
-	dir          string
-	mu           sync.Mutex
-	all          []*proc.Process
+	// command starts the targets, load the load generators: the same
+	// program, under taskset when pinned.
+	command, load, env []string
+	dir                string
+	mu                 sync.Mutex
+	all                []*proc.Process
 }
 
 // start runs the command with args, names it name, and waits at most a
@@ -319,7 +321,11 @@ func (cs *children) childLoad() func(context.Context, LoadConfig) (Result, error
 			return Result{}, err
 		}
 		defer os.Remove(body)
-		command := append(cs.command[:len(cs.command):len(cs.command)], "bench", "load", "--url", cfg.URL, "--body", body,
+		base := cs.load
+		if base == nil {
+			base = cs.command
+		}
+		command := append(base[:len(base):len(base)], "bench", "load", "--url", cfg.URL, "--body", body,
 			"--concurrency", fmt.Sprint(cfg.Concurrency), "--duration", cfg.Duration.String(), "--warmup", cfg.Warmup.String())
 		// The round's own bound is its warmup, duration and the load's 5s
 		// grace; a minute more covers a slow start.
@@ -349,6 +355,14 @@ func runOutside(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig) 
 		return err
 	}
 	defer func() { err = errors.Join(err, cs.stopAll(), os.RemoveAll(cs.dir)) }()
+	if cfg.Pin {
+		if cs.command, cs.load, err = pinned(cs.command, cfg.ServerCPUs, cfg.LoadCPUs); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		fmt.Fprintf(out, "pinned with taskset: the targets' processes on CPUs %s, the load generators on CPUs %s\n\n", cfg.ServerCPUs, cfg.LoadCPUs)
+	} else {
+		fmt.Fprintf(out, "not pinned: the targets and the load generators run where the kernel puts them (--pin runs them on CPUs apart)\n\n")
+	}
 	targets, err := cs.startTargets(ctx, cfg.Targets)
 	if err != nil {
 		return err

@@ -198,12 +198,9 @@ func RunTenants(ctx context.Context, out, progress io.Writer, cfg TenantsRunConf
 	tb := &tenantsBench{cfg: cfg, out: out, progress: progress, server: command, load: command,
 		env: append(cfg.Env[:len(cfg.Env):len(cfg.Env)], ChildEnv+"=1")}
 	if cfg.Pin {
-		taskset, err := exec.LookPath("taskset")
-		if err != nil {
-			return fmt.Errorf("bench tenants: --pin needs taskset (%w): install it (util-linux) or give --pin=false", err)
+		if tb.server, tb.load, err = pinned(command, cfg.ServerCPUs, cfg.LoadCPUs); err != nil {
+			return fmt.Errorf("bench tenants: %w", err)
 		}
-		tb.server = append([]string{taskset, "-c", cfg.ServerCPUs}, command...)
-		tb.load = append([]string{taskset, "-c", cfg.LoadCPUs}, command...)
 	}
 	if tb.dir, err = os.MkdirTemp("", "toolbus-bench-tenants-"); err != nil {
 		return err
@@ -741,6 +738,17 @@ func processCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// pinned returns command run under taskset on the CPUs serverCPUs, for
+// the servers, and on loadCPUs, for the load generators (taskset -c
+// lists).
+func pinned(command []string, serverCPUs, loadCPUs string) (server, load []string, err error) {
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		return nil, nil, fmt.Errorf("--pin needs taskset (%w): install it (util-linux) or give --pin=false", err)
+	}
+	return append([]string{taskset, "-c", serverCPUs}, command...), append([]string{taskset, "-c", loadCPUs}, command...), nil
 }
 
 // cpu returns the CPU time every process of t has used so far.
