@@ -277,7 +277,7 @@ func ReportMatrix(w io.Writer, rows []Row) error {
 	first := rows[0].Sides[0].Target.Name
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "echo, measured from a load generator process of its own; every target is a process (or processes) of its own; %d alternating rounds each, req/s the median round; "+
-		"cpu/req is the CPU time of every process serving the target (a proxy and its backend, a split deployment's three) per answered request, read from /proc\n",
+		"cpu/req is the CPU time of every process serving the target (a proxy and its backend, a split deployment's three) per request answered (a batch is one request), read from /proc\n",
 		len(rows[0].Sides[0].Rounds))
 	fmt.Fprintf(tw, "concurrency\ttarget\treq/s\tp50\tp90\tp99\tmean\tmax\tok\terrors\tvs %s\tcpu/req\trounds req/s\n", first)
 	for _, r := range rows {

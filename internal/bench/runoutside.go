@@ -321,11 +321,7 @@ func (cs *children) childLoad() func(context.Context, LoadConfig) (Result, error
 			return Result{}, err
 		}
 		defer os.Remove(body)
-		base := cs.load
-		if base == nil {
-			base = cs.command
-		}
-		command := append(base[:len(base):len(base)], "bench", "load", "--url", cfg.URL, "--body", body,
+		command := append(cs.load[:len(cs.load):len(cs.load)], "bench", "load", "--url", cfg.URL, "--body", body,
 			"--concurrency", fmt.Sprint(cfg.Concurrency), "--duration", cfg.Duration.String(), "--warmup", cfg.Warmup.String())
 		// The round's own bound is its warmup, duration and the load's 5s
 		// grace; a minute more covers a slow start.
@@ -400,7 +396,7 @@ func newChildren(cfg RunConfig) (*children, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &children{command: command, env: []string{ChildEnv + "=1"}, dir: dir}, nil
+	return &children{command: command, load: command, env: []string{ChildEnv + "=1"}, dir: dir}, nil
 }
 
 // runInFlight starts a `toolbus dev` child that admits the calls of the

@@ -558,7 +558,7 @@ func (tb *tenantsBench) start(ctx context.Context, d string, fair bool) (*tenant
 	if err != nil {
 		return nil, err
 	}
-	t := &tenantsTarget{children: &children{command: tb.server, env: tb.env, dir: dir}}
+	t := &tenantsTarget{children: &children{command: tb.server, load: tb.load, env: tb.env, dir: dir}}
 	ingress := append([]string{"--auth", "on", "--auth-file", tb.authPath, fmt.Sprintf("--fair=%t", fair)}, tb.cfg.ServerArgs...)
 	// What the output says of the ingress's flags: all but the file.
 	shown := strings.Join(append([]string{"--auth on"}, ingress[4:]...), " ")
