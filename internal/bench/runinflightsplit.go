@@ -133,7 +133,7 @@ func inFlightSplitRound(ctx context.Context, out io.Writer, round int, bin strin
 	if err != nil {
 		return r, err
 	}
-	cs := &children{command: []string{bin}, env: []string{ChildEnv + "=1"}, dir: dir}
+	cs := &children{command: []string{bin}, load: []string{bin}, env: []string{ChildEnv + "=1"}, dir: dir}
 	defer func() { err = errors.Join(err, cs.stopAll(), os.RemoveAll(dir)) }()
 	worker, ingress := cfg.splitArgs()
 	sp, err := cs.startSplit(ctx, worker, ingress)
