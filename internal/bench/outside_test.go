@@ -186,4 +186,8 @@ func TestPinned(t *testing.T) {
 	if want := []string{taskset, "-c", "1-3", "/bin/toolbus", "--x"}; !slices.Equal(load, want) {
 		t.Errorf("load = %q, want %q", load, want)
 	}
+	var listErr *cpuListError
+	if _, _, err := pinned([]string{"/bin/toolbus"}, "0", "99999"); !errors.As(err, &listErr) || listErr.flag != "--load-cpus" {
+		t.Errorf("pinned with a CPU list taskset refuses: err = %v, want a *cpuListError of --load-cpus", err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -748,7 +749,26 @@ func pinned(command []string, serverCPUs, loadCPUs string) (server, load []strin
 	if err != nil {
 		return nil, nil, fmt.Errorf("--pin needs taskset (%w): install it (util-linux) or give --pin=false", err)
 	}
+	// A list taskset refuses is named now, before any process starts.
+	if probe, err := exec.LookPath("true"); err == nil {
+		for _, f := range []struct{ flag, list string }{{"--server-cpus", serverCPUs}, {"--load-cpus", loadCPUs}} {
+			if out, err := exec.Command(taskset, "-c", f.list, probe).CombinedOutput(); err != nil {
+				return nil, nil, &cpuListError{flag: f.flag, list: f.list, said: strings.TrimSpace(string(out))}
+			}
+		}
+	}
 	return append([]string{taskset, "-c", serverCPUs}, command...), append([]string{taskset, "-c", loadCPUs}, command...), nil
+}
+
+// cpuListError is a CPU list that taskset refused.
+type cpuListError struct {
+	flag, list string
+	said       string // what taskset said
+}
+
+func (e *cpuListError) Error() string {
+	return fmt.Sprintf("%s %q: taskset refused it (%s): give CPUs of this machine (0 to %d), such as 0 or 1-3",
+		e.flag, e.list, e.said, runtime.NumCPU()-1)
 }
 
 // cpu returns the CPU time every process of t has used so far.
