@@ -776,15 +776,7 @@ func (t *tenantsTarget) cpu() (time.Duration, error) {
 	t.mu.Lock()
 	ps := slices.Clone(t.all)
 	t.mu.Unlock()
-	var sum time.Duration
-	for _, p := range ps {
-		d, err := processCPU(p.Pid())
-		if err != nil {
-			return 0, err
-		}
-		sum += d
-	}
-	return sum, nil
+	return cpuOf(ps...)()
 }
 
 func processRSS(pid int) (uint64, error) {
