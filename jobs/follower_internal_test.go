@@ -154,8 +154,12 @@ func TestFollowersShareOneWatch(t *testing.T) {
 		"the followers share one consumer of the records")
 	// The watch hands the updates over in the order they were written,
 	// so once the follower of the job written last in a round has its
-	// update, every follower has been offered the round's.
-	fast, err := s.hub.follow(ctx, ids[len(ids)-1])
+	// update, every follower of the jobs written before it has been
+	// offered the round's. That job has no other follower: the followers
+	// of one job are offered an update one after another, and one that
+	// has it says nothing of the others.
+	last := newJob(t, s)
+	fast, err := s.hub.follow(ctx, last)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +168,7 @@ func TestFollowersShareOneWatch(t *testing.T) {
 		t.Fatalf("first record = %s, want queued", r.State)
 	}
 	for _, p := range []float64{10, 20, 30, 40, 50, 60, 70, 80, 90, 100} {
-		for _, id := range ids {
+		for _, id := range append(ids[:len(ids):len(ids)], last) {
 			setProgress(t, s, id, p)
 		}
 		r, ok := next(t, fast)
