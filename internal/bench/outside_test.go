@@ -94,8 +94,9 @@ func TestMatrixCPU(t *testing.T) {
 		t.Errorf("split: CPUError = %v, want %v", split.CPUError, errNoProc)
 	}
 	for _, name := range []string{TargetSplit, TargetProxy} {
-		if s, _ := rows[0].Side(name); func() bool { _, ok := s.CPUPerRequest(); return ok }() {
-			t.Errorf("%s: CPUPerRequest() known, want unknown", name)
+		s, _ := rows[0].Side(name)
+		if d, ok := s.CPUPerRequest(); ok {
+			t.Errorf("%s: CPUPerRequest() = %v, true; want unknown", name, d)
 		}
 	}
 	var out strings.Builder
