@@ -92,28 +92,16 @@ func (b *breakers) get(method string) *gobreaker.TwoStepCircuitBreaker[struct{}]
 	return cb
 }
 
-// call makes a call of method, roundTrip, through its breaker.
-func (b *breakers) call(method string, roundTrip func() ([]byte, *schema.Error)) ([]byte, *schema.Error) {
-	done, refused := b.allow(method)
-	if refused != nil {
-		return nil, refused
-	}
-	result, rpcErr := roundTrip()
-	done(rpcErr)
-	return result, rpcErr
-}
-
 // allow asks the breaker of method whether a call may go: it returns the
 // refusal of an open circuit, or done, to be called once with the call's
-// error (nil for a result) when it is answered. A nil b lets every call
-// go.
+// error (nil for a result) when it is answered; done is nil for a method
+// no breaker watches (past [maxBreakers]). The aggregator asks only when
+// breakers are on ([WithBreaker]): with them off, a call never reaches
+// this file.
 func (b *breakers) allow(method string) (done func(*schema.Error), refused *schema.Error) {
-	if b == nil {
-		return ignoreOutcome, nil
-	}
 	cb := b.get(method)
 	if cb == nil {
-		return ignoreOutcome, nil
+		return nil, nil
 	}
 	report, err := cb.Allow()
 	if err != nil {
@@ -132,9 +120,6 @@ func (b *breakers) allow(method string) (done func(*schema.Error), refused *sche
 		report(nil)
 	}, nil
 }
-
-// ignoreOutcome is the done of a call no breaker watches.
-func ignoreOutcome(*schema.Error) {}
 
 // WithHedge turns hedged requests on for retry-safe methods
 // ([WithRetrySafe]): a call with no reply after delay is published a

@@ -26,7 +26,12 @@ func TestBreakerOpenTime(t *testing.T) {
 			return nil, schema.NewError(schema.CodeUnavailable, "unavailable", nil)
 		}
 		call := func() *schema.Error {
-			_, e := b.call("down", roundTrip)
+			done, refused := b.allow("down")
+			if refused != nil {
+				return refused
+			}
+			_, e := roundTrip()
+			done(e)
 			return e
 		}
 		call()

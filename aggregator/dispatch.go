@@ -258,12 +258,14 @@ func (a *Aggregator) begin(cl *call) {
 		go a.keyed(cl, kv)
 		return
 	}
-	done, refused := a.breakers.allow(cl.method)
-	if refused != nil {
-		a.table.answerOutside(cl, nil, refused)
-		return
+	if a.breakers != nil {
+		done, refused := a.breakers.allow(cl.method)
+		if refused != nil {
+			a.table.answerOutside(cl, nil, refused)
+			return
+		}
+		cl.brk = done
 	}
-	cl.brk = done
 	a.seat(cl)
 }
 
@@ -363,11 +365,13 @@ func (a *Aggregator) keyed(cl *call, kv jetstream.KeyValue) {
 	ctx, cancel := context.WithDeadline(cl.b.ctx, cl.deadlineTime())
 	defer cancel()
 	cl.result, cl.err = a.idempotent(ctx, cl.c, kv, idemKey(cl.c), cl.timeout, func() ([]byte, *schema.Error) {
-		done, refused := a.breakers.allow(cl.method)
-		if refused != nil {
-			return nil, refused
+		if a.breakers != nil {
+			done, refused := a.breakers.allow(cl.method)
+			if refused != nil {
+				return nil, refused
+			}
+			cl.brk = done
 		}
-		cl.brk = done
 		cl.sync = make(chan struct{})
 		a.seat(cl)
 		<-cl.sync

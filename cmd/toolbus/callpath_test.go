@@ -30,18 +30,19 @@ import (
 // the bus protocol (bus/protocol.go), the envelope (schema/envelope.go),
 // what the table keeps besides its calls (aggregator/memory.go) and the
 // worker's heartbeats (worker/heartbeat.go), while the concerns that have
-// a file and tests of their own (the breaker, the in-flight caps, the
-// fairness layer and its scheduler) are on both paths.
+// a file and tests of their own (the in-flight caps, the fairness layer
+// and its scheduler) are on both paths. A feature that is off is on
+// neither: the circuit breaker, off by default, is not counted.
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
-	maxLocalCallFiles = 19
+	maxLocalCallFiles = 18
 	// maxBusCallFiles bounds a call sent over the embedded NATS, as every
 	// call of a split deployment is (`toolbus dev --local-calls=false`):
 	// the bus adds the protocol's subjects and messages, the envelope, the
 	// table's memory of acks, free slots and ended calls, and the worker's
 	// liveness, and leaves out the local handoff.
-	maxBusCallFiles = 22
+	maxBusCallFiles = 21
 )
 
 // callPathCalls is how many echo calls the measured process answers more
