@@ -57,6 +57,14 @@ func (s *Server) observe(next schema.Dispatcher) schema.Dispatcher {
 	})
 }
 
+// The options of the spans of a batch and of its calls, made once: a
+// slice passed to an interface's variadic method is allocated at each
+// call otherwise.
+var (
+	batchSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+	callSpan  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+)
+
 // watched is what the observer holds of one call while it runs.
 type watched struct {
 	label string
@@ -69,7 +77,7 @@ type watched struct {
 func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []schema.Call, emit func(i int, r schema.Response)) {
 	// Attributes are set only on spans that record: with tracing off a
 	// call costs no attribute at all.
-	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, batch := s.tracer.Start(ctx, "toolbus.batch", batchSpan...)
 	if batch.IsRecording() {
 		batch.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.Int("toolbus.batch.size", len(calls)))
 	}
@@ -81,7 +89,7 @@ func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []s
 	for i := range calls {
 		c := &calls[i]
 		label := s.methodLabel(c.Method)
-		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, trace.WithSpanKind(trace.SpanKindClient))
+		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, callSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", c.Method))
 			if !c.IsNotification() {

@@ -562,14 +562,15 @@ type spanStart struct {
 	// name is the span name, or "" when the pattern has wildcards and the
 	// name is that of the method called.
 	name string
-	// kind sets the span's kind; attrs are the attributes every call of
-	// the route has.
-	kind  trace.SpanStartOption
+	// kind sets the span's kind, in the slice the tracer's variadic
+	// Start takes (made here, it is not allocated at each call); attrs
+	// are the attributes every call of the route has.
+	kind  []trace.SpanStartOption
 	attrs []attribute.KeyValue
 }
 
 func newSpanStart(pattern string) spanStart {
-	ss := spanStart{kind: trace.WithSpanKind(trace.SpanKindServer), attrs: []attribute.KeyValue{
+	ss := spanStart{kind: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}, attrs: []attribute.KeyValue{
 		attribute.String("rpc.system", "jsonrpc"),
 		attribute.String("rpc.jsonrpc.version", "2.0"),
 		attribute.String("toolbus.worker.pattern", pattern),
@@ -589,7 +590,7 @@ func (rt *Runtime) startSpan(ctx context.Context, r *route, req *Request) (conte
 	if name == "" {
 		name = "toolbus.worker " + req.Method
 	}
-	ctx, span := rt.tracer.Start(ctx, name, r.span.kind)
+	ctx, span := rt.tracer.Start(ctx, name, r.span.kind...)
 	if !span.IsRecording() {
 		return ctx, span
 	}
