@@ -123,8 +123,9 @@ func (rt *Runtime) routeForLocked(method string) *route {
 // from the bus does, and gets the same panic recovery, error mapping, result
 // encoding, result limit, metrics and call statistics. The handler's
 // context ends at ctx's end (its deadline is the call's; [Request.Header] is
-// nil) and when a Shutdown runs out of time. The handler runs on a
-// goroutine of its own, so TryInvoke returns when its context ends even if
+// nil) and when a Shutdown runs out of time. The handler runs on a runner
+// of the runtime's pool, a goroutine apart from the caller's, so
+// TryInvoke returns when its context ends even if
 // the handler does not listen to it: the answer is then the timeout, the
 // cancellation, or -32003 for the shutdown, and the handler keeps its slot
 // until it returns. A ctx that has already ended is answered so without
