@@ -222,8 +222,11 @@ type flow[T any] struct {
 type Scheduler[T any] struct {
 	cfg Config
 
-	mu        sync.Mutex
-	flows     map[string]*flow[T]
+	mu    sync.Mutex
+	flows map[string]*flow[T]
+	// sweepAt is the size of flows at which a new flow sweeps out the
+	// idle ones ([Scheduler.sweepIdle]).
+	sweepAt   int
 	busy      flowHeap[T]
 	deadlines deadlineHeap[T]
 	// first and last are the seated entries, oldest first.
@@ -275,6 +278,7 @@ func (s *Scheduler[T]) Enqueue(now time.Time, f Flow, entries []*Entry[T]) (n in
 	}
 	fl := s.flows[f.Name]
 	if fl == nil {
+		s.sweepIdle()
 		fl = &flow[T]{name: f.Name, hi: -1}
 		s.flows[f.Name] = fl
 	}
@@ -489,6 +493,9 @@ func (s *Scheduler[T]) Stats(now time.Time) Stats {
 		st.Waiting++
 	}
 	for _, fl := range s.flows {
+		if fl.idle() {
+			continue
+		}
 		st.Flows = append(st.Flows, FlowStats{Name: fl.name, Weight: fl.weight, Queued: fl.n, QueuedCost: fl.cost, Inside: fl.inside})
 	}
 	return st
@@ -652,12 +659,45 @@ func (s *Scheduler[T]) unqueue(e *Entry[T]) {
 	heap.Fix(&s.busy, fl.hi)
 }
 
-// forget drops an idle flow with nothing in the window.
+// forget makes a flow with nothing queued or in the window idle: it is
+// then as a new flow would be (its finish tag forgotten), but stays in
+// the map, so that a caller with one call at a time does not make and
+// drop its flow for each call. Idle flows are swept out once the map
+// holds [idleFlowsSwept] flows or more ([Scheduler.sweepIdle]).
 func (s *Scheduler[T]) forget(fl *flow[T]) {
-	if fl.n == 0 && fl.inside == 0 && s.flows[fl.name] == fl {
-		delete(s.flows, fl.name)
+	if fl.n == 0 && fl.inside == 0 {
+		fl.lastFinish = 0
+		if cap(fl.queue) > keptQueue {
+			fl.queue = nil // a flood's queue is not kept while it idles
+		}
 	}
 }
+
+// keptQueue is the most room an idle flow keeps for its queue.
+const keptQueue = 64
+
+// idleFlowsSwept is how many flows the map holds before a new flow
+// sweeps out the idle ones.
+const idleFlowsSwept = 1024
+
+// sweepIdle drops the idle flows ([flow.idle]) when the map has reached
+// s.sweepAt, and sets the next sweep at twice the flows left (at least
+// [idleFlowsSwept]), so that sweeping costs O(1) a new flow even when
+// most flows are busy.
+func (s *Scheduler[T]) sweepIdle() {
+	if len(s.flows) < max(s.sweepAt, idleFlowsSwept) {
+		return
+	}
+	for name, fl := range s.flows {
+		if fl.idle() {
+			delete(s.flows, name)
+		}
+	}
+	s.sweepAt = 2 * len(s.flows)
+}
+
+// idle reports whether fl has nothing queued and nothing in the window.
+func (fl *flow[T]) idle() bool { return fl.n == 0 && fl.inside == 0 }
 
 // flowHeap is the busy flows, the one whose first queued entry has the
 // smallest start tag (the earliest queued among equals) on top.
