@@ -31,7 +31,7 @@ net/http/httputil reverse proxy to it (one gateway hop), 'toolbus dev' (one
 process, embedded NATS; it runs the demo tools' calls in the process while
 they have a free slot), the split deployment ('toolbus nats', 'toolbus
 ingress' and 'toolbus worker', three processes over loopback TCP), and 10-call
-echo batches against 'toolbus dev'; --targets picks them, dev-access-log
+echo batches against 'toolbus dev' (--versus runs a second build's beside them at once); --targets picks them, dev-access-log
 adds 'toolbus dev --access-log', and dev-bus and batch-bus the same two
 against 'toolbus dev --local-calls=false', every call over the embedded NATS. It prints throughput, latency percentiles and
 the ratios at each concurrency, with PASS or MISS against each goal. The
@@ -78,6 +78,7 @@ got, when standard error is a terminal (--progress auto).`,
 	cmd.Flags().StringVar(&cfg.ServerCPUs, "server-cpus", "0", "CPUs the echo comparison's targets run on with --pin (a taskset -c list)")
 	cmd.Flags().StringVar(&cfg.LoadCPUs, "load-cpus", "1", "CPUs the echo comparison's load generators run on with --pin (a taskset -c list)")
 	cmd.Flags().StringVar(&binary, "binary", "", "toolbus program run as the targets and load generators (default: this one)")
+	cmd.Flags().StringSliceVar(&cfg.Versus, "versus", nil, "a second toolbus program whose targets the echo comparison runs at the same time as the first's, reporting its CPU per request and rate over the first's")
 	cmd.Flags().BoolVar(&cfg.SkipInFlight, "skip-inflight", false, "skip the in-flight scenario")
 	cmd.Flags().IntVar(&cfg.InFlightBatches, "inflight-batches", bench.DefaultInFlightBatches, "batches the in-flight scenario sends at once")
 	cmd.Flags().IntVar(&cfg.InFlightCalls, "inflight-calls", bench.DefaultInFlightCalls, "sleep calls in each batch of the in-flight scenario")

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"time"
@@ -102,6 +103,52 @@ func Compare(ctx context.Context, baseline, subject Target, cfg CompareConfig) (
 		out = append(out, pairOf(r.Concurrency, r.Sides[0], r.Sides[1]))
 	}
 	return out, err
+}
+
+// withDefaults returns cfg with its defaults filled in, or the error of
+// a setting out of range.
+func (cfg CompareConfig) withDefaults() (CompareConfig, error) {
+	if len(cfg.Concurrency) == 0 {
+		cfg.Concurrency = []int{1, 64}
+	}
+	if slices.ContainsFunc(cfg.Concurrency, func(c int) bool { return c <= 0 }) {
+		return cfg, errors.New("bench: compare concurrencies must be positive")
+	}
+	if cfg.Rounds < 0 {
+		return cfg, errors.New("bench: compare rounds must not be negative")
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = 2 * time.Second
+	}
+	cfg.Warmup = warmup(cfg.Warmup)
+	if cfg.Body == nil {
+		cfg.Body = []byte(EchoRequest)
+	}
+	if cfg.Load == nil {
+		cfg.Load = Load
+	}
+	return cfg, nil
+}
+
+// measured is the share of a round's time that is measured: a round's
+// CPU time is read around the whole round, its warmup included, and
+// counted at this share.
+func (cfg CompareConfig) measured() float64 {
+	return float64(cfg.Duration) / float64(cfg.Warmup+cfg.Duration)
+}
+
+// round is the load of one round of t at concurrency c: t's Body, when
+// set, in place of cfg's.
+func (cfg CompareConfig) round(t Target, c int) LoadConfig {
+	body := cfg.Body
+	if t.Body != "" {
+		body = []byte(t.Body)
+	}
+	return LoadConfig{URL: t.URL, Body: body, Header: cfg.Header, Concurrency: c,
+		Duration: cfg.Duration, Warmup: cfg.Warmup, Client: cfg.Client, progress: cfg.Progress}
 }
 
 func mergeRounds(t Target, rs []Result) Side {

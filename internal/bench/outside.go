@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -71,34 +70,14 @@ func Matrix(ctx context.Context, targets []Target, cfg CompareConfig) ([]Row, er
 	if len(targets) == 0 {
 		return nil, errors.New("bench: matrix without targets")
 	}
-	if len(cfg.Concurrency) == 0 {
-		cfg.Concurrency = []int{1, 64}
-	}
-	if slices.ContainsFunc(cfg.Concurrency, func(c int) bool { return c <= 0 }) {
-		return nil, errors.New("bench: compare concurrencies must be positive")
-	}
-	if cfg.Rounds < 0 {
-		return nil, errors.New("bench: compare rounds must not be negative")
-	}
-	if cfg.Rounds == 0 {
-		cfg.Rounds = 3
-	}
-	if cfg.Duration == 0 {
-		cfg.Duration = 2 * time.Second
-	}
-	cfg.Warmup = warmup(cfg.Warmup)
-	if cfg.Body == nil {
-		cfg.Body = []byte(EchoRequest)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	load := cfg.Load
-	if load == nil {
-		load = Load
-	}
 	perRound := cfg.Warmup + cfg.Duration
 	cfg.Progress.planTime(time.Duration(len(cfg.Concurrency)*cfg.Rounds*len(targets))*perRound, "req")
-	// A round's CPU time is read around the whole round, its warmup
-	// included; the measured part is counted at its share of the time.
-	measured := float64(cfg.Duration) / float64(cfg.Warmup+cfg.Duration)
+	measured := cfg.measured()
 	var out []Row
 	for _, c := range cfg.Concurrency {
 		rounds := make([][]Result, len(targets))
@@ -106,24 +85,11 @@ func Matrix(ctx context.Context, targets []Target, cfg CompareConfig) ([]Row, er
 		cpuErr := make([]error, len(targets))
 		for range cfg.Rounds {
 			for i, t := range targets {
-				body := cfg.Body
-				if t.Body != "" {
-					body = []byte(t.Body)
-				}
 				var before time.Duration
 				if t.CPU != nil && cpuErr[i] == nil {
 					before, cpuErr[i] = t.CPU()
 				}
-				res, err := load(ctx, LoadConfig{
-					URL:         t.URL,
-					Body:        body,
-					Header:      cfg.Header,
-					Concurrency: c,
-					Duration:    cfg.Duration,
-					Warmup:      cfg.Warmup,
-					Client:      cfg.Client,
-					progress:    cfg.Progress,
-				})
+				res, err := load(ctx, cfg.round(t, c))
 				if err != nil {
 					return out, fmt.Errorf("bench: compare %s at concurrency %d: %w", t.Name, c, err)
 				}

@@ -58,6 +58,11 @@ type RunConfig struct {
 	// generators of the echo comparison and the in-flight scenario; empty
 	// means this program (os.Executable).
 	Command []string
+	// Versus, when not empty, starts a second build (its program and
+	// arguments): the echo comparison then runs each of its targets of
+	// both builds at the same time, round by round, and reports the
+	// second build's figures over the first's ([Pairs]).
+	Versus []string
 	// Pin runs the echo comparison's targets on ServerCPUs and its load
 	// generators on LoadCPUs (taskset -c lists) with taskset.
 	Pin        bool

@@ -363,11 +363,46 @@ func runOutside(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig) 
 	if err != nil {
 		return err
 	}
+	if len(cfg.Versus) > 0 {
+		return runVersus(ctx, out, p, cfg, cs, targets)
+	}
 	rows, err := Matrix(ctx, targets, CompareConfig{Concurrency: cfg.Concurrency, Rounds: cfg.Rounds,
 		Duration: cfg.Duration, Load: cs.childLoad(), Progress: p})
 	p.Stop()
 	if len(rows) > 0 {
 		ReportMatrix(out, rows)
+	}
+	return err
+}
+
+// runVersus starts the targets of the build cfg.Versus beside a, the same
+// targets of the build cs starts, and measures each pair at the same time
+// ([Pairs]), with the same load generator program for both.
+func runVersus(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig, cs *children, a []Target) (err error) {
+	other, err := newChildren(RunConfig{Command: cfg.Versus})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, other.stopAll(), os.RemoveAll(other.dir)) }()
+	if cfg.Pin {
+		if other.command, _, err = pinned(other.command, cfg.ServerCPUs, cfg.LoadCPUs); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	other.load = cs.load
+	b, err := other.startTargets(ctx, cfg.Targets)
+	if err != nil {
+		return err
+	}
+	rows, err := Pairs(ctx, a, b, CompareConfig{Concurrency: cfg.Concurrency, Rounds: cfg.Rounds,
+		Duration: cfg.Duration, Load: cs.childLoad(), Progress: p})
+	p.Stop()
+	nameA := "this program"
+	if len(cfg.Command) > 0 {
+		nameA = strings.Join(cfg.Command, " ")
+	}
+	if len(rows) > 0 {
+		ReportPairs(out, nameA, strings.Join(cfg.Versus, " "), rows)
 	}
 	return err
 }
