@@ -311,16 +311,21 @@ func waitAnswers(ctx context.Context, t Target) error {
 }
 
 // childLoad returns a [CompareConfig] Load that runs each round in a
-// load generator process of its own.
+// load generator process of its own. It is safe for concurrent use
+// ([Pairs] runs two rounds at once): each round has a body file of its
+// own.
 func (cs *children) childLoad() func(context.Context, LoadConfig) (Result, error) {
-	var n int
 	return func(ctx context.Context, cfg LoadConfig) (Result, error) {
-		n++
-		body := filepath.Join(cs.dir, fmt.Sprintf("body-%d.json", n))
-		if err := os.WriteFile(body, cfg.Body, 0o600); err != nil {
+		f, err := os.CreateTemp(cs.dir, "body-*.json")
+		if err != nil {
 			return Result{}, err
 		}
+		body := f.Name()
 		defer os.Remove(body)
+		_, err = f.Write(cfg.Body)
+		if err = errors.Join(err, f.Close()); err != nil {
+			return Result{}, err
+		}
 		command := append(cs.load[:len(cs.load):len(cs.load)], "bench", "load", "--url", cfg.URL, "--body", body,
 			"--concurrency", fmt.Sprint(cfg.Concurrency), "--duration", cfg.Duration.String(), "--warmup", cfg.Warmup.String())
 		// The round's own bound is its warmup, duration and the load's 5s
@@ -377,7 +382,7 @@ func runOutside(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig) 
 
 // runVersus starts the targets of the build cfg.Versus beside a, the same
 // targets of the build cs starts, and measures each pair at the same time
-// ([Pairs]), with the same load generator program for both.
+// ([Pairs]); the load generators of both are cs's program.
 func runVersus(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig, cs *children, a []Target) (err error) {
 	other, err := newChildren(RunConfig{Command: cfg.Versus})
 	if err != nil {
@@ -389,7 +394,6 @@ func runVersus(ctx context.Context, out io.Writer, p *Progress, cfg RunConfig, c
 			return fmt.Errorf("bench: %w", err)
 		}
 	}
-	other.load = cs.load
 	b, err := other.startTargets(ctx, cfg.Targets)
 	if err != nil {
 		return err

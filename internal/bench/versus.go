@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -66,13 +65,23 @@ func Pairs(ctx context.Context, a, b []Target, cfg CompareConfig) ([]PairRow, er
 				}
 				var res [2]Result
 				var errs [2]error
+				// A side that fails ends its pair's round: the other
+				// side's figures would be of a round alone.
+				rctx, cancel := context.WithCancel(ctx)
 				var wg sync.WaitGroup
 				for k, t := range sides {
-					wg.Go(func() { res[k], errs[k] = cfg.Load(ctx, cfg.round(t, c)) })
+					wg.Go(func() {
+						if res[k], errs[k] = cfg.Load(rctx, cfg.round(t, c)); errs[k] != nil {
+							cancel()
+						}
+					})
 				}
 				wg.Wait()
-				if err := errors.Join(errs[0], errs[1]); err != nil {
-					return out, fmt.Errorf("bench: pair %s at concurrency %d: %w", a[i].Name, c, err)
+				cancel()
+				for k, build := range [2]string{"A", "B"} {
+					if errs[k] != nil {
+						return out, fmt.Errorf("bench: %s of build %s at concurrency %d: %w", sides[k].Name, build, c, errs[k])
+					}
 				}
 				var spent [2]time.Duration
 				for k, t := range sides {
@@ -87,7 +96,7 @@ func Pairs(ctx context.Context, a, b []Target, cfg CompareConfig) ([]PairRow, er
 				p := &row.Pairs[i]
 				p.RateRatios = append(p.RateRatios, rateRatio(res[0], res[1]))
 				known := sides[0].CPU != nil && sides[1].CPU != nil && cpuErr[i] == [2]error{}
-				if known && res[0].Requests > 0 && res[1].Requests > 0 && spent[0] > 0 {
+				if known && res[0].Requests > 0 && res[1].Requests > 0 && spent[0] > 0 && spent[1] > 0 {
 					perA := float64(spent[0]) / float64(res[0].Requests)
 					perB := float64(spent[1]) / float64(res[1].Requests)
 					p.CPURatios = append(p.CPURatios, perB/perA)
@@ -127,7 +136,7 @@ func ReportPairs(w io.Writer, nameA, nameB string, rows []PairRow) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "two builds at the same time: A is %s, B is %s; in each round both serve the same load from load generators of their own at once, "+
-		"so that the machine's noise falls on both; B/A is the median of the rounds' ratios (the rounds' own after it)\n", nameA, nameB)
+		"so that the machine's noise falls on both; B/A is the median of the rounds' ratios, and the CPU ratio of each round follows\n", nameA, nameB)
 	fmt.Fprintf(tw, "concurrency\ttarget\tA req/s\tB req/s\tB/A req/s\tA cpu/req\tB cpu/req\tB/A cpu/req\tcpu ratio by round\terrors A B\n")
 	for _, r := range rows {
 		for _, p := range r.Pairs {

@@ -487,7 +487,7 @@ type Stats struct {
 func (s *Scheduler[T]) Stats(now time.Time) Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Rounds: s.rounds, Flows: make([]FlowStats, 0, len(s.flows))}
+	st := Stats{Seats: s.cfg.Seats, Used: s.used, Waiting: s.waitingN, Hold: s.hold(), Rounds: s.rounds}
 	for e := s.first; e != nil && now.Sub(e.admitted) >= st.Hold; e = e.next {
 		st.Used--
 		st.Waiting++
