@@ -279,15 +279,8 @@ func (n *notifier) wait(msg jetstream.Msg, d time.Duration) bool {
 // closed. Messages fetched after stop are given back at once.
 func fetchLoop(ctx context.Context, stop <-chan struct{}, cons jetstream.Consumer, sem chan struct{}, wait time.Duration, log *slog.Logger, handle func(jetstream.Msg)) {
 	// sctx ends a fetch in progress as soon as stop is closed.
-	sctx, scancel := context.WithCancel(ctx)
+	sctx, scancel := untilClosed(ctx, stop)
 	defer scancel()
-	go func() {
-		select {
-		case <-stop:
-			scancel()
-		case <-sctx.Done():
-		}
-	}()
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -334,4 +327,18 @@ func fetchLoop(ctx context.Context, stop <-chan struct{}, cons jetstream.Consume
 			}
 		}
 	}
+}
+
+// untilClosed returns a context that ends with ctx or once stop is closed,
+// whichever comes first. Call cancel when done with it.
+func untilClosed(ctx context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, cancel
 }

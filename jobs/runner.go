@@ -517,6 +517,11 @@ func (r *Runner) Start(ctx context.Context) error {
 // fairLoop hands the jobs of q to run, one free slot of sem at a time,
 // until stop is closed.
 func fairLoop(ctx context.Context, stop <-chan struct{}, q *fairQueue, sem chan struct{}, run func(jetstream.Msg)) {
+	// A listing or a fetch in progress ends as soon as stop is closed:
+	// with NATS unreachable each would otherwise wait out its own timeout
+	// and hold up the runner's shutdown.
+	ctx, cancel := untilClosed(ctx, stop)
+	defer cancel()
 	for {
 		select {
 		case sem <- struct{}{}:
@@ -559,9 +564,15 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
-	r.loops.Wait()
 	done := make(chan struct{})
-	go func() { r.jobs.Wait(); close(done) }()
+	go func() {
+		// The loops end at once (stop ends what they wait on); the jobs
+		// they started are waited for after them, as a loop may start one
+		// until it ends.
+		r.loops.Wait()
+		r.jobs.Wait()
+		close(done)
+	}()
 	closeFollows := func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
