@@ -490,12 +490,18 @@ func (t *table) send(cl *call, now time.Time, to string) *schema.Error {
 // subject and ask key.
 func (t *table) message(cl *call, subject string) *nats.Msg {
 	h := make(nats.Header, 8)
-	h[schema.HeaderDeadline] = []string{schema.FormatDeadline(cl.deadlineTime())}
+	// The call's own values share one array rather than take a slice
+	// each.
+	v := new([4]string)
+	v[0] = schema.FormatDeadline(cl.deadlineTime())
+	h[schema.HeaderDeadline] = v[0:1:1]
 	if tp := cl.c.TraceParent; tp != "" {
-		h[schema.HeaderTraceparent] = []string{tp}
+		v[1] = tp
+		h[schema.HeaderTraceparent] = v[1:2:2]
 	}
 	if cl.callID != "" {
-		h[schema.HeaderCallID] = []string{cl.callID}
+		v[2] = cl.callID
+		h[schema.HeaderCallID] = v[2:3:3]
 	}
 	if t.heartbeatHeader != nil {
 		h[schema.HeaderHeartbeat] = t.heartbeatHeader
@@ -508,7 +514,8 @@ func (t *table) message(cl *call, subject string) *nats.Msg {
 		h[schema.HeaderNameFree] = nameFree
 	}
 	if cl.ask != nil {
-		h[schema.HeaderAskKey] = []string{cl.ask.key.String()}
+		v[3] = cl.ask.key.String()
+		h[schema.HeaderAskKey] = v[3:4:4]
 	}
 	return &nats.Msg{Subject: subject, Reply: t.prefix + cl.token, Header: h, Data: cl.data}
 }

@@ -94,11 +94,12 @@ type Runtime struct {
 	idle     chan struct{}
 	idleOnce sync.Once
 
-	// calls maps the bus call id of every call being served to the
-	// cancel functions of its attempts (a call published again may reach
-	// this runtime twice), for cancel messages; cancelSub receives them.
+	// calls maps the bus call id of every call being served to its
+	// attempts held here (a call published again may reach this runtime
+	// twice), linked by [held.next], for cancel messages; cancelSub
+	// receives them.
 	callsMu   sync.Mutex
-	calls     map[string]map[*context.CancelCauseFunc]struct{}
+	calls     map[string]*held
 	cancelSub *nats.Subscription
 	// statusSvc answers `toolbus status` while the runtime runs; nil
 	// before Start and with WithoutStatus.

@@ -65,21 +65,18 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 		r.metrics.refuse(refusedLate)
 		return
 	}
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	cancel := func() { cancelCause(nil) }
+	h := &held{rt: rt}
+	ctx, h.cancel = context.WithCancelCause(ctx)
 	if !req.Deadline.IsZero() {
-		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadline(ctx, req.Deadline)
-		cancel = func() { cancelDeadline(); cancelCause(nil) }
+		ctx, h.stopDeadline = context.WithDeadline(ctx, req.Deadline)
 	}
 	hb := rt.heartbeat(msg)
-	untrack := rt.track(msg, cancelCause)
+	rt.track(msg, h)
 	select {
 	case r.sem <- struct{}{}:
 	default:
 		if hb.live() {
-			untrack()
-			cancel()
+			h.end()
 			r.metrics.refuse(refusedBusy)
 			hb.busy(rt.direct)
 			return
@@ -87,8 +84,7 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 		select {
 		case r.sem <- struct{}{}:
 		case <-ctx.Done():
-			untrack()
-			cancel()
+			h.end()
 			r.metrics.refuse(rt.refusalOf(ctx.Err()))
 			rt.reply(ctx, msg, req, nil, rt.errorFor(req, ctx.Err()))
 			return
@@ -109,15 +105,15 @@ func (rt *Runtime) receiveMethod(r *route, msg *nats.Msg, method string) {
 		rt.logCall(ctx, slog.LevelWarn, "canceled a call nobody listens for any more", req,
 			"unheard_beats", hb.misses, "heartbeat", hb.interval)
 		r.metrics.orphan()
-		cancelCause(ErrCallerGone)
+		h.cancel(ErrCallerGone)
 	})
 	rt.inflight.Add(1)
-	rt.runners.run(func() { rt.serve(ctx, func() { untrack(); cancel() }, r, msg, req, hb) })
+	rt.runners.run(func() { rt.serve(ctx, h, r, msg, req, hb) })
 }
 
-func (rt *Runtime) serve(ctx context.Context, cancel func(), r *route, msg *nats.Msg, req *Request, hb *beat) {
+func (rt *Runtime) serve(ctx context.Context, h *held, r *route, msg *nats.Msg, req *Request, hb *beat) {
 	defer rt.release()
-	defer cancel()
+	defer h.end()
 	result, rpcErr := rt.handle(ctx, r, req, "call")
 	hb.stop()
 	// The slot is free before the reply leaves, so that a call sent to
@@ -368,12 +364,12 @@ func (rt *Runtime) subscribeCancels() error {
 		id := string(msg.Data)
 		rt.callsMu.Lock()
 		defer rt.callsMu.Unlock()
-		held := rt.calls[id]
-		for cancel := range held {
-			(*cancel)(errCanceledByClient)
-		}
-		if len(held) == 0 {
+		h := rt.calls[id]
+		if h == nil {
 			rt.rememberEarly(id, time.Now())
+		}
+		for ; h != nil; h = h.next {
+			h.cancel(errCanceledByClient)
 		}
 	})
 	if err != nil {
@@ -383,36 +379,73 @@ func (rt *Runtime) subscribeCancels() error {
 	return nil
 }
 
-// track registers the cancel function of a call that carries a bus call id
-// and returns what untracks it. Every attempt of the call this runtime
-// holds is registered: a cancel message stops them all.
-func (rt *Runtime) track(msg *nats.Msg, cancel context.CancelCauseFunc) func() {
-	id := msg.Header.Get(schema.HeaderCallID)
-	if id == "" {
-		return func() {}
+// held is a call this runtime runs, from its arrival to its end: what
+// cancels it, and its place among the attempts of its bus call id that a
+// cancel message stops, in one record.
+type held struct {
+	rt *Runtime
+	// id is the call's bus call id ([schema.HeaderCallID]); empty for a
+	// call without one, which no cancel message names.
+	id string
+	// cancel ends the call's context with a cause; stopDeadline, when the
+	// call has a deadline, releases its timer.
+	cancel       context.CancelCauseFunc
+	stopDeadline context.CancelFunc
+	// next is another attempt of the same call held here.
+	next *held
+}
+
+// end untracks h and releases its context.
+func (h *held) end() {
+	h.rt.untrack(h)
+	if h.stopDeadline != nil {
+		h.stopDeadline()
 	}
-	key := &cancel
+	h.cancel(nil)
+}
+
+// track registers h under the bus call id msg carries, if any. Every
+// attempt of the call this runtime holds is registered: a cancel message
+// stops them all.
+func (rt *Runtime) track(msg *nats.Msg, h *held) {
+	h.id = msg.Header.Get(schema.HeaderCallID)
+	if h.id == "" {
+		return
+	}
 	rt.callsMu.Lock()
 	defer rt.callsMu.Unlock()
 	if rt.calls == nil {
-		rt.calls = map[string]map[*context.CancelCauseFunc]struct{}{}
+		rt.calls = map[string]*held{}
 	}
-	if rt.calls[id] == nil {
-		rt.calls[id] = map[*context.CancelCauseFunc]struct{}{}
+	h.next = rt.calls[h.id]
+	rt.calls[h.id] = h
+	if _, ok := rt.early[h.id]; ok {
+		delete(rt.early, h.id)
+		h.cancel(errCanceledByClient)
 	}
-	rt.calls[id][key] = struct{}{}
-	if _, ok := rt.early[id]; ok {
-		delete(rt.early, id)
-		cancel(errCanceledByClient)
+}
+
+// untrack removes h from the calls a cancel message may name.
+func (rt *Runtime) untrack(h *held) {
+	if h.id == "" {
+		return
 	}
-	return func() {
-		rt.callsMu.Lock()
-		defer rt.callsMu.Unlock()
-		delete(rt.calls[id], key)
-		if len(rt.calls[id]) == 0 {
-			delete(rt.calls, id)
+	rt.callsMu.Lock()
+	defer rt.callsMu.Unlock()
+	switch head := rt.calls[h.id]; {
+	case head == h && h.next == nil:
+		delete(rt.calls, h.id)
+	case head == h:
+		rt.calls[h.id] = h.next
+	default:
+		for p := head; p != nil; p = p.next {
+			if p.next == h {
+				p.next = h.next
+				break
+			}
 		}
 	}
+	h.id, h.next = "", nil
 }
 
 // Bounds of the cancels kept for calls not seen yet: every worker hears
@@ -828,8 +861,8 @@ const parkedStack = 2048
 //
 //go:noinline
 func (p *runners) next(idle *time.Timer) (func(), bool) {
-	var held [parkedStack]byte
-	holdStack(&held)
+	var frame [parkedStack]byte
+	holdStack(&frame)
 	select {
 	case f := <-p.work:
 		return f, true
