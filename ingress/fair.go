@@ -290,7 +290,16 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	}
 	switch reserved {
 	case 0:
-		d.queue(ctx, calls, emit)
+		// A caller alone skips the queue; its calls go on from here
+		// rather than from queue, whose frame would deepen the stack
+		// every answer's way back runs on.
+		a, entries := d.alone(ctx, calls, emit)
+		if a == nil {
+			d.queued(ctx, calls, entries, emit)
+			return
+		}
+		d.next.Dispatch(ctx, a.calls, a.emit)
+		a.done()
 	case len(calls):
 		d.next.Dispatch(ctx, calls, emit)
 	default:
@@ -315,23 +324,41 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	}
 }
 
-// queue is Dispatch for calls that all wait their turn.
-func (d *fairDispatcher) queue(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
-	f := d.f
-	now := time.Now()
-	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
-	out := &fairEmitter{calls: calls, emit: emit}
-	answer := out.answer
-	set := &fairSet{moves: make(chan fairMove, len(calls))}
+// entries returns the entries of calls, queued at now: each of cost
+// [fair.Cost] of its params, under the deadline the ingress puts on it,
+// or ctx's when that comes first.
+func (d *fairDispatcher) entries(ctx context.Context, now time.Time, calls []schema.Call) []fair.Entry[fairRef] {
 	entries := make([]fair.Entry[fairRef], len(calls))
-	ptrs := make([]*fair.Entry[fairRef], len(calls))
 	ctxDeadline, bounded := ctx.Deadline()
 	for i := range calls {
 		deadline := now.Add(d.deadline(calls[i].Method, calls[i].Timeout))
 		if bounded && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
 			deadline = ctxDeadline
 		}
-		entries[i] = fair.Entry[fairRef]{Value: fairRef{set: set, i: i}, Cost: fair.Cost(len(calls[i].Params)), Deadline: deadline}
+		entries[i] = fair.Entry[fairRef]{Value: fairRef{i: i}, Cost: fair.Cost(len(calls[i].Params)), Deadline: deadline}
+	}
+	return entries
+}
+
+// queue is Dispatch for calls that all wait their turn.
+func (d *fairDispatcher) queue(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) {
+	d.queued(ctx, calls, nil, emit)
+}
+
+// queued is queue with the calls' entries made already, or nil.
+func (d *fairDispatcher) queued(ctx context.Context, calls []schema.Call, entries []fair.Entry[fairRef], emit func(i int, r schema.Response)) {
+	f := d.f
+	now := time.Now()
+	if entries == nil {
+		entries = d.entries(ctx, now, calls)
+	}
+	p, _ := ctx.Value(callerKey{}).(*auth.Principal)
+	out := &fairEmitter{calls: calls, emit: emit}
+	answer := out.answer
+	set := &fairSet{moves: make(chan fairMove, len(calls))}
+	ptrs := make([]*fair.Entry[fairRef], len(calls))
+	for i := range entries {
+		entries[i].Value.set = set
 		ptrs[i] = &entries[i]
 	}
 	// A set's calls are one caller's; should they not be, each run of one
@@ -412,6 +439,74 @@ func (d *fairDispatcher) queue(ctx context.Context, calls []schema.Call, emit fu
 		}
 	}
 	wg.Wait()
+}
+
+// alone admits calls at once when their caller is alone
+// ([fair.Scheduler.AdmitAlone]): every call of one caller, none queued,
+// and seats for all of them. It returns what hands them to next, on the
+// dispatching goroutine; or nil, when they must queue, with their entries
+// (nil when it made none). The calls go on as the queue would have handed
+// them on the moment they were admitted: each with what is left of its
+// deadline, its seat given back as it is answered, and counted in the
+// caller's metrics as admitted without a wait. This is what a caller
+// alone pays for fairness: no queue, no hand-off, one lock to enter and
+// one per answer.
+func (d *fairDispatcher) alone(ctx context.Context, calls []schema.Call, emit func(i int, r schema.Response)) (*fairAlone, []fair.Entry[fairRef]) {
+	caller := calls[0].Caller
+	for i := 1; i < len(calls); i++ {
+		if calls[i].Caller != caller {
+			return nil, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, nil
+	}
+	flow := fair.Flow{Name: caller}
+	if p, _ := ctx.Value(callerKey{}).(*auth.Principal); p != nil && p.Name == caller {
+		flow = flowOf(p)
+	}
+	f := d.f
+	now := time.Now()
+	entries := d.entries(ctx, now, calls)
+	if !f.sched.AdmitAlone(now, flow, entries) {
+		return nil, entries
+	}
+	f.callerMetrics(caller).admittedAtOnce(len(calls))
+	a := &fairAlone{f: f, entries: entries, calls: make([]schema.Call, len(calls)), out: fairEmitter{calls: calls, emit: emit}}
+	for i := range calls {
+		a.calls[i] = calls[i]
+		if dl := entries[i].Deadline; !dl.IsZero() {
+			a.calls[i].Timeout = dl.Sub(now)
+		}
+	}
+	// A closure, not a method value: the answers run back through it on
+	// a stack that is deep already, and a method value adds a frame.
+	a.emit = func(i int, r schema.Response) {
+		if i >= 0 && i < len(a.entries) {
+			a.f.done(&a.entries[i])
+		}
+		a.out.answer(i, r)
+	}
+	return a, nil
+}
+
+// fairAlone is a set of calls admitted at once ([fairDispatcher.alone]):
+// the calls handed on, their entries, and what hands their answers on.
+type fairAlone struct {
+	f       *fairness
+	entries []fair.Entry[fairRef]
+	calls   []schema.Call
+	out     fairEmitter
+	emit    func(i int, r schema.Response)
+}
+
+// done gives back the seats of the calls next left unanswered (a
+// notification's), once next has returned.
+func (a *fairAlone) done() {
+	now := time.Now()
+	for i := range a.entries {
+		a.f.settle(a.f.sched.Done(now, &a.entries[i]))
+	}
 }
 
 // prepare returns what hands the admitted calls of group to next, each

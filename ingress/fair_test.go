@@ -727,3 +727,53 @@ func count(values []string) map[string]int {
 	}
 	return n
 }
+
+// TestFairAlone: the calls of a caller alone go to the dispatcher without
+// queueing, each with what is left of its deadline; they hold their seats
+// until answered and are counted as admitted without a wait. A second
+// caller that comes while they hold the window does not skip the queue:
+// it waits for a seat like any call.
+func TestFairAlone(t *testing.T) {
+	g := newGate()
+	reg := prometheus.NewRegistry()
+	s, d := newFairServer(t, g, Fairness{Seats: 3, HoldMin: time.Hour, HoldMax: time.Hour}, WithMetrics(reg), WithMetricsCallers(true))
+	ans := dispatch(t, t.Context(), d, "flood", fairCalls("flood", 3, 2*time.Second))
+	var held []arrival
+	for range 3 {
+		a := g.next(t)
+		if a.call.Timeout <= 0 || a.call.Timeout > 2*time.Second {
+			t.Errorf("call %s reached the dispatcher with Timeout %v, want what is left of 2s", a.call.ID, a.call.Timeout)
+		}
+		held = append(held, a)
+	}
+	if st := s.FairStats(); st.Used != 3 {
+		t.Errorf("seats used with the batch at the dispatcher = %d, want 3", st.Used)
+	}
+	if got := fairSeries(t, reg, "toolbus_fair_queued", "flood"); got != 0 {
+		t.Errorf("toolbus_fair_queued{caller=flood} = %v, want 0: its calls never queued", got)
+	}
+	if got := fairSeries(t, reg, "toolbus_fair_admitted_total", "flood"); got != 3 {
+		t.Errorf("toolbus_fair_admitted_total{caller=flood} = %v, want 3", got)
+	}
+	// The window is full: the victim's call queues.
+	victim := dispatch(t, t.Context(), d, "victim", fairCalls("victim", 1, 0))
+	queued(t, s, "victim", 1)
+	close(held[0].open)
+	if i, r := ans.wait(t); r.Error != nil {
+		t.Errorf("flood call %d answered %+v, want a result", i, r.Error)
+	}
+	a := g.next(t)
+	if a.call.Caller != "victim" {
+		t.Fatalf("the freed seat went to %q, want the victim", a.call.Caller)
+	}
+	close(a.open)
+	victim.wait(t)
+	for _, h := range held[1:] {
+		close(h.open)
+		ans.wait(t)
+	}
+	testwait.Eventually(t, func() bool { return s.FairStats().Used == 0 }, "every seat is free")
+	if n := len(s.FairStats().Flows); n != 0 {
+		t.Errorf("flows with anything queued or inside at the end = %d, want 0", n)
+	}
+}

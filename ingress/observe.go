@@ -633,6 +633,19 @@ func (c *fairCallerMetrics) admitted(wait time.Duration, body bool) {
 	c.all.admitted(wait, body)
 }
 
+// admittedAtOnce counts n calls let into the window without a wait,
+// never queued ([fair.Scheduler.AdmitAlone]).
+func (c *fairCallerMetrics) admittedAtOnce(n int) {
+	if c == nil {
+		return
+	}
+	for range n {
+		c.waitH.Observe(0)
+	}
+	c.admittedC.Add(float64(n))
+	c.all.admittedAtOnce(n)
+}
+
 // expired counts an entry out of the queue at its deadline.
 func (c *fairCallerMetrics) expired() {
 	if c != nil {

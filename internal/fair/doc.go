@@ -35,6 +35,12 @@
 // An exempt flow ([Flow.Exempt]) never waits: its entries enter the window
 // at once, even past its seats, so that the others yield to them.
 //
+// A flow alone pays for no queue: [Scheduler.AdmitAlone] lets its
+// entries into the window at once when nothing is queued, no other flow
+// was admitted lately, no round waits and the seats take them all, with
+// the tags and counts [Scheduler.Enqueue] would have given them. The
+// owner queues what it refuses.
+//
 // # The window
 //
 // The window has [Config.Seats] seats: the entries being worked on. The

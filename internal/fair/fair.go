@@ -276,17 +276,7 @@ func (s *Scheduler[T]) Enqueue(now time.Time, f Flow, entries []*Entry[T]) (n in
 		}
 		return len(entries), m
 	}
-	fl := s.flows[f.Name]
-	if fl == nil {
-		s.sweepIdle()
-		fl = &flow[T]{name: f.Name, hi: -1}
-		s.flows[f.Name] = fl
-	}
-	fl.weight = f.Weight
-	if !(fl.weight > 0) { // zero, negative or NaN
-		fl.weight = 1
-	}
-	fl.weight = min(fl.weight, MaxWeight)
+	fl := s.flowOf(f)
 	for _, e := range entries {
 		cost := max(e.Cost, 0)
 		if fl.n > 0 && fl.cost+cost > float64(s.cfg.FlowMaxQueued) {
@@ -318,6 +308,65 @@ func (s *Scheduler[T]) Enqueue(now time.Time, f Flow, entries []*Entry[T]) (n in
 	s.forget(fl)
 	s.admit(now, &m)
 	return n, m
+}
+
+// AdmitAlone lets all of entries into the window at now, for f, when f
+// is alone: no flow has anything queued, no other flow was admitted
+// lately (they do not compete), no round waits for a poll, the window is
+// not paced, and the free seats take them all. It reports whether it did;
+// when it did not, entries are untouched and the owner queues them
+// ([Scheduler.Enqueue]). What it admits is what Enqueue would have
+// admitted at once, with the same tags and counts, without passing
+// through the queue: a caller alone pays for no queue. An entry whose
+// deadline has come, and an exempt flow, are left to Enqueue.
+func (s *Scheduler[T]) AdmitAlone(now time.Time, f Flow, entries []Entry[T]) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f.Exempt || len(s.busy) > 0 || s.used+len(entries) > s.cfg.Seats || s.pacing() {
+		return false
+	}
+	s.unround(now)
+	if s.gated || s.competing(now) || s.lastSet && f.Name != s.lastName && now.Sub(s.lastAt) <= activeSpan {
+		return false
+	}
+	for i := range entries {
+		if d := entries[i].Deadline; !d.IsZero() && !now.Before(d) {
+			return false
+		}
+	}
+	fl := s.flowOf(f)
+	for i := range entries {
+		e := &entries[i]
+		// The flow's queue is empty, as every queue is: its entry starts
+		// at the virtual time or after its last.
+		start := max(fl.lastFinish, s.virtual)
+		s.seq++
+		e.flow, e.start, e.finish, e.seq, e.enqueued, e.dl = fl, start, start+max(e.Cost, 0)/fl.weight, s.seq, now, -1
+		fl.lastFinish = e.finish
+		if s.cfg.Round > 0 {
+			s.counted(now, fl.name)
+		}
+		fl.inside++
+		s.virtual = max(s.virtual, e.start)
+		s.seat(e, now)
+	}
+	return true
+}
+
+// flowOf returns the flow of f, made the first time, with f's weight.
+func (s *Scheduler[T]) flowOf(f Flow) *flow[T] {
+	fl := s.flows[f.Name]
+	if fl == nil {
+		s.sweepIdle()
+		fl = &flow[T]{name: f.Name, hi: -1}
+		s.flows[f.Name] = fl
+	}
+	fl.weight = f.Weight
+	if !(fl.weight > 0) { // zero, negative or NaN
+		fl.weight = 1
+	}
+	fl.weight = min(fl.weight, MaxWeight)
+	return fl
 }
 
 // Done gives back the seat of an entry that was admitted, once it is
