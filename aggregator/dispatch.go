@@ -304,7 +304,11 @@ func (a *Aggregator) admit(cl *call) {
 	if a.local != nil && cl.c.Ask == nil {
 		// TryInvoke blocks while the handler runs: the call has a
 		// goroutine while it is local, and leaves it for the bus.
-		go a.tryLocal(cl)
+		if g, ok := a.local.(LocalGoroutines); ok {
+			g.Go(func() { a.tryLocal(cl) })
+		} else {
+			go a.tryLocal(cl)
+		}
 		return
 	}
 	a.publish(cl)

@@ -499,3 +499,40 @@ func TestLocalNeverSeesAnUncallableMethod(t *testing.T) {
 		t.Errorf("Local was offered %v, want nothing", got)
 	}
 }
+
+// goingLocal is a fakeLocal that lends goroutines of its own
+// ([aggregator.LocalGoroutines]) and counts the functions run on them.
+type goingLocal struct {
+	fakeLocal
+	lent atomic.Int64
+}
+
+// Go runs f on a goroutine of the fake's own, counted.
+func (g *goingLocal) Go(f func()) {
+	g.lent.Add(1)
+	go f()
+}
+
+// A worker runtime lends its runners.
+var _ aggregator.LocalGoroutines = (*worker.Runtime)(nil)
+
+// TestLocalWaitsOnLentGoroutines: when the Local lends goroutines, the
+// aggregator waits for every local call on one of them, and the calls are
+// answered as usual.
+func TestLocalWaitsOnLentGoroutines(t *testing.T) {
+	ac, _ := setup(t)
+	local := &goingLocal{}
+	local.try = func(context.Context, *schema.Call) (json.RawMessage, *schema.Error, bool) {
+		return json.RawMessage(`"local"`), nil, true
+	}
+	a := newAgg(t, ac, aggregator.WithLocal(local))
+	calls := []schema.Call{call(`1`, "echo", `[1]`), call(`2`, "echo", `[2]`), call(`3`, "echo", `[3]`)}
+	for _, r := range schema.Collect(context.Background(), a, calls) {
+		if r.Error != nil || string(r.Result) != `"local"` {
+			t.Errorf("call %s = %s %v, want the Local's answer", r.ID, r.Result, r.Error)
+		}
+	}
+	if n := local.lent.Load(); n != 3 {
+		t.Errorf("local calls waited for on the Local's goroutines = %d, want all 3", n)
+	}
+}

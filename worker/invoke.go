@@ -221,6 +221,22 @@ type Deferred struct{ rt atomic.Pointer[Runtime] }
 // Set hands the calls d is offered to rt from now on.
 func (d *Deferred) Set(rt *Runtime) { d.rt.Store(rt) }
 
+// Go runs f on a runner of the runtime's pool, a goroutine that keeps its
+// grown stack from one function to the next (it is an
+// aggregator.LocalGoroutines): an aggregator waits there for the calls it
+// hands to [Runtime.TryInvoke].
+func (rt *Runtime) Go(f func()) { rt.runners.run(f) }
+
+// Go is [Runtime.Go] of the runtime [Deferred.Set] gave, and a goroutine
+// of its own before one was given.
+func (d *Deferred) Go(f func()) {
+	if rt := d.rt.Load(); rt != nil {
+		rt.Go(f)
+		return
+	}
+	go f()
+}
+
 // TryInvoke is [Runtime.TryInvoke] of the runtime [Deferred.Set] gave,
 // and declines the call before one was given.
 func (d *Deferred) TryInvoke(ctx context.Context, call *schema.Call) (result json.RawMessage, rpcErr *schema.Error, ok bool) {
