@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,6 +112,21 @@ func (f *fairness) settle(m fair.Moves[fairRef]) {
 	f.arm()
 }
 
+// settleDone is settle after a Done: one that moved nothing sets no
+// timer. A seat given back that admits nothing changes no deadline and no
+// queue, so the timer set before still serves; only the hold it teaches
+// may shorten, and a seat past the shorter hold is then released at the
+// timer set before, within the longest hold (--fair-hold-max), which
+// matters only while a round waits for its poll or the window is paced,
+// as otherwise the queued entry that would take the seat was admitted by
+// the Done itself.
+func (f *fairness) settleDone(m fair.Moves[fairRef]) {
+	if len(m.Admitted) == 0 && len(m.Expired) == 0 && !m.AwaitPoll {
+		return
+	}
+	f.settle(m)
+}
+
 // yield lets other work run in the middle of a large batch's planning or
 // answers: while callers compete, until the ingress has read its
 // connections again, so that another caller's request read meanwhile is
@@ -203,12 +219,19 @@ func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, body []byte) (c
 	start := time.Now()
 	timeout := s.deadline("", hdr.timeout)
 	flow := flowOf(hdr.caller)
-	set := &fairSet{moves: make(chan fairMove, 1)}
-	cm := f.callerMetrics(flow.Name)
-	e := &fair.Entry[fairRef]{Value: fairRef{set: set, cm: cm, body: true}, Cost: fair.BodyCost(n), Untimed: true}
+	one := make([]fair.Entry[fairRef], 1)
+	e := &one[0]
+	*e = fair.Entry[fairRef]{Value: fairRef{body: true}, Cost: fair.BodyCost(n), Untimed: true}
 	if timeout > 0 {
 		e.Deadline = start.Add(timeout)
 	}
+	if f.sched.AdmitAlone(start, flow, one) {
+		// A caller alone: its turn is now, and no wait is counted.
+		return hdr, func() { f.settleDone(f.sched.Done(time.Now(), e)) }, nil
+	}
+	set := &fairSet{moves: make(chan fairMove, 1)}
+	cm := f.callerMetrics(flow.Name)
+	e.Value.set, e.Value.cm = set, cm
 	queued, m := f.sched.Enqueue(start, flow, []*fair.Entry[fairRef]{e})
 	cm.queued(queued)
 	f.settle(m)
@@ -237,7 +260,7 @@ func (s *Server) awaitTurn(ctx context.Context, hdr callHeaders, body []byte) (c
 	if hdr.timeout > 0 {
 		hdr.timeout = max(hdr.timeout-time.Since(start), time.Millisecond)
 	}
-	return hdr, func() { f.settle(f.sched.Done(time.Now(), e)) }, nil
+	return hdr, func() { f.settleDone(f.sched.Done(time.Now(), e)) }, nil
 }
 
 // noTurn ends a turn that was never given.
@@ -472,7 +495,7 @@ func (d *fairDispatcher) alone(ctx context.Context, calls []schema.Call, emit fu
 		return nil, entries
 	}
 	f.callerMetrics(caller).admittedAtOnce(len(calls))
-	a := &fairAlone{f: f, entries: entries, calls: make([]schema.Call, len(calls)), out: fairEmitter{calls: calls, emit: emit}}
+	a := &fairAlone{f: f, entries: entries, calls: make([]schema.Call, len(calls))}
 	for i := range calls {
 		a.calls[i] = calls[i]
 		if dl := entries[i].Deadline; !dl.IsZero() {
@@ -480,12 +503,18 @@ func (d *fairDispatcher) alone(ctx context.Context, calls []schema.Call, emit fu
 		}
 	}
 	// A closure, not a method value: the answers run back through it on
-	// a stack that is deep already, and a method value adds a frame.
+	// a stack that is deep already, and a method value adds a frame. It
+	// takes no lock: next calls it from one goroutine at a time, as every
+	// Dispatcher does, and there is no other caller of emit here.
 	a.emit = func(i int, r schema.Response) {
-		if i >= 0 && i < len(a.entries) {
+		if i >= 0 && i < len(calls) {
 			a.f.done(&a.entries[i])
+			a.answered.Add(1)
+			if calls[i].IsNotification() {
+				return
+			}
 		}
-		a.out.answer(i, r)
+		emit(i, r)
 	}
 	return a, nil
 }
@@ -496,16 +525,21 @@ type fairAlone struct {
 	f       *fairness
 	entries []fair.Entry[fairRef]
 	calls   []schema.Call
-	out     fairEmitter
 	emit    func(i int, r schema.Response)
+	// answered counts the answers within the calls' range: once it is
+	// all of them, every seat is given back already.
+	answered atomic.Int64
 }
 
 // done gives back the seats of the calls next left unanswered (a
 // notification's), once next has returned.
 func (a *fairAlone) done() {
+	if int(a.answered.Load()) == len(a.entries) {
+		return
+	}
 	now := time.Now()
 	for i := range a.entries {
-		a.f.settle(a.f.sched.Done(now, &a.entries[i]))
+		a.f.settleDone(a.f.sched.Done(now, &a.entries[i]))
 	}
 }
 
@@ -524,7 +558,7 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 		c := calls[i]
 		left := ptrs[i].Deadline.Sub(now)
 		if ctx.Err() != nil || !ptrs[i].Deadline.IsZero() && left <= 0 {
-			f.settle(f.sched.Done(now, ptrs[i]))
+			f.settleDone(f.sched.Done(now, ptrs[i]))
 			e := schema.ErrorFrom(ctx.Err())
 			if ctx.Err() == nil {
 				e = queuedTooLong(&calls[i], ptrs[i].Deadline.Sub(ptrs[i].Enqueued()))
@@ -552,7 +586,7 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 		})
 		now := time.Now()
 		for _, i := range idx {
-			f.settle(f.sched.Done(now, ptrs[i]))
+			f.settleDone(f.sched.Done(now, ptrs[i]))
 		}
 	}
 }
@@ -578,7 +612,7 @@ func (o *fairEmitter) answer(i int, r schema.Response) {
 
 // done gives back the seat of e, answered now.
 func (f *fairness) done(e *fair.Entry[fairRef]) {
-	f.settle(f.sched.Done(time.Now(), e))
+	f.settleDone(f.sched.Done(time.Now(), e))
 }
 
 // queuedTooLong is the answer of call c whose deadline, timeout after it
