@@ -44,8 +44,10 @@ type Aggregator struct {
 	idemFailOpen      bool
 	breakers          *breakers
 	// local runs calls in this process when it can; nil without
-	// [WithLocal].
-	local Local
+	// [WithLocal]. localGo, when the Local lends goroutines
+	// ([LocalGoroutines]), is where the aggregator waits for them.
+	local   Local
+	localGo LocalGoroutines
 }
 
 // recheck is how often a call due to be published again while NATS is
@@ -85,7 +87,9 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		brk = &breakers{cfg: *cfg.breaker, by: map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]{}}
 	}
 	cs := newCaps(cfg)
+	localGo, _ := cfg.local.(LocalGoroutines)
 	a := &Aggregator{
+		localGo:           localGo,
 		retrySafePatterns: cfg.retrySafe,
 		retrySafeFunc:     cfg.retrySafeFunc,
 		idem:              cfg.idem,
@@ -304,8 +308,8 @@ func (a *Aggregator) admit(cl *call) {
 	if a.local != nil && cl.c.Ask == nil {
 		// TryInvoke blocks while the handler runs: the call has a
 		// goroutine while it is local, and leaves it for the bus.
-		if g, ok := a.local.(LocalGoroutines); ok {
-			g.Go(func() { a.tryLocal(cl) })
+		if a.localGo != nil {
+			a.localGo.Go(func() { a.tryLocal(cl) })
 		} else {
 			go a.tryLocal(cl)
 		}

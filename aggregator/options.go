@@ -198,7 +198,9 @@ type Local interface {
 // aggregator waits for each local call on such a goroutine rather than on
 // one started for the call, which would grow its stack anew, by copying,
 // on the way of every call and its answer (a few percent of the CPU of a
-// local call, more for batches).
+// local call, more for batches). Go must not wait (the aggregator calls
+// it from its reply callback too), and must run f exactly once, even once
+// the Local is closed: f answers the call.
 type LocalGoroutines interface {
 	Go(f func())
 }

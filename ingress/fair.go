@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,6 +80,10 @@ type fairRef struct {
 	i    int
 	cm   *fairCallerMetrics
 	body bool // a body waiting to be parsed, not a call
+	// answered is set, for a call admitted alone, once its answer gave
+	// its seat back (next calls emit one at a time, and never after it
+	// returns, so the flag needs no lock).
+	answered bool
 }
 
 // fairSet is what waits for the entries of one set of calls: the moves
@@ -115,11 +118,9 @@ func (f *fairness) settle(m fair.Moves[fairRef]) {
 // settleDone is settle after a Done: one that moved nothing sets no
 // timer. A seat given back that admits nothing changes no deadline and no
 // queue, so the timer set before still serves; only the hold it teaches
-// may shorten, and a seat past the shorter hold is then released at the
-// timer set before, within the longest hold (--fair-hold-max), which
-// matters only while a round waits for its poll or the window is paced,
-// as otherwise the queued entry that would take the seat was admitted by
-// the Done itself.
+// may shorten (by an eighth of the difference at most), and a seat past
+// the shorter hold, in a full window with entries queued, is then
+// released at the timer set before rather than a little sooner.
 func (f *fairness) settleDone(m fair.Moves[fairRef]) {
 	if len(m.Admitted) == 0 && len(m.Expired) == 0 && !m.AwaitPoll {
 		return
@@ -294,7 +295,9 @@ type fairDispatcher struct {
 }
 
 // Dispatch queues every call in its caller's queue under its deadline
-// (the one it carries, settled by the ingress), and hands the calls to next as the scheduler admits them; a
+// (the one it carries, settled by the ingress), and hands the calls to
+// next as the scheduler admits them; the calls of a caller alone skip
+// the queue and go on at once ([fairDispatcher.alone]). A
 // call that does not fit in its caller's queue is refused -32002 at
 // once, and one whose deadline comes while it waits is answered -32001
 // without reaching next. When ctx ends, the calls still queued are
@@ -321,8 +324,10 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 			d.queued(ctx, calls, entries, emit)
 			return
 		}
+		// Every seat is given back, even should next panic (the ingress
+		// recovers from that and goes on serving).
+		defer a.done()
 		d.next.Dispatch(ctx, a.calls, a.emit)
-		a.done()
 	case len(calls):
 		d.next.Dispatch(ctx, calls, emit)
 	default:
@@ -509,7 +514,7 @@ func (d *fairDispatcher) alone(ctx context.Context, calls []schema.Call, emit fu
 	a.emit = func(i int, r schema.Response) {
 		if i >= 0 && i < len(calls) {
 			a.f.done(&a.entries[i])
-			a.answered.Add(1)
+			a.entries[i].Value.answered = true
 			if calls[i].IsNotification() {
 				return
 			}
@@ -526,19 +531,21 @@ type fairAlone struct {
 	entries []fair.Entry[fairRef]
 	calls   []schema.Call
 	emit    func(i int, r schema.Response)
-	// answered counts the answers within the calls' range: once it is
-	// all of them, every seat is given back already.
-	answered atomic.Int64
 }
 
 // done gives back the seats of the calls next left unanswered (a
-// notification's), once next has returned.
+// notification's, or any call of a next that answered another twice or
+// panicked), once next has returned; a seat given back already is left
+// as it is.
 func (a *fairAlone) done() {
-	if int(a.answered.Load()) == len(a.entries) {
-		return
-	}
-	now := time.Now()
+	var now time.Time
 	for i := range a.entries {
+		if a.entries[i].Value.answered {
+			continue
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
 		a.f.settleDone(a.f.sched.Done(now, &a.entries[i]))
 	}
 }
@@ -576,6 +583,13 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 		return nil
 	}
 	return func() {
+		// Every seat is given back, even should next panic.
+		defer func() {
+			now := time.Now()
+			for _, i := range idx {
+				f.settleDone(f.sched.Done(now, ptrs[i]))
+			}
+		}()
 		d.next.Dispatch(ctx, sub, func(j int, r schema.Response) {
 			i := -1 // out of range in the set too: the receiver reports it
 			if j >= 0 && j < len(idx) {
@@ -584,10 +598,6 @@ func (d *fairDispatcher) prepare(ctx context.Context, calls []schema.Call, ptrs 
 			}
 			out.answer(i, r)
 		})
-		now := time.Now()
-		for _, i := range idx {
-			f.settleDone(f.sched.Done(now, ptrs[i]))
-		}
 	}
 }
 

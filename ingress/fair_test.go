@@ -777,3 +777,36 @@ func TestFairAlone(t *testing.T) {
 		t.Errorf("flows with anything queued or inside at the end = %d, want 0", n)
 	}
 }
+
+// TestFairAloneSeatsBackFromAMisbehavingNext: the seats of a caller
+// alone's calls are all given back when next answers one call twice and
+// another never, and when next panics.
+func TestFairAloneSeatsBackFromAMisbehavingNext(t *testing.T) {
+	tests := []struct {
+		name string
+		next schema.DispatcherFunc
+	}{
+		{name: "one call answered twice, one never", next: func(_ context.Context, calls []schema.Call, emit func(int, schema.Response)) {
+			emit(0, schema.Response{ID: calls[0].ID, Result: json.RawMessage(`1`)})
+			emit(0, schema.Response{ID: calls[0].ID, Result: json.RawMessage(`1`)})
+		}},
+		{name: "a panic", next: func(context.Context, []schema.Call, func(int, schema.Response)) {
+			panic("next failed")
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(tc.next, WithLogger(discard), WithAuth(fairKeys), WithFairness(Fairness{Seats: 4, HoldMin: time.Hour, HoldMax: time.Hour}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() { _ = recover() }()
+				s.dispatcher.Dispatch(callerCtx(t.Context(), "flood"), fairCalls("flood", 2, 0), func(int, schema.Response) {})
+			}()
+			if st := s.FairStats(); st.Used != 0 || len(st.Flows) != 0 {
+				t.Errorf("after the dispatch the window is %+v, want every seat given back", st)
+			}
+		})
+	}
+}

@@ -184,7 +184,9 @@ func (q *fairQueue) round(ctx context.Context, stop <-chan struct{}) jetstream.M
 			return msg
 		}
 		if err != nil {
-			q.log.Warn("fetch a caller's jobs", "pattern", q.pattern, "err", err)
+			if ctx.Err() == nil { // not a shutdown
+				q.log.Warn("fetch a caller's jobs", "pattern", q.pattern, "err", err)
+			}
 			continue
 		}
 		q.leave(tok)
@@ -267,7 +269,9 @@ func (q *fairQueue) scan(ctx context.Context) {
 	defer cancel()
 	info, err := q.stream.Info(sctx, jetstream.WithSubjectFilter(q.names.prefix+".jobs.queue.*."+q.tail))
 	if err != nil {
-		q.log.Warn("list the callers with jobs", "pattern", q.pattern, "err", err)
+		if ctx.Err() == nil { // not a shutdown
+			q.log.Warn("list the callers with jobs", "pattern", q.pattern, "err", err)
+		}
 		return
 	}
 	// The caller's token follows the prefix's tokens, "jobs" and "queue".

@@ -517,9 +517,11 @@ func (r *Runner) Start(ctx context.Context) error {
 // fairLoop hands the jobs of q to run, one free slot of sem at a time,
 // until stop is closed.
 func fairLoop(ctx context.Context, stop <-chan struct{}, q *fairQueue, sem chan struct{}, run func(jetstream.Msg)) {
-	// A listing or a fetch in progress ends as soon as stop is closed:
-	// with NATS unreachable each would otherwise wait out its own timeout
-	// and hold up the runner's shutdown.
+	// A listing of the stream or a consumer's creation in progress ends
+	// as soon as stop is closed: with NATS unreachable each would
+	// otherwise wait out its own timeout (30 s) and hold up the runner's
+	// shutdown. A fetch without waiting takes no context and ends by
+	// itself within about a second.
 	ctx, cancel := untilClosed(ctx, stop)
 	defer cancel()
 	for {
@@ -566,7 +568,7 @@ func (r *Runner) Shutdown(ctx context.Context) error {
 	r.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
-		// The loops end at once (stop ends what they wait on); the jobs
+		// The loops end soon (stop ends what they wait on); the jobs
 		// they started are waited for after them, as a loop may start one
 		// until it ends.
 		r.loops.Wait()

@@ -224,7 +224,8 @@ func (d *Deferred) Set(rt *Runtime) { d.rt.Store(rt) }
 // Go runs f on a runner of the runtime's pool, a goroutine that keeps its
 // grown stack from one function to the next (it is an
 // aggregator.LocalGoroutines): an aggregator waits there for the calls it
-// hands to [Runtime.TryInvoke].
+// hands to [Runtime.TryInvoke]. It never waits for a runner. After
+// Shutdown f still runs, on a goroutine that exits once f returns.
 func (rt *Runtime) Go(f func()) { rt.runners.run(f) }
 
 // Go is [Runtime.Go] of the runtime [Deferred.Set] gave, and a goroutine

@@ -72,8 +72,9 @@ type Runtime struct {
 	// so that handlers still running are told to stop then and not before.
 	ctx    context.Context
 	cancel context.CancelFunc
-	// runners run the handlers, on goroutines that outlive a call; they
-	// exit when ctx ends.
+	// runners run the handlers, and the waits of an aggregator for the
+	// calls it hands to TryInvoke ([Runtime.Go]), on goroutines that
+	// outlive a call; they exit when ctx ends.
 	runners *runners
 
 	mu     sync.Mutex

@@ -799,7 +799,8 @@ func (rt *Runtime) release() {
 // exits.
 const runnerIdle = time.Second
 
-// runners runs the handlers of calls on goroutines that outlive one call.
+// runners runs the handlers of calls, and the waits of an aggregator for
+// its local calls ([Runtime.Go]), on goroutines that outlive one call.
 // A new goroutine starts with a small stack and grows it by copying as the
 // call's path deepens (tracing, decoding, the handler, the answer's
 // encoding); a goroutine started for every call paid that again each

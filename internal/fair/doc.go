@@ -37,7 +37,9 @@
 //
 // A flow alone pays for no queue: [Scheduler.AdmitAlone] lets its
 // entries into the window at once when nothing is queued, no other flow
-// was admitted lately, no round waits and the seats take them all, with
+// was admitted lately, no round waits, pacing is off, the flow is not
+// exempt (an exempt flow's entries enter at once anyway) and the seats
+// take them all, with
 // the tags and counts [Scheduler.Enqueue] would have given them. The
 // owner queues what it refuses.
 //

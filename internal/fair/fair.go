@@ -312,8 +312,9 @@ func (s *Scheduler[T]) Enqueue(now time.Time, f Flow, entries []*Entry[T]) (n in
 
 // AdmitAlone lets all of entries into the window at now, for f, when f
 // is alone: no flow has anything queued, no other flow was admitted
-// lately (they do not compete), no round waits for a poll, the window is
-// not paced, and the free seats take them all. It reports whether it did;
+// lately (they do not compete), no round waits for a poll, pacing is off
+// ([Config.CPUTarget] 1, or no CPU measured), and the free seats take
+// them all. It reports whether it did;
 // when it did not, entries are untouched and the owner queues them
 // ([Scheduler.Enqueue]). What it admits is what Enqueue would have
 // admitted at once, with the same tags and counts, without passing
