@@ -317,8 +317,8 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 	switch reserved {
 	case 0:
 		// A caller alone skips the queue; its calls go on from here
-		// rather than from queue, whose frame would deepen the stack
-		// every answer's way back runs on.
+		// rather than from queue, whose large frame would deepen the
+		// stack under every answer next gives on this goroutine.
 		a, entries := d.alone(ctx, calls, emit)
 		if a == nil {
 			d.queued(ctx, calls, entries, emit)
