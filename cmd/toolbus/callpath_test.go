@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/toolbustest"
+	"github.com/toolbus/toolbus/internal/proc"
 )
 
 // The most source files a reader may have to open to follow one call
@@ -128,24 +128,17 @@ func runCounted(t *testing.T, bin, covDir string, calls int, flags []string) map
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	args := append([]string{"dev", "--listen", addr, "--nats-listen", ""}, flags...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "GOCOVERDIR="+covDir)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(ctx, proc.Spec{
+		Name:    "toolbus dev",
+		Command: append([]string{bin, "dev", "--listen", addr, "--nats-listen", ""}, flags...),
+		Env:     []string{"GOCOVERDIR=" + covDir},
+		Ready:   regexp.MustCompile(`toolbus dev ready`),
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill() })
+	t.Cleanup(func() { p.Stop() })
 	base := "http://" + addr
-	toolbustest.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, "toolbus dev is ready")
 	for i := range 5 + calls {
 		resp, err := http.Post(base+"/rpc", "application/json",
 			strings.NewReader(`{"jsonrpc":"2.0","id":`+strconv.Itoa(i)+`,"method":"echo","params":{"n":1}}`))
@@ -161,9 +154,13 @@ func runCounted(t *testing.T, bin, covDir string, calls int, flags []string) map
 			t.Fatalf("echo = HTTP %d %s, want 200 %s", resp.StatusCode, body, want)
 		}
 	}
-	cmd.Process.Signal(syscall.SIGINT)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("toolbus dev: %v\n%s", err, logs.String())
+	// SIGINT, so that it exits as a person stops it and writes its
+	// counters on the way out.
+	if err := p.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, p.Tail())
 	}
 	prof := filepath.Join(covDir, "profile.txt")
 	if out, err := exec.Command("go", "tool", "covdata", "textfmt", "-i="+covDir, "-o="+prof).CombinedOutput(); err != nil {

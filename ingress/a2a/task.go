@@ -176,7 +176,7 @@ func status(rec *schema.JobRecord) a2a.TaskStatus {
 		st.Message = said(rec, rec.Error.Message, data)
 	case rec.State == schema.JobInputRequired && rec.Question != nil:
 		data, _ := json.Marshal(map[string]any{QuestionIDKey: rec.Question.ID, QuestionSchemaKey: rec.Question.Schema})
-		st.Message = asked(rec, data)
+		st.Message = questionMessage(rec, data)
 	case rec.Progress != nil && !rec.State.Final():
 		data, _ := json.Marshal(map[string]any{"percent": rec.Progress.Percent})
 		st.Message = said(rec, rec.Progress.Message, data)
@@ -200,10 +200,10 @@ func said(rec *schema.JobRecord, text string, data json.RawMessage) *a2a.Message
 	return message(rec, schema.JobMessage{ID: rec.ID + "-status-" + hex.EncodeToString(sum[:8]), Role: schema.JobRoleAgent, Text: text, Data: data})
 }
 
-// asked returns the status message of a job waiting on its question: the
-// question as the history holds it (the same messageId), with data, the
-// question's id and schema, which the history leaves out.
-func asked(rec *schema.JobRecord, data json.RawMessage) *a2a.Message {
+// questionMessage returns the status message of a job waiting on its
+// question: the question as the history holds it (the same messageId),
+// with data, the question's id and schema, which the history leaves out.
+func questionMessage(rec *schema.JobRecord, data json.RawMessage) *a2a.Message {
 	for i := len(rec.History) - 1; i >= 0; i-- {
 		m := rec.History[i]
 		var q struct {

@@ -126,7 +126,7 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 	inResult := sessionless(protocolVersion(req.Session))
 	canAsk := canElicit(req.Session)
 	last := -1.0
-	asked := ""
+	lastQuestion := "" // the id of the question handled last
 	var end *schema.JobRecord
 	var question *schema.JobQuestion
 	// see reports the progress of a record and answers or puts its
@@ -146,7 +146,7 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 		}
 		if r != nil {
 			if q != nil && q.ID == r.question {
-				asked = q.ID
+				lastQuestion = q.ID
 				m.answer(ctx, hdr, id, q.ID, r.res, nil)
 			}
 			r = nil
@@ -155,12 +155,12 @@ func (m *Server) followHeld(ctx context.Context, req *mcp.CallToolRequest, hdr r
 		case cur.State.Final():
 			end = cur
 			return true, nil
-		case q == nil || q.ID == asked:
+		case q == nil || q.ID == lastQuestion:
 		case inResult:
 			question = q
 			return true, nil
 		case canAsk:
-			asked = q.ID
+			lastQuestion = q.ID
 			m.elicit(ctx, req.Session, hdr, id, q)
 		}
 		return false, nil

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -117,10 +118,7 @@ func Overload(ctx context.Context, cfg OverloadConfig) (OverloadResult, error) {
 			}
 			json.Unmarshal(r.Error.Data, &data)
 			wait := min(time.Duration(data.RetryAfterMS)*time.Millisecond, time.Second)
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
+			ctxwait.Sleep(ctx, wait)
 			return errRefused
 		case r.Error != nil:
 			return fail(&failed, &firstMu, &res.FirstFailure, r.Error)

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/ctxwait"
 	"github.com/toolbus/toolbus/internal/proc"
 )
 
@@ -302,10 +303,8 @@ func waitAnswers(ctx context.Context, t Target) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: %s answered no echo within a minute: %v", t.Name, res.FirstError)
 		}
-		select {
-		case <-ctx.Done():
+		if !ctxwait.Sleep(ctx, 50*time.Millisecond) {
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -341,7 +341,7 @@ func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, i
 	d := newProgressDisplay(out)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	asked := ""
+	lastQuestion := "" // the id of the question shown last
 	for {
 		var rec schema.JobRecord
 		if err := c.Call(ctx, schema.MethodJobsGet, idParams{ID: id}, &rec); err != nil {
@@ -349,8 +349,8 @@ func watchJob(ctx context.Context, c *client.Client, out io.Writer, id string, i
 			return fmt.Errorf("job %s: %w", id, err)
 		}
 		d.show(progressLine(&rec))
-		if q := rec.Question; q != nil && q.ID != asked {
-			asked = q.ID
+		if q := rec.Question; q != nil && q.ID != lastQuestion {
+			lastQuestion = q.ID
 			d.end()
 			fmt.Fprintf(out, "the job asks: %s\n  answer schema: %s\n  answer with: toolbus jobs answer %s '<answer>'  (or --decline)\n",
 				singleLine(q.Message), q.Schema, id)
