@@ -50,11 +50,14 @@ const (
 	// parked: due to be published again while the bus is away; it is,
 	// once the connection is back.
 	parked
+	// local: run by a [LocalStarter], under its deadline; the handler's
+	// answer, its deadline or its batch's end answers it.
+	local
 	// answered: it has its answer and has left the table.
 	answered
 )
 
-var stateNames = [...]string{"outside", "queued", "published", "running", "refused", "parked", "answered"}
+var stateNames = [...]string{"outside", "queued", "published", "running", "refused", "parked", "local", "answered"}
 
 func (s state) String() string {
 	if int(s) < len(stateNames) {
@@ -137,9 +140,12 @@ func nonZero(m moment) moment {
 // table's lock guards the fields the table moves (from state on) while
 // the call is in the table.
 type call struct {
-	c        *schema.Call
-	b        *batch
-	i        int // the call's index in its batch
+	c *schema.Call
+	b *batch
+	// i is the call's index in its batch, and index its place in the
+	// timers (-1 when not there): 32 bits each, so that they share a
+	// word.
+	i, index int32
 	method   string
 	timeout  time.Duration
 	deadline moment
@@ -152,6 +158,8 @@ type call struct {
 	// waits for it (a call behind an idempotency record), which then
 	// answers the batch itself.
 	sync chan struct{}
+	// stop, while the call is local, ends its handler's context.
+	stop func()
 
 	// On the bus: data, its envelope, is published on queue (the
 	// method's subject) or on a direct subject; token ends its reply
@@ -190,8 +198,7 @@ type call struct {
 	// until the first.
 	busy *busyRefusals
 
-	due   moment // when the timers want it next
-	index int    // in the timers; -1 when not there
+	due moment // when the timers want it next
 
 	result []byte
 	err    *schema.Error
@@ -339,11 +346,17 @@ func (l *answers) add(cl *call) {
 	l.tail = cl
 }
 
-// settle hands on the calls of l, without the lock.
+// settle hands on the calls of l, without the lock, and ends the
+// handler's context of a local call answered without its handler. Once
+// a call is answered, only settle reads its stop.
 func (t *table) settle(l *answers) {
 	for cl := l.head; cl != nil; {
 		next := cl.next
 		cl.next = nil
+		if stop := cl.stop; stop != nil {
+			cl.stop = nil
+			stop()
+		}
 		t.answer(cl)
 		cl = next
 	}
@@ -374,6 +387,8 @@ func (t *table) finish(cl *call, result []byte, e *schema.Error, out *answers) {
 		t.ended.add(cl.token)
 	}
 	t.timers.drop(cl)
+	// A local call answered here, without its handler, keeps its stop:
+	// settle calls it, without the lock, to end the handler's context.
 	cl.state = answered
 	cl.result, cl.err = result, e
 	out.add(cl)
@@ -391,6 +406,81 @@ func (t *table) answerOutside(cl *call, result []byte, e *schema.Error) {
 	var out answers
 	t.mu.Lock()
 	t.finish(cl, result, e, &out)
+	t.mu.Unlock()
+	t.settle(&out)
+}
+
+// enterLocal enters cl, admitted, as run by the Local, under its
+// deadline, and reports whether it did: a call whose batch was canceled,
+// or whose deadline passed, while it was admitted is answered so.
+func (t *table) enterLocal(cl *call) bool {
+	var out answers
+	t.mu.Lock()
+	now := t.now()
+	switch {
+	case cl.state != outside:
+	case cl.b.ctx.Err() != nil:
+		t.finish(cl, nil, ctxError(cl.b.ctx, cl.method, cl.timeout), &out)
+	case momentOf(now) >= cl.deadline:
+		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), &out)
+	default:
+		cl.state, cl.index = local, -1
+		t.schedule(cl)
+	}
+	entered := cl.state == local
+	t.unlock(now, &out)
+	return entered
+}
+
+// leaveLocal takes cl, which the Local did not take, out of the table
+// to be published, and reports whether it was still there (not answered
+// at its deadline or its batch's end meanwhile).
+func (t *table) leaveLocal(cl *call) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cl.state != local {
+		return false
+	}
+	t.timers.drop(cl)
+	cl.state = outside
+	return true
+}
+
+// localStarted keeps stop, which ends the handler's context of cl, for
+// when the table answers cl without its handler; when it did so already,
+// it calls stop now.
+func (t *table) localStarted(cl *call, stop func()) {
+	t.mu.Lock()
+	if cl.state == local {
+		cl.stop = stop
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	stop()
+}
+
+// answerLocal answers cl with what its handler returned, unless it was
+// answered already. An error that comes once the call's deadline passed
+// or its batch ended is answered as the table answers those, so that a
+// handler that listens to its context and one that does not are answered
+// alike.
+func (t *table) answerLocal(cl *call, result []byte, e *schema.Error) {
+	var out answers
+	t.mu.Lock()
+	if cl.state == local {
+		// The handler returned: its context ended with it.
+		cl.stop = nil
+		if e != nil {
+			switch {
+			case cl.b.ctx.Err() != nil:
+				e = ctxError(cl.b.ctx, cl.method, cl.timeout)
+			case momentOf(t.now()) >= cl.deadline:
+				e = timedOut(cl.method, cl.timeout, "")
+			}
+		}
+		t.finish(cl, result, e, &out)
+	}
 	t.mu.Unlock()
 	t.settle(&out)
 }
@@ -840,7 +930,9 @@ func (t *table) cancel(b *batch) {
 		switch cl.state {
 		case outside, answered:
 			continue
-		case queued:
+		case queued, local:
+			// Never published: no worker to tell. A local call's
+			// handler has its context ended by finish.
 		default:
 			if announce {
 				t.wire.cancel(cl.callID)
@@ -878,14 +970,14 @@ func (h timers) Len() int           { return len(h) }
 func (h timers) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h timers) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+	h[i].index = int32(i)
+	h[j].index = int32(j)
 }
 
 // Push implements [heap.Interface]; use set.
 func (h *timers) Push(x any) {
 	cl := x.(*call)
-	cl.index = len(*h)
+	cl.index = int32(len(*h))
 	*h = append(*h, cl)
 }
 
@@ -907,13 +999,13 @@ func (h *timers) set(cl *call, due moment) {
 		heap.Push(h, cl)
 		return
 	}
-	heap.Fix(h, cl.index)
+	heap.Fix(h, int(cl.index))
 }
 
 // drop takes cl out, when it is in.
 func (h *timers) drop(cl *call) {
 	if cl.index >= 0 {
-		heap.Remove(h, cl.index)
+		heap.Remove(h, int(cl.index))
 	}
 }
 

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,9 +45,12 @@ type Aggregator struct {
 	idemFailOpen      bool
 	breakers          *breakers
 	// local runs calls in this process when it can; nil without
-	// [WithLocal]. localGo, when the Local lends goroutines
-	// ([LocalGoroutines]), is where the aggregator waits for them.
+	// [WithLocal]. starter, when the Local starts calls and answers them
+	// later ([LocalStarter]), starts those that report no progress;
+	// localGo, when it lends goroutines ([LocalGoroutines]), is where the
+	// aggregator waits for the others.
 	local   Local
+	starter LocalStarter
 	localGo LocalGoroutines
 }
 
@@ -87,8 +91,10 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		brk = &breakers{cfg: *cfg.breaker, by: map[string]*gobreaker.TwoStepCircuitBreaker[struct{}]{}}
 	}
 	cs := newCaps(cfg)
+	starter, _ := cfg.local.(LocalStarter)
 	localGo, _ := cfg.local.(LocalGoroutines)
 	a := &Aggregator{
+		starter:           starter,
 		localGo:           localGo,
 		retrySafePatterns: cfg.retrySafe,
 		retrySafeFunc:     cfg.retrySafeFunc,
@@ -223,7 +229,7 @@ func (a *Aggregator) Dispatch(ctx context.Context, calls []schema.Call, emit fun
 			continue
 		}
 		cl := &b.calls[i]
-		cl.c, cl.b, cl.i, cl.method, cl.index = c, b, i, c.Method, -1
+		cl.c, cl.b, cl.i, cl.method, cl.index = c, b, int32(i), c.Method, -1
 		cl.timeout = a.Timeout(c.Method, c.Timeout)
 		// A context's sooner deadline is taken as the time left from the
 		// batch's start, as the call's own is: one read off the wire,
@@ -306,6 +312,10 @@ func (a *Aggregator) admit(cl *call) {
 	// A call its caller can be asked on goes over the bus, where the
 	// question and its sealed answer travel: a local call cannot be asked.
 	if a.local != nil && cl.c.Ask == nil {
+		if a.starter != nil && cl.c.Progress == nil {
+			a.startLocal(cl)
+			return
+		}
 		// TryInvoke blocks while the handler runs: the call has a
 		// goroutine while it is local, and leaves it for the bus.
 		if a.localGo != nil {
@@ -316,6 +326,26 @@ func (a *Aggregator) admit(cl *call) {
 		return
 	}
 	a.publish(cl)
+}
+
+// startLocal starts cl on the Local, in the table under its deadline,
+// and sends it over the bus when the Local does not take it. The
+// handler's answer comes back to the table from the goroutine that ran
+// it.
+func (a *Aggregator) startLocal(cl *call) {
+	if !a.table.enterLocal(cl) {
+		return
+	}
+	stop, ok := a.starter.StartLocal(cl.c, cl.deadlineTime(), func(result json.RawMessage, e *schema.Error) {
+		a.table.answerLocal(cl, result, e)
+	})
+	if !ok {
+		if a.table.leaveLocal(cl) {
+			a.publish(cl)
+		}
+		return
+	}
+	a.table.localStarted(cl, stop)
 }
 
 // tryLocal offers cl to the Local, and sends it over the bus when the
@@ -445,7 +475,7 @@ func (a *Aggregator) respond(cl *call) {
 		r.Result = cl.result
 	}
 	b.mu.Lock()
-	b.emit(cl.i, r)
+	b.emit(int(cl.i), r)
 	b.open--
 	last := b.open == 0
 	b.mu.Unlock()

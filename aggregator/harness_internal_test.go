@@ -58,6 +58,9 @@ type harness struct {
 	answered map[*call]int
 	order    []*call
 	armed    []time.Duration
+	// stopped counts, for each local call, the calls of the stop it was
+	// started with ([harness.local]).
+	stopped map[*call]int
 }
 
 // testPolicy is the liveness of the harness's tables: a heartbeat of
@@ -67,7 +70,8 @@ var testPolicy = policy{liveness: true, silence: 300 * time.Millisecond, ackTime
 
 func newHarness(t *testing.T, p policy) *harness {
 	t.Helper()
-	h := &harness{t: t, clk: newClock(), wire: &fakeWire{}, rec: &records{}, answered: map[*call]int{}}
+	h := &harness{t: t, clk: newClock(), wire: &fakeWire{}, rec: &records{}, answered: map[*call]int{},
+		stopped: map[*call]int{}}
 	h.tb = newTable("toolbus.jobs.reply", testSubjects(t), p, h.wire, slog.New(h.rec), func(cl *call) {
 		h.answered[cl]++
 		h.order = append(h.order, cl)
@@ -108,6 +112,19 @@ func (h *harness) start(method string, opts ...callOpt) *call {
 	h.t.Helper()
 	cl := h.newCall(context.Background(), method, opts...)
 	h.tb.start(cl, "toolbus.call."+method, nil)
+	return cl
+}
+
+// local enters a call of method in the table as run by a
+// [LocalStarter], started with a stop that [harness.stopped] counts, and
+// returns it there.
+func (h *harness) local(method string, opts ...callOpt) *call {
+	h.t.Helper()
+	cl := h.newCall(context.Background(), method, opts...)
+	if !h.tb.enterLocal(cl) {
+		h.t.Fatal("enterLocal of a call within its deadline = false, want it entered")
+	}
+	h.tb.localStarted(cl, func() { h.stopped[cl]++ })
 	return cl
 }
 

@@ -205,6 +205,31 @@ type LocalGoroutines interface {
 	Go(f func())
 }
 
+// LocalStarter is what a [Local] may offer besides: StartLocal starts a
+// call and answers it later, from the goroutine that ran it, so that no
+// goroutine waits for a local call and no context of its own is made for
+// it. When the Local given to [WithLocal] has it, the aggregator starts
+// with it every local call that reports no progress (a call with
+// [schema.Call.Progress] set is a job's, and is handed to TryInvoke,
+// which hands its reports on).
+//
+// StartLocal starts call when the Local can take it at once, and reports
+// whether it did; when it did not, nothing ran and answer is never
+// called. A call started has deadline as its deadline, and answer is
+// called exactly once, from any goroutine, even before StartLocal
+// returns, when its handler returns: with its result, or with its error
+// and a nil result. stop ends the handler's context (the aggregator calls
+// it when it answered the call without the handler: its deadline passed,
+// or its client left, and never with a lock of its own held, so that
+// stop may call answer); it may be called at any time, more than once,
+// even after the answer, and must not wait. The aggregator watches the
+// deadline and the client itself, as it does for a call on the bus, so
+// a handler that does not listen to its context holds its slot but not
+// its caller.
+type LocalStarter interface {
+	StartLocal(call *schema.Call, deadline time.Time, answer func(result json.RawMessage, err *schema.Error)) (stop func(), ok bool)
+}
+
 // WithLocal makes the aggregator hand each call to l before the bus: a call
 // l takes is answered by l, without a bus message; a call l cannot take
 // now (no handler of its method there, or none free) goes over the bus as

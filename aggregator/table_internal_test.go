@@ -43,10 +43,14 @@ var setups = []struct {
 		h.advance(testPolicy.silence)
 		return cl
 	}},
+	{"local", local, func(h *harness) *call { return h.local("m") }},
 }
 
 // TestTransitions moves a call from every state by every event, and
-// checks where it goes: to another state, or to its answer, once.
+// checks where it goes: to another state, or to its answer, once. A
+// local call's handler has its context ended (its stop called, once)
+// when the table answers the call without it, and not when the handler
+// answered.
 func TestTransitions(t *testing.T) {
 	type want struct {
 		state state
@@ -70,7 +74,8 @@ func TestTransitions(t *testing.T) {
 			map[state]want{published: {state: answered}, running: {state: answered}, refused: {state: answered}, parked: {state: answered}}},
 		{"deadline", false, func(h *harness, cl *call) { h.advance(cl.deadline.sub(momentOf(h.clk.now()))) },
 			map[state]want{queued: {answered, schema.CodeTimeout}, published: {answered, schema.CodeTimeout},
-				running: {answered, schema.CodeTimeout}, refused: {answered, schema.CodeTimeout}, parked: {answered, schema.CodeTimeout}}},
+				running: {answered, schema.CodeTimeout}, refused: {answered, schema.CodeTimeout}, parked: {answered, schema.CodeTimeout},
+				local: {answered, schema.CodeTimeout}}},
 		{"silence", false, func(h *harness, cl *call) { h.advance(testPolicy.silence) },
 			map[state]want{running: {answered, schema.CodeUnavailable}, refused: {state: published}, parked: {state: parked}}},
 		{"backoff", false, func(h *harness, cl *call) { h.advance(busyBackoffMin) },
@@ -81,7 +86,10 @@ func TestTransitions(t *testing.T) {
 		}, map[state]want{parked: {state: published}, refused: {state: published}}},
 		{"cancel", false, func(h *harness, cl *call) { h.tb.cancel(cl.b) },
 			map[state]want{queued: {answered, schema.CodeCanceled}, published: {answered, schema.CodeCanceled},
-				running: {answered, schema.CodeCanceled}, refused: {answered, schema.CodeCanceled}, parked: {answered, schema.CodeCanceled}}},
+				running: {answered, schema.CodeCanceled}, refused: {answered, schema.CodeCanceled}, parked: {answered, schema.CodeCanceled},
+				local: {answered, schema.CodeCanceled}}},
+		{"local answer", false, func(h *harness, cl *call) { h.tb.answerLocal(cl, []byte(`"ok"`), nil) },
+			map[state]want{local: {state: answered}}},
 	}
 	for _, s := range setups {
 		for _, ev := range events {
@@ -98,7 +106,7 @@ func TestTransitions(t *testing.T) {
 					cancel()
 				}
 				if cl.token == "" && ev.message {
-					t.Skip("a queued call has no reply subject yet: no message can reach it")
+					t.Skip("a call never published (queued, or local) has no reply subject: no message can reach it")
 				}
 				ev.do(h, cl)
 				w, ok := ev.want[s.state]
@@ -107,6 +115,15 @@ func TestTransitions(t *testing.T) {
 				}
 				if cl.state != w.state {
 					t.Fatalf("state %v, want %v", cl.state, w.state)
+				}
+				// Only the table's own answer ends the handler's context:
+				// a handler that answered has returned.
+				wantStops := 0
+				if s.state == local && w.state == answered && ev.name != "local answer" {
+					wantStops = 1
+				}
+				if got := h.stopped[cl]; got != wantStops {
+					t.Errorf("stop called %d times, want %d", got, wantStops)
 				}
 				if w.state != answered {
 					h.open(cl)
@@ -118,7 +135,7 @@ func TestTransitions(t *testing.T) {
 				}
 				if ev.name == "cancel" {
 					// A call never published needs no cancel message.
-					if announced, want := len(h.wire.canceled) > 0, s.state != queued; announced != want {
+					if announced, want := len(h.wire.canceled) > 0, s.state != queued && s.state != local; announced != want {
 						t.Errorf("cancel message sent: %v, want %v", announced, want)
 					}
 				}
@@ -126,6 +143,154 @@ func TestTransitions(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestLocalAnswerAfterItsEnd: a local handler's error that comes once
+// the call's deadline passed or its batch ended, before the table saw
+// either, is answered as the table answers those (a handler that listens
+// to its context and one that does not are answered alike); a result is
+// the call's answer whenever it comes first.
+func TestLocalAnswerAfterItsEnd(t *testing.T) {
+	toolErr := schema.NewError(schema.CodeToolError, "tool error: context deadline exceeded", nil)
+	tests := []struct {
+		name   string
+		end    func(h *harness, cl *call, cancel context.CancelFunc)
+		result []byte
+		err    *schema.Error
+		code   int
+	}{
+		{"error past the deadline", func(h *harness, cl *call, _ context.CancelFunc) {
+			h.clk.advance(cl.deadline.sub(momentOf(h.clk.now())))
+		}, nil, toolErr, schema.CodeTimeout},
+		{"error after the batch ended", func(_ *harness, _ *call, cancel context.CancelFunc) { cancel() },
+			nil, toolErr, schema.CodeCanceled},
+		{"result past the deadline", func(h *harness, cl *call, _ context.CancelFunc) {
+			h.clk.advance(cl.deadline.sub(momentOf(h.clk.now())))
+		}, []byte(`"ok"`), nil, 0},
+		{"error within the deadline", func(*harness, *call, context.CancelFunc) {}, nil, toolErr, schema.CodeToolError},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, testPolicy)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cl := h.newCall(ctx, "m")
+			if !h.tb.enterLocal(cl) {
+				t.Fatal("enterLocal of a call within its deadline = false, want it entered")
+			}
+			h.tb.localStarted(cl, func() { h.stopped[cl]++ })
+			// The clock moves, or the context ends, without the timer's
+			// tick or the batch's cancel: the handler answers first.
+			tc.end(h, cl, cancel)
+			h.tb.answerLocal(cl, tc.result, tc.err)
+			r, e := h.answer(cl)
+			if code(e) != tc.code || string(r) != string(tc.result) {
+				t.Errorf("answer %s %v, want %s with code %d", r, e, tc.result, tc.code)
+			}
+			if tc.code != schema.CodeToolError && e != nil && e.Reason() != "" {
+				t.Errorf("answer %v has reason %q, want none: the table's own answer", e, e.Reason())
+			}
+			if n := h.stopped[cl]; n != 0 {
+				t.Errorf("stop called %d times, want none: the handler returned", n)
+			}
+			h.empty()
+		})
+	}
+}
+
+// TestLocalEntryAndExit: a call whose batch ended or whose deadline
+// passed before it could start is answered so, not entered; a call the
+// Local declined leaves the table, unless the table answered it
+// meanwhile; a stop that comes after the table answered the call is
+// called at once, and never kept.
+func TestLocalEntryAndExit(t *testing.T) {
+	t.Run("batch ended", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		cl := h.newCall(ctx, "m")
+		if h.tb.enterLocal(cl) {
+			t.Fatal("enterLocal of a call whose batch ended = true, want false")
+		}
+		if _, e := h.answer(cl); code(e) != schema.CodeCanceled {
+			t.Errorf("answer %v, want code %d", e, schema.CodeCanceled)
+		}
+		h.empty()
+	})
+	t.Run("deadline passed", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		cl := h.newCall(context.Background(), "m")
+		h.clk.advance(cl.timeout)
+		if h.tb.enterLocal(cl) {
+			t.Fatal("enterLocal of a call past its deadline = true, want false")
+		}
+		if _, e := h.answer(cl); code(e) != schema.CodeTimeout {
+			t.Errorf("answer %v, want code %d", e, schema.CodeTimeout)
+		}
+		h.empty()
+	})
+	t.Run("declined", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		cl := h.newCall(context.Background(), "m")
+		h.tb.enterLocal(cl)
+		if !h.tb.leaveLocal(cl) {
+			t.Fatal("leaveLocal of a local call = false, want true")
+		}
+		if cl.state != outside {
+			t.Errorf("state %v, want outside", cl.state)
+		}
+		h.open(cl)
+		h.empty()
+		// Outside, the call is the publisher's: the table's timer and
+		// a second leave no longer touch it.
+		h.advance(cl.timeout)
+		h.open(cl)
+		if h.tb.leaveLocal(cl) {
+			t.Error("leaveLocal of a call outside the table = true, want false")
+		}
+	})
+	t.Run("declined after the deadline", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		cl := h.newCall(context.Background(), "m")
+		h.tb.enterLocal(cl)
+		h.advance(cl.timeout)
+		if h.tb.leaveLocal(cl) {
+			t.Fatal("leaveLocal of a call answered at its deadline = true, want false: it must not be published")
+		}
+		if _, e := h.answer(cl); code(e) != schema.CodeTimeout {
+			t.Errorf("answer %v, want code %d", e, schema.CodeTimeout)
+		}
+		h.empty()
+	})
+	t.Run("started after the deadline", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		cl := h.newCall(context.Background(), "m")
+		h.tb.enterLocal(cl)
+		h.advance(cl.timeout)
+		h.tb.localStarted(cl, func() { h.stopped[cl]++ })
+		if n := h.stopped[cl]; n != 1 {
+			t.Errorf("stop called %d times, want once, at once: the call was answered before it started", n)
+		}
+		if cl.stop != nil {
+			t.Error("stop kept on an answered call")
+		}
+		h.answer(cl)
+	})
+	t.Run("started after the answer", func(t *testing.T) {
+		h := newHarness(t, testPolicy)
+		cl := h.newCall(context.Background(), "m")
+		h.tb.enterLocal(cl)
+		// Allowed: the handler answers before StartLocal returns.
+		h.tb.answerLocal(cl, []byte(`"ok"`), nil)
+		h.tb.localStarted(cl, func() { h.stopped[cl]++ })
+		if r, e := h.answer(cl); e != nil || string(r) != `"ok"` {
+			t.Errorf("answer %s %v, want the handler's \"ok\"", r, e)
+		}
+		if cl.stop != nil {
+			t.Error("stop kept on an answered call")
+		}
+		h.empty()
+	})
 }
 
 func code(e *schema.Error) int {

@@ -89,7 +89,15 @@ func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []s
 	for i := range calls {
 		c := &calls[i]
 		label := s.methodLabel(c.Method)
-		cctx, span := s.tracer.Start(ctx, "toolbus.call "+label, callSpan...)
+		var lm *labelMetrics
+		name := ""
+		if s.metrics != nil {
+			lm = s.metrics.forLabel(label)
+			name = lm.spanName
+		} else {
+			name = callSpanName(label)
+		}
+		cctx, span := s.tracer.Start(ctx, name, callSpan...)
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", c.Method))
 			if !c.IsNotification() {
@@ -105,9 +113,9 @@ func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []s
 			continue
 		}
 		s.stats.Begin(label)
-		if s.metrics != nil {
-			open[i].lm = s.metrics.forLabel(label)
-			open[i].lm.inFlight.Inc()
+		if lm != nil {
+			open[i].lm = lm
+			lm.inFlight.Inc()
 		}
 		s.logMessage(cctx, "request", c.ID, c.Method, c.Params)
 	}
@@ -420,7 +428,12 @@ type labelMetrics struct {
 	ok     prometheus.Counter
 	calls  *prometheus.CounterVec
 	label  string
+	// spanName names the spans of the label's calls, made once.
+	spanName string
 }
+
+// callSpanName returns the name of the span of a call labelled label.
+func callSpanName(label string) string { return "toolbus.call " + label }
 
 // succeeded counts one call answered with a result.
 func (lm *labelMetrics) succeeded() {
@@ -439,6 +452,7 @@ func (m *metrics) forLabel(label string) *labelMetrics {
 		duration: m.duration.WithLabelValues(label),
 		calls:    m.calls,
 		label:    label,
+		spanName: callSpanName(label),
 	})
 	return v.(*labelMetrics)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/toolbus/toolbus/internal/latest"
 	"github.com/toolbus/toolbus/schema"
@@ -138,27 +139,10 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	if err := ctx.Err(); err != nil {
 		return nil, rt.errorFor(req, err), true
 	}
-	rt.mu.Lock()
-	if !rt.started || rt.closed {
-		rt.mu.Unlock()
-		return nil, nil, false
-	}
-	r := rt.routeForLocked(call.Method)
+	r := rt.takeLocal(call.Method, nil)
 	if r == nil {
-		rt.mu.Unlock()
 		return nil, nil, false
 	}
-	select {
-	case r.sem <- struct{}{}:
-	default:
-		rt.mu.Unlock()
-		return nil, nil, false
-	}
-	// Counted under the lock that Shutdown takes to close the runtime, so
-	// that its drain waits for this call.
-	rt.inflight.Add(1)
-	rt.mu.Unlock()
-
 	if dl, has := ctx.Deadline(); has {
 		req.Deadline = dl
 	}
@@ -204,6 +188,128 @@ func (rt *Runtime) TryInvoke(ctx context.Context, call *schema.Call) (result jso
 	}
 }
 
+// takeLocal takes, for a call run in the process, a concurrency slot of
+// the route that serves method, and counts the call in flight; it
+// returns the route, or nil when the runtime cannot take the call at
+// once (not started, shutting down, no route, or no free slot). lr, when
+// not nil, is kept among the runtime's local runs until [Runtime.unlink].
+func (rt *Runtime) takeLocal(method string, lr *localRun) *route {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if !rt.started || rt.closed {
+		return nil
+	}
+	r := rt.routeForLocked(method)
+	if r == nil {
+		return nil
+	}
+	select {
+	case r.sem <- struct{}{}:
+	default:
+		return nil
+	}
+	// Counted under the lock that Shutdown takes to close the runtime, so
+	// that its drain waits for this call.
+	rt.inflight.Add(1)
+	if lr != nil {
+		lr.next = rt.locals
+		if lr.next != nil {
+			lr.next.prev = lr
+		}
+		rt.locals = lr
+	}
+	return r
+}
+
+// StartLocal is [Runtime.TryInvoke] without the wait (it is an
+// aggregator.LocalStarter): it starts call when the runtime can take it
+// at once, on a runner of its pool, and returns at once; answer receives
+// what the handler answered, once, when it returns. When the runtime
+// cannot take the call, ok is false and nothing ran.
+//
+// The handler's context is the runtime's, as for a call from the bus,
+// with the call's trace and deadline; it ends at the deadline, when stop
+// is called, and when a Shutdown runs out of time, which also answers
+// the call -32003 at once, as TryInvoke does. A call started holds its
+// slot and counts as in flight until its handler returns, and gets the
+// same panic recovery, error mapping, result encoding, result limit,
+// metrics and call statistics as a call from the bus. Whoever starts a
+// call watches its deadline and its client: a handler that does not
+// listen to its context is answered only when it returns (or when a
+// Shutdown runs out of time). [Ask] in the handler fails with
+// [ErrCannotAsk] and [Progress] reports nothing: a call that reports
+// progress goes to TryInvoke.
+func (rt *Runtime) StartLocal(call *schema.Call, deadline time.Time, answer func(json.RawMessage, *schema.Error)) (stop func(), ok bool) {
+	lr := &localRun{answer: answer,
+		req: Request{ID: call.ID, Method: call.Method, Params: call.Params, Caller: call.Caller, Deadline: deadline}}
+	r := rt.takeLocal(call.Method, lr)
+	if r == nil {
+		return nil, false
+	}
+	// The runtime's context holds no asker, so [Ask] fails with
+	// ErrCannotAsk: unlike TryInvoke's, this context has no caller's
+	// context above it whose call could be asked.
+	hctx, cancel := context.WithDeadline(invokeTrace(rt.ctx, call.TraceParent), deadline)
+	rt.runners.run(func() {
+		res, err := rt.handle(hctx, r, &lr.req, "call")
+		// The slot is free before the answer leaves, so that the
+		// caller's next call finds it so.
+		<-r.sem
+		cancel()
+		rt.unlink(lr)
+		lr.finish(res, err)
+		rt.release()
+	})
+	return cancel, true
+}
+
+// localRun is a call started by [Runtime.StartLocal]: its request, whom
+// to answer, and its place among the runtime's local runs, which a
+// Shutdown out of time answers.
+type localRun struct {
+	req        Request
+	answer     func(json.RawMessage, *schema.Error)
+	answered   atomic.Bool
+	prev, next *localRun
+}
+
+// finish answers the call, unless it was answered already.
+func (lr *localRun) finish(result json.RawMessage, e *schema.Error) {
+	if lr.answered.CompareAndSwap(false, true) {
+		lr.answer(result, e)
+	}
+}
+
+// unlink takes lr out of the runtime's local runs.
+func (rt *Runtime) unlink(lr *localRun) {
+	rt.mu.Lock()
+	if lr.prev != nil {
+		lr.prev.next = lr.next
+	} else if rt.locals == lr {
+		rt.locals = lr.next
+	}
+	if lr.next != nil {
+		lr.next.prev = lr.prev
+	}
+	lr.prev, lr.next = nil, nil
+	rt.mu.Unlock()
+}
+
+// answerLocals answers -32003 every call started by StartLocal whose
+// handler still runs: a Shutdown ran out of time, and the runtime's
+// context, their handlers' parent, has ended.
+func (rt *Runtime) answerLocals() {
+	rt.mu.Lock()
+	var runs []*localRun
+	for lr := rt.locals; lr != nil; lr = lr.next {
+		runs = append(runs, lr)
+	}
+	rt.mu.Unlock()
+	for _, lr := range runs {
+		lr.finish(nil, unavailable())
+	}
+}
+
 // localAnswer is what the handler of a [Runtime.TryInvoke] call answered.
 type localAnswer struct {
 	result json.RawMessage
@@ -236,6 +342,16 @@ func (d *Deferred) Go(f func()) {
 		return
 	}
 	go f()
+}
+
+// StartLocal is [Runtime.StartLocal] of the runtime [Deferred.Set] gave,
+// and declines the call before one was given.
+func (d *Deferred) StartLocal(call *schema.Call, deadline time.Time, answer func(json.RawMessage, *schema.Error)) (stop func(), ok bool) {
+	rt := d.rt.Load()
+	if rt == nil {
+		return nil, false
+	}
+	return rt.StartLocal(call, deadline, answer)
 }
 
 // TryInvoke is [Runtime.TryInvoke] of the runtime [Deferred.Set] gave,

@@ -86,6 +86,9 @@ type Runtime struct {
 	patterns []*route
 	started  bool
 	closed   bool
+	// locals lists the calls [Runtime.StartLocal] started whose handlers
+	// still run, linked by [localRun.next].
+	locals *localRun
 
 	// inflight counts calls between taking a concurrency slot and sending
 	// their reply. Once draining is set no new call can start, and the
@@ -415,6 +418,7 @@ func (rt *Runtime) abort(ctx context.Context) error {
 	rt.stopCancels()
 	rt.stopProbes()
 	rt.cancel()
+	rt.answerLocals()
 	return fmt.Errorf("worker: shutdown: %d calls still running: %w", rt.inflight.Load(), ctx.Err())
 }
 

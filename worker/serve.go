@@ -586,6 +586,9 @@ func invokeTrace(ctx context.Context, traceparent string) context.Context {
 	if traceparent == "" || trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
+	if sc, ok := tracelog.ParseTraceParent(traceparent); ok {
+		return trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
 	return remoteTrace(ctx, nats.Header{schema.HeaderTraceparent: {traceparent}})
 }
 

@@ -135,3 +135,50 @@ func TraceParent(sc trace.SpanContext) string {
 	hex.Encode(b[53:55], []byte{byte(sc.TraceFlags() & (trace.FlagsSampled | trace.FlagsRandom))})
 	return string(b[:])
 }
+
+// ParseTraceParent reads a W3C traceparent header of version 00, the
+// only form [TraceParent] writes, into a remote span context, by the
+// rules propagation.TraceContext reads it with (lower-case hex, no
+// field more, the reserved flag bits clear, ids not all zero, the
+// sampled and random flags kept). It reports false for any other text,
+// which is then left to the propagator: it makes no map and no carrier,
+// which a call run in the process would make only to read this one
+// string back.
+func ParseTraceParent(s string) (trace.SpanContext, bool) {
+	if len(s) != 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return trace.SpanContext{}, false
+	}
+	var cfg trace.SpanContextConfig
+	var flags [1]byte
+	if !lowerHex(cfg.TraceID[:], s[3:35]) || !lowerHex(cfg.SpanID[:], s[36:52]) || !lowerHex(flags[:], s[53:55]) || flags[0] > 3 {
+		return trace.SpanContext{}, false
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & (trace.FlagsSampled | trace.FlagsRandom)
+	cfg.Remote = true
+	sc := trace.NewSpanContext(cfg)
+	return sc, sc.IsValid()
+}
+
+// lowerHex decodes src, lower-case hex of twice dst's length, into dst,
+// and reports whether every character was a lower-case hex digit.
+func lowerHex(dst []byte, src string) bool {
+	for i := range dst {
+		hi, ok1 := nibble(src[2*i])
+		lo, ok2 := nibble(src[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func nibble(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}

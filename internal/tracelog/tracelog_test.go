@@ -137,3 +137,61 @@ func TestTraceParent(t *testing.T) {
 		})
 	}
 }
+
+// TestParseTraceParentAsThePropagator checks that ParseTraceParent reads
+// every traceparent it accepts as propagation.TraceContext does, and
+// accepts every version-00 header the propagator reads: hand-picked
+// edges, then mutations of valid headers, one character at a time.
+func TestParseTraceParentAsThePropagator(t *testing.T) {
+	extract := func(s string) trace.SpanContext {
+		ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": s})
+		return trace.SpanContextFromContext(ctx)
+	}
+	valid := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	inputs := []string{
+		valid,
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-02",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-04",
+		"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+		"00-00000000000000000000000000000000-b7ad6b7169203331-01",
+		"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+		"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"",
+	}
+	for i := range len(valid) {
+		for _, c := range []byte{'0', 'f', 'g', 'F', '-', ' '} {
+			b := []byte(valid)
+			b[i] = c
+			inputs = append(inputs, string(b))
+		}
+	}
+	ids := IDs().Tracer("t")
+	for range 50 {
+		_, span := ids.Start(context.Background(), "s")
+		inputs = append(inputs, TraceParent(span.SpanContext()))
+	}
+	accepted := 0
+	for _, s := range inputs {
+		got, ok := ParseTraceParent(s)
+		want := extract(s)
+		if ok {
+			accepted++
+			if !got.Equal(want) || !got.IsRemote() {
+				t.Errorf("ParseTraceParent(%q) = %v, the propagator reads %v", s, got, want)
+			}
+			continue
+		}
+		if want.IsValid() && len(s) == 55 && s[:3] == "00-" {
+			t.Errorf("ParseTraceParent(%q) refused a version-00 header the propagator reads as %v", s, want)
+		}
+	}
+	if accepted < 50 {
+		t.Errorf("ParseTraceParent accepted %d of the inputs, want at least the 50 TraceParent wrote", accepted)
+	}
+}
