@@ -58,12 +58,9 @@ type Aggregator struct {
 // away looks whether the connection is back.
 const recheck = 50 * time.Millisecond
 
-// New returns an aggregator that publishes on nc.
-func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
-	if nc == nil {
-		return nil, errors.New("aggregator: nil connection")
-	}
-	cfg := config{
+// defaultConfig is what an aggregator is made with before its options.
+func defaultConfig() config {
+	return config{
 		subjects:       bus.DefaultSubjects(),
 		defaultTimeout: DefaultTimeout,
 		maxTimeout:     DefaultMaxTimeout,
@@ -79,6 +76,26 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 		idemRecords:    DefaultIdempotencyCallerMaxRecords,
 		idemBytes:      DefaultIdempotencyCallerMaxBytes,
 	}
+}
+
+// CheckOptions reports the first of opts that [New] would refuse, so
+// that a configuration is checked before anything connects or starts.
+func CheckOptions(opts ...Option) error {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// New returns an aggregator that publishes on nc.
+func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
+	if nc == nil {
+		return nil, errors.New("aggregator: nil connection")
+	}
+	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err

@@ -118,6 +118,18 @@ type config struct {
 	natsState   func(ctx context.Context) dashboard.NATSState
 }
 
+// CheckOptions reports the first of opts that [New] would refuse, so
+// that a configuration is checked before anything connects or starts.
+func CheckOptions(opts ...Option) error {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func defaultConfig() config {
 	return config{
 		limits: Limits{

@@ -58,106 +58,160 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	if err != nil {
 		return nil, err
 	}
-	aggOpts := []aggregator.Option{
-		aggregator.WithHeartbeat(cfg.Heartbeat, cfg.HeartbeatMisses),
-		aggregator.WithMaxAttempts(cfg.MaxAttempts),
-		aggregator.WithBusyWait(cfg.BusyWait),
-		aggregator.WithHedge(cfg.Hedge),
-		aggregator.WithIdempotencyCallerLimits(cfg.Idempotency.CallerMaxRecords, cfg.Idempotency.CallerMaxBytes),
-		aggregator.WithIdempotencyFailOpen(cfg.Idempotency.FailOpen),
-		aggregator.WithAckDelay(cfg.AckDelay),
-		aggregator.WithDefaultTimeout(cfg.DefaultTimeout),
-		aggregator.WithMaxTimeout(cfg.MaxTimeout),
-		aggregator.WithBatchConcurrency(cfg.BatchConcurrency),
-		aggregator.WithMaxInFlight(cfg.MaxInFlight),
-		aggregator.WithAccessLog(cfg.AccessLog),
-	}
-	if cfg.AckTimeout > 0 {
-		aggOpts = append(aggOpts, aggregator.WithAckTimeout(cfg.AckTimeout))
-	}
-	if len(cfg.RetrySafe) > 0 {
-		aggOpts = append(aggOpts, aggregator.WithRetrySafe(cfg.RetrySafe...))
-	}
-	for m, n := range caps {
-		aggOpts = append(aggOpts, aggregator.WithMethodMaxInFlight(m, n))
-	}
-	if cfg.BreakerFailures > 0 {
-		aggOpts = append(aggOpts, aggregator.WithBreaker(aggregator.Breaker{
-			Failures: cfg.BreakerFailures, OpenFor: cfg.BreakerOpenFor, Trials: cfg.BreakerTrials}))
-	}
-	if cfg.CallerMaxInFlight != 0 {
-		aggOpts = append(aggOpts, aggregator.WithCallerMaxInFlight(cfg.CallerMaxInFlight))
-	}
+	aggOpts := options(cfg.aggregatorOptions(caps))
 	if cfg.Local != nil {
 		aggOpts = append(aggOpts, aggregator.WithLocal(cfg.Local))
 	}
-	// A caller's queue holds as many calls as may be in flight, unless
-	// set.
-	fairness := ingress.Fairness{Off: !cfg.Fair, Seats: cfg.FairSeats, HoldMin: cfg.FairHoldMin, HoldMax: cfg.FairHoldMax,
-		CPUTarget: cfg.FairCPUTarget, Round: cfg.FairRound, CallerMaxQueued: cfg.CallerMaxQueued}
-	if fairness.CallerMaxQueued == 0 {
-		fairness.CallerMaxQueued = cfg.MaxInFlight
-	}
-	ingOpts := []ingress.Option{
-		ingress.WithLimits(cfg.Limits),
-		ingress.WithMaxTimeout(cfg.MaxTimeout),
-		ingress.WithJSONRPC1(cfg.JSONRPC1),
-		ingress.WithAccessLog(cfg.AccessLog),
-		ingress.WithMaxHeaderBytes(cfg.MaxHeaderBytes),
-		ingress.WithMaxConnsPerAddr(cfg.MaxConnsPerAddr),
-		ingress.WithMaxBytesInFlight(cfg.MaxBytesInFlight),
-		ingress.WithWebSocketMaxInFlight(cfg.WSMaxInFlight),
-		ingress.WithWebSocketMaxUnsentBytes(cfg.WSMaxUnsentBytes),
-		ingress.WithWebSocketWriteTimeout(cfg.WSWriteTimeout),
-		ingress.WithWebSocketPing(cfg.WSPingInterval, cfg.WSPingMisses),
-		ingress.WithSSEHeartbeat(cfg.SSEHeartbeat),
-		ingress.WithFairness(fairness),
-		ingress.WithTracerProvider(tel.Tracer),
-		ingress.WithDashboard(cfg.Dashboard),
-		ingress.WithMetricsCallers(cfg.MetricsCallers),
-		// With no methods to log, the redaction list still hides failed
-		// values in the dashboard's recent errors.
-		ingress.WithMessageLog(cfg.MessageLog),
-	}
-	if cfg.CallerMaxBytesInFlight != 0 {
-		ingOpts = append(ingOpts, ingress.WithCallerMaxBytesInFlight(cfg.CallerMaxBytesInFlight))
-	}
-	if len(cfg.WSOrigins) > 0 {
-		ingOpts = append(ingOpts, ingress.WithWebSocketOrigins(cfg.WSOrigins...))
-	}
-	if cfg.MCPStateKey != "" {
-		ingOpts = append(ingOpts, ingress.WithMCPStateKey([]byte(cfg.MCPStateKey)))
-	}
+	ingOpts := append(options(cfg.ingressOptions()), ingress.WithTracerProvider(tel.Tracer))
 	if cfg.Auth.Mode != "off" {
 		ingOpts = append(ingOpts, ingress.WithAuth(a))
 	}
-	if cfg.RateLimit > 0 {
-		ingOpts = append(ingOpts, ingress.WithRateLimit(quota.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst}))
-	}
-	own := []GatewayOption{
+	own := append(options(cfg.gatewayOptions()),
 		withParts(aggOpts, ingOpts, cfg.Auth.Mode == "off"),
 		WithPrefix(cfg.Prefix),
 		WithLogger(tel.Log),
-		WithVersion(cfg.Version),
-		WithReplicas(cfg.Jobs.Replicas),
-	}
+		WithVersion(cfg.Version))
 	if cfg.Metrics {
 		own = append(own, WithMetrics(tel.Metrics))
-	}
-	if cfg.Idempotency.On {
-		own = append(own, WithIdempotency(cfg.Idempotency.TTL, cfg.Idempotency.MaxBytes))
-	}
-	if cfg.Discovery {
-		own = append(own, WithRegistry(), WithValidation(cfg.ValidateParams), WithToolsRetention(cfg.ToolsRetention))
 	}
 	if tel.Counters != nil {
 		own = append(own, WithJobCounters(tel.Counters))
 	}
-	// The A2A door runs its tasks as jobs: without them it is off.
-	if cfg.Jobs.On {
-		own = append(own, WithJobs(cfg.Jobs), WithA2A(cfg.A2A))
-	}
 	return NewGateway(nc, st, append(own, opts...)...)
+}
+
+// flagged is an option of a part that a config asks for, with the flags
+// it comes from: [GatewayConfig.Validate] names them when the part
+// refuses the option.
+type flagged[O any] struct {
+	flags string
+	opt   O
+}
+
+// options returns the options of fs, in order.
+func options[O any](fs []flagged[O]) []O {
+	out := make([]O, len(fs))
+	for i, f := range fs {
+		out[i] = f.opt
+	}
+	return out
+}
+
+// check applies the options of fs in order with apply, which reports
+// whether the part refuses the options given so far, and returns the
+// first refusal, prefixed with the flags of the option refused.
+func check[O any](fs []flagged[O], apply func(...O) error) error {
+	for i := range fs {
+		if err := apply(options(fs[:i+1])...); err != nil {
+			return fmt.Errorf("%s: %w", fs[i].flags, err)
+		}
+	}
+	return nil
+}
+
+// aggregatorOptions returns the aggregator's options that c asks for,
+// with caps, the per-method in-flight caps of --method-max-in-flight.
+func (c GatewayConfig) aggregatorOptions(caps map[string]int) []flagged[aggregator.Option] {
+	fs := []flagged[aggregator.Option]{
+		{"--heartbeat and --heartbeat-misses", aggregator.WithHeartbeat(c.Heartbeat, c.HeartbeatMisses)},
+		{"--max-attempts", aggregator.WithMaxAttempts(c.MaxAttempts)},
+		{"--busy-wait", aggregator.WithBusyWait(c.BusyWait)},
+		{"--hedge", aggregator.WithHedge(c.Hedge)},
+		{"--idempotency-caller-max-records and --idempotency-caller-max-bytes",
+			aggregator.WithIdempotencyCallerLimits(c.Idempotency.CallerMaxRecords, c.Idempotency.CallerMaxBytes)},
+		{"--idempotency-fail-open", aggregator.WithIdempotencyFailOpen(c.Idempotency.FailOpen)},
+		{"--ack-delay", aggregator.WithAckDelay(c.AckDelay)},
+		{"--default-timeout", aggregator.WithDefaultTimeout(c.DefaultTimeout)},
+		{"--max-timeout", aggregator.WithMaxTimeout(c.MaxTimeout)},
+		{"--batch-concurrency", aggregator.WithBatchConcurrency(c.BatchConcurrency)},
+		{"--max-in-flight", aggregator.WithMaxInFlight(c.MaxInFlight)},
+		{"--access-log", aggregator.WithAccessLog(c.AccessLog)},
+	}
+	if c.AckTimeout > 0 {
+		fs = append(fs, flagged[aggregator.Option]{"--ack-timeout", aggregator.WithAckTimeout(c.AckTimeout)})
+	}
+	if len(c.RetrySafe) > 0 {
+		fs = append(fs, flagged[aggregator.Option]{"--retry-safe", aggregator.WithRetrySafe(c.RetrySafe...)})
+	}
+	for m, n := range caps {
+		fs = append(fs, flagged[aggregator.Option]{"--method-max-in-flight", aggregator.WithMethodMaxInFlight(m, n)})
+	}
+	if c.BreakerFailures > 0 {
+		fs = append(fs, flagged[aggregator.Option]{"--breaker-failures, --breaker-open-for and --breaker-trials",
+			aggregator.WithBreaker(aggregator.Breaker{Failures: c.BreakerFailures, OpenFor: c.BreakerOpenFor, Trials: c.BreakerTrials})})
+	}
+	if c.CallerMaxInFlight != 0 {
+		fs = append(fs, flagged[aggregator.Option]{"--caller-max-in-flight", aggregator.WithCallerMaxInFlight(c.CallerMaxInFlight)})
+	}
+	return fs
+}
+
+// ingressOptions returns the ingress's options that c asks for, but for
+// those of its authentication ([AuthConfig.Load]).
+func (c GatewayConfig) ingressOptions() []flagged[ingress.Option] {
+	// A caller's queue holds as many calls as may be in flight, unless
+	// set.
+	fairness := ingress.Fairness{Off: !c.Fair, Seats: c.FairSeats, HoldMin: c.FairHoldMin, HoldMax: c.FairHoldMax,
+		CPUTarget: c.FairCPUTarget, Round: c.FairRound, CallerMaxQueued: c.CallerMaxQueued}
+	if fairness.CallerMaxQueued == 0 {
+		fairness.CallerMaxQueued = c.MaxInFlight
+	}
+	fs := []flagged[ingress.Option]{
+		{"--max-body-bytes, --max-batch-items and --max-depth", ingress.WithLimits(c.Limits)},
+		{"--max-timeout", ingress.WithMaxTimeout(c.MaxTimeout)},
+		{"--jsonrpc1", ingress.WithJSONRPC1(c.JSONRPC1)},
+		{"--access-log", ingress.WithAccessLog(c.AccessLog)},
+		{"--max-header-bytes", ingress.WithMaxHeaderBytes(c.MaxHeaderBytes)},
+		{"--max-conns-per-addr", ingress.WithMaxConnsPerAddr(c.MaxConnsPerAddr)},
+		{"--max-bytes-in-flight", ingress.WithMaxBytesInFlight(c.MaxBytesInFlight)},
+		{"--ws-max-in-flight", ingress.WithWebSocketMaxInFlight(c.WSMaxInFlight)},
+		{"--ws-max-unsent-bytes", ingress.WithWebSocketMaxUnsentBytes(c.WSMaxUnsentBytes)},
+		{"--ws-write-timeout", ingress.WithWebSocketWriteTimeout(c.WSWriteTimeout)},
+		{"--ws-ping-interval and --ws-ping-misses", ingress.WithWebSocketPing(c.WSPingInterval, c.WSPingMisses)},
+		{"--sse-heartbeat", ingress.WithSSEHeartbeat(c.SSEHeartbeat)},
+		{"--fair, --fair-seats, --fair-hold-min, --fair-hold-max, --fair-cpu-target, --fair-round and --caller-max-queued",
+			ingress.WithFairness(fairness)},
+		{"--dashboard", ingress.WithDashboard(c.Dashboard)},
+		{"--metrics-callers", ingress.WithMetricsCallers(c.MetricsCallers)},
+		// With no methods to log, the redaction list still hides failed
+		// values in the dashboard's recent errors.
+		{"--message-log", ingress.WithMessageLog(c.MessageLog)},
+	}
+	if c.CallerMaxBytesInFlight != 0 {
+		fs = append(fs, flagged[ingress.Option]{"--caller-max-bytes-in-flight", ingress.WithCallerMaxBytesInFlight(c.CallerMaxBytesInFlight)})
+	}
+	if len(c.WSOrigins) > 0 {
+		fs = append(fs, flagged[ingress.Option]{"--ws-origins", ingress.WithWebSocketOrigins(c.WSOrigins...)})
+	}
+	if c.MCPStateKey != "" {
+		fs = append(fs, flagged[ingress.Option]{"--mcp-state-key", ingress.WithMCPStateKey([]byte(c.MCPStateKey))})
+	}
+	if c.RateLimit > 0 {
+		fs = append(fs, flagged[ingress.Option]{"--rate-limit and --rate-burst",
+			ingress.WithRateLimit(quota.RateLimit{PerSecond: c.RateLimit, Burst: c.RateBurst})})
+	}
+	return fs
+}
+
+// gatewayOptions returns node's own options of a gateway that c asks
+// for, but for its parts', its prefix, logger and version.
+func (c GatewayConfig) gatewayOptions() []flagged[GatewayOption] {
+	fs := []flagged[GatewayOption]{{"--job-replicas", WithReplicas(c.Jobs.Replicas)}}
+	if c.Idempotency.On {
+		fs = append(fs, flagged[GatewayOption]{"--idempotency-ttl and --idempotency-max-bytes",
+			WithIdempotency(c.Idempotency.TTL, c.Idempotency.MaxBytes)})
+	}
+	if c.Discovery {
+		fs = append(fs, flagged[GatewayOption]{"--discovery", WithRegistry()},
+			flagged[GatewayOption]{"--validate", WithValidation(c.ValidateParams)},
+			flagged[GatewayOption]{"--tools-retention", WithToolsRetention(c.ToolsRetention)})
+	}
+	// The A2A door runs its tasks as jobs: without them it is off.
+	if c.Jobs.On {
+		fs = append(fs, flagged[GatewayOption]{"--jobs", WithJobs(c.Jobs)},
+			flagged[GatewayOption]{"--a2a", WithA2A(c.A2A)})
+	}
+	return fs
 }
 
 // Validate checks the settings of c's jobs service and runner, naming
@@ -337,21 +391,27 @@ func (c A2ABridgeConfig) bridge(rt *worker.Runtime, log *slog.Logger) (*a2abridg
 	if c.URL == "" {
 		return nil, nil
 	}
-	opts := []a2abridge.Option{a2abridge.WithLogger(log), a2abridge.WithCardRefresh(c.CardRefresh)}
-	if c.Prefix != "" {
-		opts = append(opts, a2abridge.WithPrefix(c.Prefix))
-	}
-	if c.Token != "" {
-		opts = append(opts, a2abridge.WithBearerToken(c.Token))
-	}
-	if c.APIKey != "" {
-		opts = append(opts, a2abridge.WithAPIKey(c.APIKeyHeader, c.APIKey))
-	}
-	b, err := a2abridge.New(rt, c.URL, opts...)
+	b, err := a2abridge.New(rt, c.URL, append(options(c.options()), a2abridge.WithLogger(log))...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return b, nil
+}
+
+// options returns the bridge's options that c asks for, but for its
+// logger.
+func (c A2ABridgeConfig) options() []flagged[a2abridge.Option] {
+	fs := []flagged[a2abridge.Option]{{"--a2a-card-refresh", a2abridge.WithCardRefresh(c.CardRefresh)}}
+	if c.Prefix != "" {
+		fs = append(fs, flagged[a2abridge.Option]{"--a2a-prefix", a2abridge.WithPrefix(c.Prefix)})
+	}
+	if c.Token != "" {
+		fs = append(fs, flagged[a2abridge.Option]{"--a2a-token", a2abridge.WithBearerToken(c.Token)})
+	}
+	if c.APIKey != "" {
+		fs = append(fs, flagged[a2abridge.Option]{"--a2a-api-key-header and --a2a-api-key", a2abridge.WithAPIKey(c.APIKeyHeader, c.APIKey)})
+	}
+	return fs
 }
 
 // listenProbes opens the listener of a worker's probes; its sentence says

@@ -416,13 +416,25 @@ func (c GatewayConfig) Validate() error {
 	if _, err := c.Auth.Load(); err != nil {
 		return err
 	}
-	if _, err := c.methodCaps(); err != nil {
+	caps, err := c.methodCaps()
+	if err != nil {
 		return err
 	}
 	if _, err := egress.New(egress.WithAllow(c.Jobs.CallbackAllow...)); err != nil {
 		return fmt.Errorf("--callback-allow: %w", err)
 	}
-	return c.Jobs.Validate()
+	if err := c.Jobs.Validate(); err != nil {
+		return err
+	}
+	// What the parts refuse, asked of them before they are made, under
+	// the flags it comes from.
+	if err := check(c.aggregatorOptions(caps), aggregator.CheckOptions); err != nil {
+		return err
+	}
+	if err := check(c.ingressOptions(), ingress.CheckOptions); err != nil {
+		return err
+	}
+	return check(c.gatewayOptions(), checkGatewayOptions)
 }
 
 // Load returns the [auth.Config] of c, reading the files it names: the
@@ -614,6 +626,15 @@ func (c WorkerConfig) Validate() error {
 	}
 	if _, err := egress.New(egress.WithAllow(c.FetchAllow...)); err != nil {
 		return fmt.Errorf("--fetch-allow: %w", err)
+	}
+	if err := check([]flagged[worker.Option]{{"--concurrency", worker.WithConcurrency(c.Concurrency)}}, worker.CheckOptions); err != nil {
+		return err
+	}
+	if c.A2A.URL != "" {
+		if err := a2abridge.CheckOptions(c.A2A.URL); err != nil {
+			return fmt.Errorf("--a2a-url: %w", err)
+		}
+		return check(c.A2A.options(), func(opts ...a2abridge.Option) error { return a2abridge.CheckOptions(c.A2A.URL, opts...) })
 	}
 	return nil
 }

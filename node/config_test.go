@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ func TestWorkerConfigBridgeFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Tracing = node.DefaultTracingConfig()
+			tt.cfg.Concurrency = node.DefaultWorkerConfig().Concurrency
 			if err := tt.cfg.Validate(); (err != nil) != tt.wantErr {
 				t.Errorf("Validate(%+v) = %v, want error %v", tt.cfg, err, tt.wantErr)
 			}
@@ -48,7 +50,10 @@ func TestWorkerConfigA2AFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := node.WorkerConfig{A2A: tt.cfg, Tracing: node.DefaultTracingConfig()}
+			cfg := node.WorkerConfig{A2A: tt.cfg, Tracing: node.DefaultTracingConfig(), Concurrency: node.DefaultWorkerConfig().Concurrency}
+			if cfg.A2A.CardRefresh == 0 {
+				cfg.A2A.CardRefresh = node.DefaultWorkerConfig().A2A.CardRefresh
+			}
 			if tt.cfg.URL == "" {
 				cfg.Tools = []string{"demo"}
 			}
@@ -110,5 +115,69 @@ func TestGatewayConfigJobsFlags(t *testing.T) {
 				t.Errorf("Validate = %v, want an error naming %s first", err, tt.flag)
 			}
 		})
+	}
+}
+
+// TestConfigPartsFlags: Validate refuses a setting that a part (the
+// aggregator, the ingress, the gateway, the worker runtime, the A2A
+// bridge) would refuse once connected, before anything connects, and its
+// error names the setting's flag.
+func TestConfigPartsFlags(t *testing.T) {
+	gateway := []struct {
+		name string
+		edit func(*node.GatewayConfig)
+		flag string
+	}{
+		{"CPU target past 1", func(c *node.GatewayConfig) { c.FairCPUTarget = 2 }, "--fair-cpu-target"},
+		{"negative seats", func(c *node.GatewayConfig) { c.FairSeats = -1 }, "--fair-seats"},
+		{"hold bounds out of order", func(c *node.GatewayConfig) { c.FairHoldMin, c.FairHoldMax = time.Second, time.Millisecond }, "--fair-hold-min"},
+		{"negative in-flight cap", func(c *node.GatewayConfig) { c.MaxInFlight = -5 }, "--max-in-flight"},
+		{"negative ping misses", func(c *node.GatewayConfig) { c.WSPingMisses = -1 }, "--ws-ping-misses"},
+		{"negative default timeout", func(c *node.GatewayConfig) { c.DefaultTimeout = -time.Second }, "--default-timeout"},
+		{"negative body limit", func(c *node.GatewayConfig) { c.Limits.MaxBodyBytes = -1 }, "--max-body-bytes"},
+		{"no heartbeat misses", func(c *node.GatewayConfig) { c.HeartbeatMisses = 0 }, "--heartbeat-misses"},
+		{"more replicas than nodes allow", func(c *node.GatewayConfig) { c.Jobs.Replicas = 9 }, "--job-replicas"},
+		{"tools retention under a minute", func(c *node.GatewayConfig) { c.ToolsRetention = time.Second }, "--tools-retention"},
+		{"negative idempotency TTL", func(c *node.GatewayConfig) {
+			c.Idempotency.On, c.Idempotency.TTL = true, -time.Second
+		}, "--idempotency-ttl"},
+	}
+	for _, tt := range gateway {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := node.DefaultGatewayConfig()
+			cfg.Auth.Mode = "off"
+			tt.edit(&cfg)
+			checkNamesFlag(t, cfg.Validate(), tt.flag)
+		})
+	}
+	worker := []struct {
+		name string
+		edit func(*node.WorkerConfig)
+		flag string
+	}{
+		{"negative concurrency", func(c *node.WorkerConfig) { c.Concurrency = -3 }, "--concurrency"},
+		{"no card refresh", func(c *node.WorkerConfig) { c.A2A.URL, c.A2A.CardRefresh = "http://127.0.0.1:9", 0 }, "--a2a-card-refresh"},
+		{"agent URL not http", func(c *node.WorkerConfig) { c.A2A.URL = "ftp://127.0.0.1:9" }, "--a2a-url"},
+	}
+	for _, tt := range worker {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := node.DefaultWorkerConfig()
+			cfg.Tracing = node.DefaultTracingConfig()
+			tt.edit(&cfg)
+			checkNamesFlag(t, cfg.Validate(), tt.flag)
+		})
+	}
+}
+
+// checkNamesFlag fails the test unless err is an error whose flags, the
+// part of its text before the first ": ", include flag.
+func checkNamesFlag(t *testing.T, err error, flag string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("Validate = nil, want an error naming %s", flag)
+	}
+	flags, _, _ := strings.Cut(err.Error(), ": ")
+	if !slices.Contains(strings.FieldsFunc(flags, func(r rune) bool { return r == ',' || r == ' ' }), flag) {
+		t.Errorf("Validate = %v, want an error naming %s first", err, flag)
 	}
 }

@@ -245,6 +245,24 @@ func WithMetrics(reg *prometheus.Registry) GatewayOption {
 	})
 }
 
+// defaultGatewaySettings is what a gateway is made with before its
+// options.
+func defaultGatewaySettings() gatewaySettings {
+	return gatewaySettings{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true}
+}
+
+// checkGatewayOptions reports the first of opts that [NewGateway] would
+// refuse.
+func checkGatewayOptions(opts ...GatewayOption) error {
+	cfg := defaultGatewaySettings()
+	for _, o := range opts {
+		if err := o.applyGateway(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // NewGateway makes a gateway on nc whose background setups and readiness
 // go through st; opts are applied in order. Its aggregator and ingress
 // take their packages' defaults; [NewGatewayFrom] builds them from a
@@ -255,8 +273,8 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	}
 	// The service and the runner count into the same counters, the
 	// gateway's own unless WithJobCounters gives others.
-	cfg := gatewaySettings{common: defaultCommon(), replicas: jobs.DefaultReplicas, retention: discovery.DefaultRetention, validate: true,
-		counters: jobs.NewCounters()}
+	cfg := defaultGatewaySettings()
+	cfg.counters = jobs.NewCounters()
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
 			return nil, err

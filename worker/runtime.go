@@ -153,6 +153,23 @@ type route struct {
 	done      chan struct{}
 }
 
+// defaultConfig is what a runtime is made with before its options.
+func defaultConfig() config {
+	return config{subjects: bus.DefaultSubjects(), logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
+}
+
+// CheckOptions reports the first of opts that [New] would refuse, so
+// that a configuration is checked before anything connects or starts.
+func CheckOptions(opts ...Option) error {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // New returns a runtime that serves calls on nc. The runtime never closes
 // nc: the caller owns the connection and closes it after
 // [Runtime.Shutdown].
@@ -160,7 +177,7 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	if nc == nil {
 		return nil, errors.New("worker: nil nats connection")
 	}
-	cfg := config{subjects: bus.DefaultSubjects(), logger: slog.Default(), concurrency: DefaultConcurrency, announce: DefaultAnnounceInterval}
+	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err

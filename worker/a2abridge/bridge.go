@@ -163,6 +163,39 @@ type Bridge struct {
 	kernel *bridge.Kernel
 }
 
+// defaultConfig is what a bridge is made with before its options.
+func defaultConfig() config {
+	return config{
+		kernel: bridge.Config{Remote: "A2A agent", Logger: slog.Default(), MinBackoff: DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff,
+			Relist: DefaultCardRefresh},
+		poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
+}
+
+// agentURLOf parses the agent's URL, which must be http:// or https://.
+func agentURLOf(agentURL string) (*url.URL, error) {
+	u, err := url.Parse(agentURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
+	}
+	return u, nil
+}
+
+// CheckOptions reports the agent URL or the first of opts that [New]
+// would refuse, so that a configuration is checked before anything
+// connects or starts.
+func CheckOptions(agentURL string, opts ...Option) error {
+	if _, err := agentURLOf(agentURL); err != nil {
+		return err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if err := o(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // New returns a bridge that will serve the skills of the A2A agent at
 // agentURL on rt. agentURL is the agent's base URL, under which its card
 // is read at /.well-known/agent-card.json, or the URL of the card itself
@@ -171,14 +204,10 @@ func New(rt *worker.Runtime, agentURL string, opts ...Option) (*Bridge, error) {
 	if rt == nil {
 		return nil, errors.New("a2abridge: nil runtime")
 	}
-	u, err := url.Parse(agentURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
+	if _, err := agentURLOf(agentURL); err != nil {
+		return nil, err
 	}
-	cfg := config{
-		kernel: bridge.Config{Remote: "A2A agent", Logger: slog.Default(), MinBackoff: DefaultMinBackoff, MaxBackoff: DefaultMaxBackoff,
-			Relist: DefaultCardRefresh},
-		poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
+	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
 			return nil, err
