@@ -71,6 +71,7 @@ flags; everything is stopped at the end.`,
 	fl.IntVar(&cfg.Concurrency, "concurrency", 1, "the victim's concurrent echo callers")
 	fl.IntVar(&cfg.FloodConns, "flood-connections", 4, "connections sending the flood's batches")
 	fl.IntVar(&cfg.Batch, "flood-batch", 500, "echo calls in one flood batch")
+	fl.IntVar(&cfg.FloodNice, "flood-nice", 0, "run the flood's load generator under nice -n this, so that on the CPUs it shares with the victim's it does not delay the victim's calls (19: the victim measures the server alone)")
 	fl.BoolVar(&cfg.Hostile, "hostile", false, "add to the flood job submits, calls with new idempotency keys, an unread WebSocket and slow headers")
 	fl.IntVar(&cfg.SlowConns, "slow-connections", 100, "connections of the --hostile flood that send 100 KB of headers slowly")
 	fl.IntVar(&cfg.WSAnswer, "ws-answer-bytes", 256<<10, "size of each answer the --hostile flood's unread WebSocket asks for")

@@ -192,3 +192,28 @@ func TestPinned(t *testing.T) {
 		t.Errorf("pinned with a CPU list taskset refuses: err = %v, want a *cpuListError of --load-cpus", err)
 	}
 }
+
+// TestFloodNice checks that --flood-nice puts the flood's load generator,
+// and only it, under nice, and that without the flag neither is.
+func TestFloodNice(t *testing.T) {
+	nice, err := exec.LookPath("nice")
+	if err != nil {
+		t.Skipf("--flood-nice needs nice (%v): install coreutils", err)
+	}
+	load := []string{"/bin/toolbus"}
+	for _, tc := range []struct {
+		niceness      int
+		victim, flood []string
+	}{
+		{0, load, load},
+		{19, load, []string{nice, "-n", "19", "/bin/toolbus"}},
+	} {
+		tb := &tenantsBench{cfg: TenantsRunConfig{FloodNice: tc.niceness}, load: load}
+		for side, want := range map[string][]string{victimSide: tc.victim, floodSide: tc.flood} {
+			got, err := tb.loadCommand(side)
+			if err != nil || !slices.Equal(got, want) {
+				t.Errorf("--flood-nice %d: the %s's command = %q, %v; want %q", tc.niceness, side, got, err, want)
+			}
+		}
+	}
+}

@@ -39,6 +39,11 @@ type TenantsRunConfig struct {
 	// the echo calls in one flood batch.
 	FloodConns int
 	Batch      int
+	// FloodNice, when not 0, runs the flood's load generator under
+	// nice -n FloodNice: on the CPUs it shares with the victim's, a
+	// positive value keeps it from delaying the victim's calls on the
+	// client's side, so that what the victim measures is the server's.
+	FloodNice int
 	// Hostile adds to the flood job submits, calls with new idempotency
 	// keys, an unread WebSocket (answers of WSAnswer bytes) and
 	// SlowConns connections that send their headers slowly.
@@ -213,7 +218,11 @@ func RunTenants(ctx context.Context, out, progress io.Writer, cfg TenantsRunConf
 
 	fmt.Fprintf(out, "toolbus bench tenants: load average %s at the start\n", loadAverage())
 	if cfg.Pin {
-		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generators (the victim's and the flood's, in processes apart) on CPUs %s\n\n", cfg.ServerCPUs, cfg.LoadCPUs)
+		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generators (the victim's and the flood's, in processes apart) on CPUs %s\n", cfg.ServerCPUs, cfg.LoadCPUs)
+		if cfg.FloodNice != 0 {
+			fmt.Fprintf(out, "the flood's load generator runs under nice -n %d, so that on the CPUs it shares with the victim's it does not delay the victim's calls\n", cfg.FloodNice)
+		}
+		fmt.Fprintln(out)
 	} else {
 		fmt.Fprintf(out, "not pinned (--pin=false): the servers and the load generators run where the kernel puts them\n\n")
 	}
@@ -512,13 +521,32 @@ func (tb *tenantsBench) startLoad(ctx context.Context, name string, spec tenants
 	if spec.Progress != "" {
 		errOut = io.MultiWriter(tb.progress, &l.stderr)
 	}
+	command, err := tb.loadCommand(spec.Side)
+	if err != nil {
+		return nil, errors.Join(err, os.Remove(l.specFile))
+	}
 	l.p, err = proc.Start(ctx, proc.Spec{Name: name,
-		Command: append(tb.load[:len(tb.load):len(tb.load)], "bench", "tenants", "load", "--spec", l.specFile),
+		Command: append(command, "bench", "tenants", "load", "--spec", l.specFile),
 		Env:     tb.env, Stdout: &l.stdout, Stderr: errOut, Ready: ready})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("bench tenants: %w", err), os.Remove(l.specFile))
 	}
 	return l, nil
+}
+
+// loadCommand returns the command that starts the load generator of
+// side, but for its arguments: the flood's under nice when
+// [TenantsConfig.FloodNice] asks for it.
+func (tb *tenantsBench) loadCommand(side string) ([]string, error) {
+	command := tb.load[:len(tb.load):len(tb.load)]
+	if side != floodSide || tb.cfg.FloodNice == 0 {
+		return command, nil
+	}
+	nice, err := exec.LookPath("nice")
+	if err != nil {
+		return nil, fmt.Errorf("bench tenants: --flood-nice needs nice (%w): install coreutils or drop the flag", err)
+	}
+	return append([]string{nice, "-n", strconv.Itoa(tb.cfg.FloodNice)}, command...), nil
 }
 
 // result waits for the load generator to end, after asking it to when
