@@ -196,7 +196,7 @@ func (c GatewayConfig) ingressOptions() []flagged[ingress.Option] {
 // gatewayOptions returns node's own options of a gateway that c asks
 // for, but for its parts', its prefix, logger and version.
 func (c GatewayConfig) gatewayOptions() []flagged[GatewayOption] {
-	fs := []flagged[GatewayOption]{{"--job-replicas", WithReplicas(c.Jobs.Replicas)}}
+	fs := []flagged[GatewayOption]{{"--job-replicas", WithReplicas(c.Jobs.Replicas)}, {"--gc-headroom", withGCHeadroom(c.GCHeadroom)}}
 	if c.Idempotency.On {
 		fs = append(fs, flagged[GatewayOption]{"--idempotency-ttl and --idempotency-max-bytes",
 			WithIdempotency(c.Idempotency.TTL, c.Idempotency.MaxBytes)})
@@ -332,7 +332,7 @@ func NewWorkerFrom(nc *nats.Conn, st *bus.Startup, cfg WorkerConfig, tel Telemet
 			return nil, fmt.Errorf("worker: toolset %s: %w", name, err)
 		}
 	}
-	w, err := NewWorker(nc, rt, st, WithSubjects(subjects), WithLogger(tel.Log), WithVersion(cfg.Version))
+	w, err := NewWorker(nc, rt, st, WithSubjects(subjects), WithLogger(tel.Log), WithVersion(cfg.Version), withGCHeadroom(cfg.GCHeadroom))
 	if err != nil {
 		return nil, err
 	}

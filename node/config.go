@@ -193,6 +193,12 @@ type GatewayConfig struct {
 	// fairness series; default false.
 	Metrics        bool
 	MetricsCallers bool
+	// GCHeadroom (--gc-headroom) is how many bytes above the live heap
+	// the collector's heap goal stays at least, while the gateway runs,
+	// so that a small heap is not collected a hundred times a second
+	// (internal/heapgoal; GOGC or GOMEMLIMIT in the environment win);
+	// 0 for the runtime's own pace. Default [DefaultGCHeadroom].
+	GCHeadroom int64
 	// Dashboard (--dashboard) serves the dashboard at /ui/. Default true.
 	Dashboard bool
 	// MessageLog (--message-log, --message-log-max-bytes,
@@ -342,6 +348,13 @@ type A2AConfig struct {
 // otherwise.
 var DefaultRedact = []string{"password", "passwd", "secret", "token", "access_token", "refresh_token", "api_key", "apikey", "authorization", "cookie"}
 
+// DefaultGCHeadroom is the heap goal's headroom of a gateway or a
+// worker: with it, a process whose live heap is a few MiB collects about
+// a fifth as often under load as with the runtime's own pace, for at
+// most this much more memory (BENCHMARKS.md, "A heap goal with
+// headroom").
+const DefaultGCHeadroom = 16 << 20
+
 // DefaultGatewayConfig returns the settings of `toolbus ingress` without
 // flags.
 func DefaultGatewayConfig() GatewayConfig {
@@ -350,6 +363,7 @@ func DefaultGatewayConfig() GatewayConfig {
 		Prefix:           bus.DefaultPrefix,
 		ShutdownTimeout:  30 * time.Second,
 		Version:          BuildVersion(),
+		GCHeadroom:       DefaultGCHeadroom,
 		Limits:           ingress.Limits{MaxBodyBytes: ingress.DefaultMaxBodyBytes, MaxBatchItems: ingress.DefaultMaxBatchItems, MaxDepth: ingress.DefaultMaxDepth},
 		MaxHeaderBytes:   ingress.DefaultMaxHeaderBytes,
 		MaxConnsPerAddr:  ingress.DefaultMaxConnsPerAddr,
@@ -542,6 +556,10 @@ type WorkerConfig struct {
 	// /metrics, /healthz and /readyz; empty for nowhere. Default
 	// "0.0.0.0:9464" (none in `toolbus dev`, whose ingress serves them).
 	MetricsListen string
+	// GCHeadroom (--gc-headroom) is [GatewayConfig.GCHeadroom] for a
+	// standalone worker; 0 in `toolbus dev`, whose gateway keeps the
+	// process's. Default [DefaultGCHeadroom].
+	GCHeadroom int64
 	// MCP is the MCP server whose tools the worker serves, if any.
 	MCP MCPBridgeConfig
 	// A2A is the A2A agent whose skills the worker serves, if any.
@@ -592,6 +610,7 @@ func DefaultWorkerConfig() WorkerConfig {
 		ShutdownTimeout: 30 * time.Second,
 		Announce:        true,
 		MetricsListen:   "0.0.0.0:9464",
+		GCHeadroom:      DefaultGCHeadroom,
 		A2A:             A2ABridgeConfig{APIKeyHeader: a2abridge.DefaultAPIKeyHeader, CardRefresh: a2abridge.DefaultCardRefresh},
 		Tracing:         DefaultTracingConfig(),
 	}
@@ -628,6 +647,9 @@ func (c WorkerConfig) Validate() error {
 		return fmt.Errorf("--fetch-allow: %w", err)
 	}
 	if err := check([]flagged[worker.Option]{{"--concurrency", worker.WithConcurrency(c.Concurrency)}}, worker.CheckOptions); err != nil {
+		return err
+	}
+	if err := check([]flagged[WorkerOption]{{"--gc-headroom", withGCHeadroom(c.GCHeadroom)}}, checkWorkerOptions); err != nil {
 		return err
 	}
 	if c.A2A.URL != "" {

@@ -17,8 +17,9 @@ type DevConfig struct {
 	// off, and [DefaultGatewayConfig] otherwise.
 	Gateway GatewayConfig
 	// Worker is the worker: without a metrics port of its own (the
-	// ingress serves its metrics), and [DefaultWorkerConfig] otherwise. It
-	// serves under the gateway's prefix.
+	// ingress serves its metrics) nor a heap goal of its own (the
+	// gateway's is the process's), and [DefaultWorkerConfig] otherwise.
+	// It serves under the gateway's prefix.
 	Worker WorkerConfig
 	// NATS is the embedded server: Listen (--nats-listen) is its TCP
 	// address for outside clients, empty for none, default
@@ -37,7 +38,8 @@ func DefaultDevConfig() DevConfig {
 	c := DevConfig{Gateway: DefaultGatewayConfig(), Worker: DefaultWorkerConfig(),
 		NATS: bus.EmbeddedConfig{Listen: "127.0.0.1:4222"}, LocalCalls: true}
 	c.Gateway.Listen, c.Gateway.Auth.Mode = "127.0.0.1:8080", "off"
-	c.Worker.MetricsListen = ""
+	// The gateway keeps the process's heap goal.
+	c.Worker.MetricsListen, c.Worker.GCHeadroom = "", 0
 	return c
 }
 

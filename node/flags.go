@@ -144,6 +144,7 @@ var GatewayFlags = []Flag[GatewayConfig]{
 	{"breaker-trials", "trial calls of a half-open circuit", func(c *GatewayConfig) any { return &c.BreakerTrials }},
 	{"hedge", "publish a retry-safe call again when it has no reply after this long (0: no hedging)", func(c *GatewayConfig) any { return &c.Hedge }},
 	{"metrics", "serve Prometheus metrics at GET /metrics (open without credentials, like the probes)", func(c *GatewayConfig) any { return &c.Metrics }},
+	{"gc-headroom", gcHeadroomUsage, func(c *GatewayConfig) any { return &c.GCHeadroom }},
 	{"metrics-callers", "name each caller in the toolbus_fair_* series of /metrics, rather than count them together as _all", func(c *GatewayConfig) any { return &c.MetricsCallers }},
 	{"dashboard", "serve the live dashboard at /ui/ (its data needs credentials when auth is on)", func(c *GatewayConfig) any { return &c.Dashboard }},
 	{"message-log", `log the request and response bodies of these methods or patterns ("math.*", ">" for all); off when empty`, func(c *GatewayConfig) any { return &c.MessageLog.Methods }},
@@ -170,11 +171,15 @@ var WorkerFlags = []Flag[WorkerConfig]{
 	{"a2a-card-refresh", "how often the A2A agent's card is read again, to serve new skills and withdraw dropped ones", func(c *WorkerConfig) any { return &c.A2A.CardRefresh }},
 }
 
+// gcHeadroomUsage is the help of --gc-headroom.
+const gcHeadroomUsage = "bytes above the live heap the garbage collector's heap goal stays at least, so that a small heap is not collected a hundred times a second under load (0: the Go runtime's own pace; GOGC or GOMEMLIMIT in the environment win)"
+
 // StandaloneWorkerFlags are the flags of a [WorkerConfig] that only
 // `toolbus worker` has: in `toolbus dev` the ingress serves the worker's
 // metrics, and the prefix is the gateway's.
 var StandaloneWorkerFlags = []Flag[WorkerConfig]{
 	{"metrics-listen", "HTTP address of the worker's /metrics, /healthz and /readyz (empty for none)", func(c *WorkerConfig) any { return &c.MetricsListen }},
+	{"gc-headroom", gcHeadroomUsage, func(c *WorkerConfig) any { return &c.GCHeadroom }},
 	{"prefix", "NATS subject prefix of the cluster", func(c *WorkerConfig) any { return &c.Prefix }},
 }
 

@@ -401,6 +401,7 @@ func (g *Gateway) Start(l net.Listener) error {
 		stopAll(context.Background(), g.cfg.log, &g.stops)
 		return err
 	}
+	keepHeapGoal(g.cfg.common, &g.stops)
 	stopCheck := checkReplyGrant(g.st, g.nc, g.cfg.subjects)
 	g.stops.add("reply subjects check", func(context.Context) error { stopCheck(); return nil })
 	if g.idem != nil {

@@ -1,10 +1,13 @@
 package node
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/heapgoal"
 )
 
 // common holds the settings a gateway and a worker share.
@@ -14,6 +17,10 @@ type common struct {
 	subjects bus.Subjects
 	log      *slog.Logger
 	version  string
+	// gcHeadroom is the heap goal's headroom above the live heap that
+	// the process keeps while it runs (see internal/heapgoal); 0 keeps
+	// none.
+	gcHeadroom int64
 }
 
 func defaultCommon() common {
@@ -80,6 +87,34 @@ func WithLogger(l *slog.Logger) Option {
 		c.log = l
 		return nil
 	}
+}
+
+// withGCHeadroom keeps the process's heap goal at least n bytes above
+// its live heap while the gateway or worker runs (--gc-headroom).
+func withGCHeadroom(n int64) Option {
+	return func(c *common) error {
+		if n < 0 {
+			return fmt.Errorf("the heap's headroom must be 0 (none) or more bytes, got %d", n)
+		}
+		c.gcHeadroom = n
+		return nil
+	}
+}
+
+// keepHeapGoal keeps the heap goal's headroom of c from now on, and adds
+// its stop to stops; it logs why when it keeps none though one was asked
+// for (an operator's GOGC or GOMEMLIMIT, or a second part of the same
+// process, which shares the first's).
+func keepHeapGoal(c common, stops *stops) {
+	if c.gcHeadroom == 0 {
+		return
+	}
+	k, why := heapgoal.Keep(uint64(c.gcHeadroom))
+	if k == nil {
+		c.log.Debug("the heap goal keeps no headroom of its own", "reason", why)
+		return
+	}
+	stops.add("heap goal", func(context.Context) error { k.Stop(); return nil })
 }
 
 // WithVersion sets the version the status service reports (default

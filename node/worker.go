@@ -62,6 +62,18 @@ func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...Worke
 	return &Worker{Runtime: rt, nc: nc, st: st, cfg: cfg}, nil
 }
 
+// checkWorkerOptions reports the first of opts that [NewWorker] would
+// refuse.
+func checkWorkerOptions(opts ...WorkerOption) error {
+	cfg := workerSettings{common: defaultCommon()}
+	for _, o := range opts {
+		if err := o.applyWorker(&cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Ready reports whether the worker serves calls: nil when its startup
 // waits for nothing and the runtime is ready ([worker.Runtime.Ready]),
 // otherwise why not. It suits [worker.ProbeHandler].
@@ -90,6 +102,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		stopAll(context.WithoutCancel(ctx), w.cfg.log, &w.stops)
 		return err
 	}
+	keepHeapGoal(w.cfg.common, &w.stops)
 	for _, b := range w.bridges {
 		if err := b.Start(ctx); err != nil {
 			return fail(err)
