@@ -181,3 +181,32 @@ func checkNamesFlag(t *testing.T, err error, flag string) {
 		t.Errorf("Validate = %v, want an error naming %s first", err, flag)
 	}
 }
+
+// TestDevConfigPprof: the profiler is off without --pprof and refused on
+// an address that is not loopback, naming the flag; Validate starts
+// nothing.
+func TestDevConfigPprof(t *testing.T) {
+	for _, tc := range []struct {
+		name, addr string
+		wantErr    bool
+	}{
+		{"unset", "", false},
+		{"loopback", "127.0.0.1:6060", false},
+		{"all interfaces", "0.0.0.0:6060", true},
+		{"no host", ":6060", true},
+		{"a name", "localhost:6060", true},
+		{"no port", "127.0.0.1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := node.DefaultDevConfig()
+			c.NATS.Listen, c.Pprof = "", tc.addr
+			err := c.Validate()
+			switch {
+			case tc.wantErr:
+				checkNamesFlag(t, err, "--pprof")
+			case err != nil:
+				t.Errorf("Validate with --pprof %q = %v, want nil", tc.addr, err)
+			}
+		})
+	}
+}

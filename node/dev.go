@@ -30,6 +30,10 @@ type DevConfig struct {
 	// LocalCalls (--local-calls) runs a call of a tool of the worker in
 	// the process while the tool has a free slot. Default true.
 	LocalCalls bool
+	// Pprof (--pprof) is a loopback address where the process serves the
+	// Go profiler's endpoints, to profile it under load ([ServeProfiler]);
+	// empty for none, the default.
+	Pprof string
 }
 
 // DefaultDevConfig returns the settings of `toolbus dev` without flags,
@@ -47,7 +51,7 @@ func DefaultDevConfig() DevConfig {
 // [GatewayConfig.Validate] do, and that the embedded server can listen
 // on its address.
 func (c DevConfig) Validate() error {
-	if err := errors.Join(c.Worker.Validate(), c.Gateway.Validate()); err != nil {
+	if err := errors.Join(c.Worker.Validate(), c.Gateway.Validate(), checkProfiler(c.Pprof)); err != nil {
 		return err
 	}
 	if c.NATS.Listen != "" {

@@ -198,6 +198,7 @@ var DevFlags = []Flag[DevConfig]{
 	{"nats-token", "an all-powerful token the clients of --nats-listen must present (default: one generated at start and printed); in-process parts need none", func(c *DevConfig) any { return &c.NATS.Token }},
 	{"local-calls", "run a call of a demo tool in this process, without the bus, while the tool has a free concurrency slot (false: every call goes over the embedded NATS, as in a split deployment)", func(c *DevConfig) any { return &c.LocalCalls }},
 	{"data", "directory of the embedded JetStream store (default: a temporary directory removed at exit)", func(c *DevConfig) any { return &c.NATS.DataDir }},
+	{"pprof", "loopback address where the process serves the Go profiler's /debug/pprof/, to profile it under load (empty for none)", func(c *DevConfig) any { return &c.Pprof }},
 }
 
 // RemoteFlags are the flags of a [bus.RemoteConfig] but its inbox prefix,

@@ -120,9 +120,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.tracer = tp }
 }
 
-// WithWorkerOptions passes options to [worker.New] for every worker.
-func WithWorkerOptions(opts ...worker.Option) Option {
-	return func(o *options) { o.workerOpts = append(o.workerOpts, opts...) }
+// WithWorkerTracerProvider has every worker make its spans with tp
+// (default the global provider).
+func WithWorkerTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.workerOpts = append(o.workerOpts, worker.WithTracerProvider(tp)) }
+}
+
+// WithWorkerMetrics has every worker register its metrics on reg, as
+// `toolbus dev` puts its worker's beside its ingress's (default none).
+func WithWorkerMetrics(reg prometheus.Registerer) Option {
+	return func(o *options) { o.workerOpts = append(o.workerOpts, worker.WithMetrics(reg)) }
 }
 
 // WithJobs turns on durable jobs: every ingress serves rpc.jobs.* and

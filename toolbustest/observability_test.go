@@ -26,7 +26,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 	c := toolbustest.Start(t,
 		toolbustest.WithTracerProvider(tp),
-		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
+		toolbustest.WithWorkerTracerProvider(tp))
 
 	const agentTrace = "0af7651916cd43dd8448eb211c80319c"
 	got := c.Batch(t, `[{"jsonrpc":"2.0","method":"echo","params":["hi"],"id":1},
@@ -79,7 +79,7 @@ func TestMetricsAcrossTheCluster(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := toolbustest.Start(t, toolbustest.WithDiscovery(),
 		toolbustest.WithMetrics(reg),
-		toolbustest.WithWorkerOptions(worker.WithMetrics(reg)))
+		toolbustest.WithWorkerMetrics(reg))
 	toolbustest.Eventually(t, func() bool { return c.Registry.Known("echo") }, "the registry knows echo")
 	for range 3 {
 		c.Call(t, "echo", `[1]`)
@@ -118,7 +118,7 @@ func TestJobJoinsSubmittersTrace(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 	c := toolbustest.Start(t, toolbustest.WithJobs(),
 		toolbustest.WithTracerProvider(tp),
-		toolbustest.WithWorkerOptions(worker.WithTracerProvider(tp)))
+		toolbustest.WithWorkerTracerProvider(tp))
 
 	const agentTrace = "5b8aa5a2d2c872e8321cf37308d69df2"
 	r := c.Call(t, "rpc.jobs.submit", `{"method":"echo","params":["later"]}`,

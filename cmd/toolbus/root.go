@@ -98,7 +98,7 @@ Every flag can also be set by an environment variable, named in its help.`,
 	root.AddCommand(newDevCmd(), newDemoCmd(), newIngressCmd(), newWorkerCmd(), newBenchCmd())
 	root.AddCommand(clientcli.Commands()...)
 	root.AddCommand(newStatusCmd(), newConformCmd())
-	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd(), newAPIKeyCmd())
+	root.AddCommand(newNatsCmd(), newNatsCredentialsCmd())
 	annotateEnv(root)
 	return root
 }

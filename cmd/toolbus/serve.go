@@ -40,7 +40,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			if err := dc.Validate(); err != nil {
 				return err
 			}
-			if err := servePprof(); err != nil {
+			if err := node.ServeProfiler(dc.Pprof, slog.Default()); err != nil {
 				return err
 			}
 			gc, wc := dc.Gateway, dc.Worker

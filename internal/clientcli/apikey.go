@@ -1,4 +1,4 @@
-package main
+package clientcli
 
 import (
 	"encoding/json"
