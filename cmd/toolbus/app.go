@@ -76,6 +76,15 @@ func remoteModule(url string, opts ...bus.Option) fx.Option {
 // listener is open.
 type ingressAddr struct{ net.Addr }
 
+// devModules are the parts of one `toolbus dev` process, as dev, demo and
+// the bench's in-process cluster assemble it: NATS (nats), then the
+// worker, then the gateway, which fx starts in that order and stops in
+// the reverse; local, when not nil, lets the gateway run the worker's
+// calls in the process.
+func devModules(nats fx.Option, gc node.GatewayConfig, wc node.WorkerConfig, local *worker.Deferred) fx.Option {
+	return fx.Options(nats, workerModule(wc, local), ingressModule(gc))
+}
+
 // ingressModule runs the gateway cfg describes, on a connection of its
 // own, and hooks its start and stop to the application's.
 func ingressModule(cfg node.GatewayConfig) fx.Option {

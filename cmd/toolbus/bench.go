@@ -120,9 +120,7 @@ func startBenchCluster(ctx context.Context, spec bench.ClusterSpec) (string, fun
 	var st *bus.Startup
 	app := newApp(
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
-		natsModule,
-		workerModule(wc, nil),
-		ingressModule(gc),
+		devModules(natsModule, gc, wc, nil),
 		fx.Populate(&addr, &st),
 	)
 	if err := startReady(ctx, app, st); err != nil {

@@ -30,9 +30,7 @@ call had the outcome it should.`,
 			var st *bus.Startup
 			app := newApp(
 				fx.Decorate(func(*slog.Logger) *slog.Logger { return discard }),
-				embeddedModule(bus.EmbeddedConfig{}),
-				workerModule(wc, nil),
-				ingressModule(gc),
+				devModules(embeddedModule(bus.EmbeddedConfig{}), gc, wc, nil),
 				fx.Populate(&addr, &st),
 			)
 			ctx := cmd.Context()

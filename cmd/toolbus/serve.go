@@ -53,9 +53,7 @@ command that joins a worker (toolbus worker --nats URL --nats-token TOKEN).`,
 			var emb *bus.Embedded
 			var st *bus.Startup
 			app := newTracedApp(gc.Tracing, tracingService(cmd),
-				embeddedModule(dc.NATS),
-				workerModule(wc, local),
-				ingressModule(gc),
+				devModules(embeddedModule(dc.NATS), gc, wc, local),
 				fx.Populate(&addr, &emb, &st),
 			)
 			return runUntilSignal(cmd.Context(), app, st, func() {
