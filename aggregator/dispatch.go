@@ -81,13 +81,20 @@ func defaultConfig() config {
 // CheckOptions reports the first of opts that [New] would refuse, so
 // that a configuration is checked before anything connects or starts.
 func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts)
+	return err
+}
+
+// newConfig returns the config opts make of the defaults, or the first
+// refusal.
+func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 // New returns an aggregator that publishes on nc.
@@ -95,11 +102,9 @@ func New(nc *nats.Conn, opts ...Option) (*Aggregator, error) {
 	if nc == nil {
 		return nil, errors.New("aggregator: nil connection")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	subjects := cfg.subjects
 	log := cfg.log.With("component", "aggregator")

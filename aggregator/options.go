@@ -207,8 +207,9 @@ type LocalGoroutines interface {
 
 // LocalStarter is what a [Local] may offer besides: StartLocal starts a
 // call and answers it later, from the goroutine that ran it, so that no
-// goroutine waits for a local call and no context of its own is made for
-// it. When the Local given to [WithLocal] has it, the aggregator starts
+// goroutine of the aggregator waits for a local call and the aggregator
+// makes no context or timer of its own for it (its table's one timer
+// watches the deadline). When the Local given to [WithLocal] has it, the aggregator starts
 // with it every local call that reports no progress (a call with
 // [schema.Call.Progress] set is a job's, and is handed to TryInvoke,
 // which hands its reports on).
@@ -217,8 +218,8 @@ type LocalGoroutines interface {
 // whether it did; when it did not, nothing ran and answer is never
 // called. A call started has deadline as its deadline, and answer is
 // called exactly once, from any goroutine, even before StartLocal
-// returns, when its handler returns: with its result, or with its error
-// and a nil result. stop ends the handler's context (the aggregator calls
+// returns: with the handler's result, or with an error and a nil result
+// (the handler's, or the Local's own, such as a shutdown's). stop ends the handler's context (the aggregator calls
 // it when it answered the call without the handler: its deadline passed,
 // or its client left, and never with a lock of its own held, so that
 // stop may call answer); it may be called at any time, more than once,

@@ -349,9 +349,10 @@ func TestManyLocalCallsRandomHandler(t *testing.T) {
 		case !started && !ended(r):
 			t.Errorf("call %s, never started, = %s %v; want a timeout or a cancel", id, r.Result, r.Error)
 		case started && !wants[how](r) && !ended(r):
+			// A call answered before StartLocal returned may still have
+			// been ended first: its batch canceled, or its deadline come,
+			// between its entry in the table and its answer.
 			t.Errorf("call %s, handling %d, = %s %v; want its handler's first answer, a timeout or a cancel", id, how, r.Result, r.Error)
-		case started && how == answersAtOnce && !wants[how](r):
-			t.Errorf("call %s, answered before StartLocal returned, = %s %v; want the handler's answer", id, r.Result, r.Error)
 		}
 	}
 	if len(results) != senders*batches*size {

@@ -887,6 +887,42 @@ func (r *Registry) catalogLocked() *Catalog {
 	return cat
 }
 
+// Lookup returns the live tool serving method: the one of that name, or
+// else a pattern matching it.
+func (r *Registry) Lookup(method string) (Tool, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.live[method]; t != nil {
+		return *t, true
+	}
+	for _, t := range r.catalogLocked().Tools {
+		if t.IsPattern() && schema.MatchMethod(t.Name, method) {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// RetrySafe reports whether method's workers advertise it as safe to run
+// twice, all alike, so that a call of it may be published again; it is the
+// aggregator's WithRetrySafeFunc when discovery is on.
+func (r *Registry) RetrySafe(method string) bool {
+	t, ok := r.Lookup(method)
+	return ok && t.RetrySafe && !t.Conflict
+}
+
+// Known reports whether method (or a pattern matching it) is a known
+// tool: live, or advertised by a worker seen within the retention, here or,
+// with [Registry.Persist], by any registry sharing the bucket.
+func (r *Registry) Known(method string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[method] != nil {
+		return true // served now, so known: the common case of every call
+	}
+	return r.knownLocked(method, r.now()) != nil
+}
+
 // Worker is one live worker as its announcements describe it.
 type Worker struct {
 	ID string

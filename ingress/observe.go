@@ -89,9 +89,11 @@ func (s *Server) observed(ctx context.Context, next schema.Dispatcher, calls []s
 	for i := range calls {
 		c := &calls[i]
 		label := s.methodLabel(c.Method)
+		// A notification's label gets no series of calls in flight or
+		// of durations, so it has no metrics of its own.
 		var lm *labelMetrics
 		name := ""
-		if s.metrics != nil {
+		if s.metrics != nil && !c.IsNotification() {
 			lm = s.metrics.forLabel(label)
 			name = lm.spanName
 		} else {

@@ -121,13 +121,20 @@ type config struct {
 // CheckOptions reports the first of opts that [New] would refuse, so
 // that a configuration is checked before anything connects or starts.
 func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts)
+	return err
+}
+
+// newConfig returns the config opts make of the defaults, or the first
+// refusal.
+func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 func defaultConfig() config {

@@ -98,11 +98,9 @@ func New(d schema.Dispatcher, opts ...Option) (*Server, error) {
 	if d == nil {
 		return nil, errors.New("ingress: nil dispatcher")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	tp := cfg.tracerProvider
 	if tp == nil {

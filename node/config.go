@@ -350,7 +350,7 @@ var DefaultRedact = []string{"password", "passwd", "secret", "token", "access_to
 
 // DefaultGCHeadroom is the heap goal's headroom of a gateway or a
 // worker: with it, a process whose live heap is a few MiB collects about
-// a fifth as often under load as with the runtime's own pace, for at
+// a quarter as often under load as with the runtime's own pace, for at
 // most this much more memory (BENCHMARKS.md, "A heap goal with
 // headroom").
 const DefaultGCHeadroom = 16 << 20

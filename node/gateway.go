@@ -254,13 +254,20 @@ func defaultGatewaySettings() gatewaySettings {
 // checkGatewayOptions reports the first of opts that [NewGateway] would
 // refuse.
 func checkGatewayOptions(opts ...GatewayOption) error {
+	_, err := newGatewaySettings(opts)
+	return err
+}
+
+// newGatewaySettings returns the settings opts make of the defaults, or
+// the first refusal.
+func newGatewaySettings(opts []GatewayOption) (gatewaySettings, error) {
 	cfg := defaultGatewaySettings()
 	for _, o := range opts {
 		if err := o.applyGateway(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 // NewGateway makes a gateway on nc whose background setups and readiness
@@ -273,12 +280,12 @@ func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway
 	}
 	// The service and the runner count into the same counters, the
 	// gateway's own unless WithJobCounters gives others.
-	cfg := defaultGatewaySettings()
-	cfg.counters = jobs.NewCounters()
-	for _, o := range opts {
-		if err := o.applyGateway(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newGatewaySettings(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.counters == nil {
+		cfg.counters = jobs.NewCounters()
 	}
 	if cfg.authOff {
 		cfg.log.Warn("authentication is off: every caller reaches every tool")

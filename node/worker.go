@@ -53,11 +53,9 @@ func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...Worke
 	if nc == nil || rt == nil || st == nil {
 		return nil, errors.New("node: worker needs a NATS connection, a runtime and a startup")
 	}
-	cfg := workerSettings{common: defaultCommon()}
-	for _, o := range opts {
-		if err := o.applyWorker(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newWorkerSettings(opts)
+	if err != nil {
+		return nil, err
 	}
 	return &Worker{Runtime: rt, nc: nc, st: st, cfg: cfg}, nil
 }
@@ -65,13 +63,20 @@ func NewWorker(nc *nats.Conn, rt *worker.Runtime, st *bus.Startup, opts ...Worke
 // checkWorkerOptions reports the first of opts that [NewWorker] would
 // refuse.
 func checkWorkerOptions(opts ...WorkerOption) error {
+	_, err := newWorkerSettings(opts)
+	return err
+}
+
+// newWorkerSettings returns the settings opts make of the defaults, or
+// the first refusal.
+func newWorkerSettings(opts []WorkerOption) (workerSettings, error) {
 	cfg := workerSettings{common: defaultCommon()}
 	for _, o := range opts {
 		if err := o.applyWorker(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 // Ready reports whether the worker serves calls: nil when its startup

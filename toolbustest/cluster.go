@@ -307,12 +307,16 @@ func (c *Cluster) AddIngress(t testing.TB) *Ingress {
 
 // gatewayConfig returns the config and the telemetry of the cluster's
 // next ingress: [node.DefaultGatewayConfig] on a free loopback port,
-// with what the cluster's options turn on and change. The metrics go to
+// without a heap goal's headroom, with what the cluster's options turn
+// on and change. The metrics go to
 // the registry of [WithMetrics] for the first ingress only.
 func (c *Cluster) gatewayConfig() (node.GatewayConfig, node.Telemetry) {
 	o := c.opts
 	cfg := node.DefaultGatewayConfig()
 	cfg.Listen, cfg.Version, cfg.Auth.Mode = "127.0.0.1:0", "dev", "off"
+	// The collector's pace is the test process's, which many clusters
+	// share: none of them sets it.
+	cfg.GCHeadroom = 0
 	cfg.Jobs.On, cfg.A2A.On = o.jobs, o.a2a
 	cfg.Idempotency.On = o.idem
 	if o.idemTTL != 0 {

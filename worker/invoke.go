@@ -117,8 +117,10 @@ func (rt *Runtime) routeForLocked(method string) *route {
 // the method's concurrency slots is free. When it cannot, ok is false and
 // nothing ran; the caller then sends the call over the bus, where another
 // worker (or this one, once a slot is free) takes it. An aggregator given
-// this runtime with aggregator.WithLocal does that, which is how a
-// one-process deployment skips the bus for the tools it serves itself.
+// this runtime with aggregator.WithLocal does that for a job's call,
+// which reports progress, and starts every other with
+// [Runtime.StartLocal]: that is how a one-process deployment skips the
+// bus for the tools it serves itself.
 //
 // A call taken holds its slot and counts as in flight for Shutdown, as a call
 // from the bus does, and gets the same panic recovery, error mapping, result
@@ -224,8 +226,10 @@ func (rt *Runtime) takeLocal(method string, lr *localRun) *route {
 // StartLocal is [Runtime.TryInvoke] without the wait (it is an
 // aggregator.LocalStarter): it starts call when the runtime can take it
 // at once, on a runner of its pool, and returns at once; answer receives
-// what the handler answered, once, when it returns. When the runtime
-// cannot take the call, ok is false and nothing ran.
+// what the handler answered, once, when it returns (or -32003 when a
+// Shutdown runs out of time first). When the runtime cannot take the
+// call, ok is false and nothing ran. A call whose deadline has passed is
+// answered so, its handler not run.
 //
 // The handler's context is the runtime's, as for a call from the bus,
 // with the call's trace and deadline; it ends at the deadline, when stop
@@ -245,6 +249,15 @@ func (rt *Runtime) StartLocal(call *schema.Call, deadline time.Time, answer func
 	r := rt.takeLocal(call.Method, lr)
 	if r == nil {
 		return nil, false
+	}
+	if !deadline.After(time.Now()) {
+		// Late already: answered so, the handler not run, as a call
+		// from the bus whose deadline passed is.
+		<-r.sem
+		rt.unlink(lr)
+		lr.finish(nil, rt.errorFor(&lr.req, context.DeadlineExceeded))
+		rt.release()
+		return func() {}, true
 	}
 	// The runtime's context holds no asker, so [Ask] fails with
 	// ErrCannotAsk: unlike TryInvoke's, this context has no caller's

@@ -161,13 +161,20 @@ func defaultConfig() config {
 // CheckOptions reports the first of opts that [New] would refuse, so
 // that a configuration is checked before anything connects or starts.
 func CheckOptions(opts ...Option) error {
+	_, err := newConfig(opts)
+	return err
+}
+
+// newConfig returns the config opts make of the defaults, or the first
+// refusal.
+func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 // New returns a runtime that serves calls on nc. The runtime never closes
@@ -177,11 +184,9 @@ func New(nc *nats.Conn, opts ...Option) (*Runtime, error) {
 	if nc == nil {
 		return nil, errors.New("worker: nil nats connection")
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	var m *metrics
 	if cfg.registerer != nil {

@@ -261,3 +261,30 @@ func TestStartLocalShutdownOutOfTime(t *testing.T) {
 		t.Errorf("started call answered %d times, want once", n)
 	}
 }
+
+// TestStartLocalLate checks that a call whose deadline has passed is
+// answered so, once, without running its handler, and leaves its slot
+// free.
+func TestStartLocalLate(t *testing.T) {
+	c := newCluster(t, bus.EmbeddedConfig{}, worker.WithConcurrency(1))
+	s := newStubborn()
+	if err := c.rt.Handle("tool", s); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t)
+	st := start(c.rt, localCall("tool", ""), time.Now().Add(-time.Second))
+	if !st.ok {
+		t.Fatal("StartLocal declined a late call, want it answered")
+	}
+	a := await(t, st.answer, "the late call's answer")
+	if code(a.err) != schema.CodeTimeout || a.result != nil {
+		t.Errorf("late call answered %s, %v; want %d", a.result, a.err, schema.CodeTimeout)
+	}
+	if n := s.runs.Load(); n != 0 {
+		t.Errorf("the handler ran %d times for a late call, want none", n)
+	}
+	slotFreed(t, c.rt, "tool")
+	if n := st.answers.Load(); n != 1 {
+		t.Errorf("late call answered %d times, want once", n)
+	}
+}

@@ -37,10 +37,10 @@ import (
 const (
 	// maxLocalCallFiles bounds a call that the process's own worker runs
 	// without the bus (`toolbus dev`, --local-calls on by default).
-	maxLocalCallFiles = 17
+	maxLocalCallFiles = 18
 	// maxBusCallFiles bounds a call sent over the embedded NATS, as every
 	// call of a split deployment is (`toolbus dev --local-calls=false`).
-	maxBusCallFiles = 20
+	maxBusCallFiles = 21
 )
 
 // callPathCalls is how many echo calls the measured process answers more

@@ -217,12 +217,11 @@ func RunTenants(ctx context.Context, out, progress io.Writer, cfg TenantsRunConf
 	}
 
 	fmt.Fprintf(out, "toolbus bench tenants: load average %s at the start\n", loadAverage())
+	if cfg.FloodNice != 0 {
+		fmt.Fprintf(out, "the flood's load generator runs under nice -n %d (a negative value needs the privilege to raise a priority, and nice says when it lacks it)\n", cfg.FloodNice)
+	}
 	if cfg.Pin {
-		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generators (the victim's and the flood's, in processes apart) on CPUs %s\n", cfg.ServerCPUs, cfg.LoadCPUs)
-		if cfg.FloodNice != 0 {
-			fmt.Fprintf(out, "the flood's load generator runs under nice -n %d, so that on the CPUs it shares with the victim's it does not delay the victim's calls\n", cfg.FloodNice)
-		}
-		fmt.Fprintln(out)
+		fmt.Fprintf(out, "pinned with taskset: the servers on CPUs %s, the load generators (the victim's and the flood's, in processes apart) on CPUs %s\n\n", cfg.ServerCPUs, cfg.LoadCPUs)
 	} else {
 		fmt.Fprintf(out, "not pinned (--pin=false): the servers and the load generators run where the kernel puts them\n\n")
 	}
@@ -536,7 +535,7 @@ func (tb *tenantsBench) startLoad(ctx context.Context, name string, spec tenants
 
 // loadCommand returns the command that starts the load generator of
 // side, but for its arguments: the flood's under nice when
-// [TenantsConfig.FloodNice] asks for it.
+// [TenantsRunConfig.FloodNice] asks for it.
 func (tb *tenantsBench) loadCommand(side string) ([]string, error) {
 	command := tb.load[:len(tb.load):len(tb.load)]
 	if side != floodSide || tb.cfg.FloodNice == 0 {

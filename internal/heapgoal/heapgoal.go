@@ -5,9 +5,8 @@
 // collection starts once the heap has grown by as much as was live after
 // the last. A process whose live heap is small, as an ingress or a worker
 // between bursts is (a few MiB), then collects every few MiB it
-// allocates: under a flood of calls `toolbus dev` collected about a
-// hundred times a second and spent a fifth of its CPU in the collector
-// (BENCHMARKS.md, "A heap goal with headroom"). [Keep] raises GOGC after
+// allocates: under a flood of 500-call batches `toolbus dev` collected
+// about 70 times a second (BENCHMARKS.md, "A heap goal with headroom"). [Keep] raises GOGC after
 // each collection so that the next heap goal is at least a headroom
 // above the live heap, and lowers it back to the process's own GOGC as
 // the live heap grows: a large live heap is collected exactly as before,
@@ -67,14 +66,16 @@ func keep(headroom uint64, set func(int)) (*Keeper, string) {
 	case os.Getenv("GOMEMLIMIT") != "":
 		return nil, "GOMEMLIMIT is set in the environment"
 	}
-	base := readPercent()
-	if base < 0 {
-		return nil, "the collector is off"
-	}
 	activeMu.Lock()
 	defer activeMu.Unlock()
 	if active != nil {
 		return nil, "another keeper keeps the heap goal"
+	}
+	// Read once no keeper holds the pace, so that the process's own is
+	// read, not one a keeper set.
+	base := readPercent()
+	if base < 0 {
+		return nil, "the collector is off"
 	}
 	k := &Keeper{headroom: headroom, base: base, set: set, percent: base}
 	active = k
@@ -124,8 +125,8 @@ func (k *Keeper) collected() {
 	}
 	percent := percentFor(readLive(), k.headroom, k.base)
 	// A change of less than an eighth is not worth a word to the
-	// runtime.
-	if d := percent - k.percent; d > k.percent/8 || -d > k.percent/8 {
+	// runtime, but the way back to the process's own pace always is.
+	if d := percent - k.percent; percent != k.percent && (percent == k.base || d > k.percent/8 || -d > k.percent/8) {
 		debug.SetGCPercent(percent)
 		k.percent = percent
 		if k.set != nil {

@@ -78,6 +78,21 @@ func TestKeepRaisesTheGoal(t *testing.T) {
 	case <-time.After(testwait.Limit):
 		t.Fatalf("gave up waiting for the keeper to hear of a second collection (%v)", testwait.Limit)
 	}
+	// The way back to the process's own pace is taken however small the
+	// step: with GOGC a little above it and a live heap past the
+	// headroom, it is set back.
+	k.mu.Lock()
+	k.percent, k.headroom = 105, 1
+	k.mu.Unlock()
+	runtime.GC()
+	select {
+	case p = <-set:
+	case <-time.After(testwait.Limit):
+		t.Fatalf("gave up waiting for the keeper to set GOGC back (%v)", testwait.Limit)
+	}
+	if p != 100 {
+		t.Errorf("GOGC set to %d with a live heap past the headroom, want the process's own 100", p)
+	}
 	k.Stop()
 	if got := readPercent(); got != 100 {
 		t.Errorf("GOGC after Stop = %d, want the process's own 100", got)

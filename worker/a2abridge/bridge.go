@@ -171,29 +171,37 @@ func defaultConfig() config {
 		poll: DefaultPollInterval, client: &http.Client{}, credentials: http.Header{}}
 }
 
-// agentURLOf parses the agent's URL, which must be http:// or https://.
-func agentURLOf(agentURL string) (*url.URL, error) {
+// checkAgentURL checks the agent's URL, which must be http:// or
+// https://.
+func checkAgentURL(agentURL string) error {
 	u, err := url.Parse(agentURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
+		return fmt.Errorf("a2abridge: the agent URL %q is not an http:// or https:// URL", agentURL)
 	}
-	return u, nil
+	return nil
 }
 
 // CheckOptions reports the agent URL or the first of opts that [New]
 // would refuse, so that a configuration is checked before anything
 // connects or starts.
 func CheckOptions(agentURL string, opts ...Option) error {
-	if _, err := agentURLOf(agentURL); err != nil {
+	if err := checkAgentURL(agentURL); err != nil {
 		return err
 	}
+	_, err := newConfig(opts)
+	return err
+}
+
+// newConfig returns the config opts make of the defaults, or the first
+// refusal.
+func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		if err := o(&cfg); err != nil {
-			return err
+			return cfg, err
 		}
 	}
-	return nil
+	return cfg, nil
 }
 
 // New returns a bridge that will serve the skills of the A2A agent at
@@ -204,14 +212,12 @@ func New(rt *worker.Runtime, agentURL string, opts ...Option) (*Bridge, error) {
 	if rt == nil {
 		return nil, errors.New("a2abridge: nil runtime")
 	}
-	if _, err := agentURLOf(agentURL); err != nil {
+	if err := checkAgentURL(agentURL); err != nil {
 		return nil, err
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	hc := *cfg.client
 	base := hc.Transport

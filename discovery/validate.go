@@ -14,13 +14,6 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// This file holds all that one call meets of discovery: the dispatcher
-// layer in front of the aggregator ([Layer]: the params' check, the
-// tool's deadline, -32003 for a known method no worker serves) and the
-// registry's answers to a call ([Registry.Lookup], [Registry.RetrySafe],
-// [Registry.Known]). How the registry learns its tools (announcements,
-// expiry, schemas, the catalog) is in registry.go.
-
 // Layer returns the dispatcher layer of discovery, or nil when reg is nil
 // (which [schema.Chain] skips). Before any worker runs a call it checks the
 // params against reg's schema of the method, when validate is set, and
@@ -182,40 +175,4 @@ func memberOf(pointer string, k jsonschema.ErrorKind) string {
 		return pointer
 	}
 	return pointer + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(names[0])
-}
-
-// Lookup returns the live tool serving method: the one of that name, or
-// else a pattern matching it.
-func (r *Registry) Lookup(method string) (Tool, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t := r.live[method]; t != nil {
-		return *t, true
-	}
-	for _, t := range r.catalogLocked().Tools {
-		if t.IsPattern() && schema.MatchMethod(t.Name, method) {
-			return t, true
-		}
-	}
-	return Tool{}, false
-}
-
-// RetrySafe reports whether method's workers advertise it as safe to run
-// twice, all alike, so that a call of it may be published again; it is the
-// aggregator's WithRetrySafeFunc when discovery is on.
-func (r *Registry) RetrySafe(method string) bool {
-	t, ok := r.Lookup(method)
-	return ok && t.RetrySafe && !t.Conflict
-}
-
-// Known reports whether method (or a pattern matching it) is a known
-// tool: live, or advertised by a worker seen within the retention, here or,
-// with [Registry.Persist], by any registry sharing the bucket.
-func (r *Registry) Known(method string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.live[method] != nil {
-		return true // served now, so known: the common case of every call
-	}
-	return r.knownLocked(method, r.now()) != nil
 }
