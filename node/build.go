@@ -37,7 +37,7 @@ type Telemetry struct {
 	// Tracer makes the spans of calls.
 	Tracer trace.TracerProvider
 	// Counters count the jobs of the gateway's service and runner; nil
-	// for counters of the gateway's own ([WithJobCounters]).
+	// for counters of the gateway's own ([withJobCounters]).
 	Counters *jobs.Counters
 }
 
@@ -68,14 +68,14 @@ func NewGatewayFrom(nc *nats.Conn, st *bus.Startup, cfg GatewayConfig, tel Telem
 	}
 	own := append(options(cfg.gatewayOptions()),
 		withParts(aggOpts, ingOpts, cfg.Auth.Mode == "off"),
-		WithPrefix(cfg.Prefix),
+		withPrefix(cfg.Prefix),
 		WithLogger(tel.Log),
-		WithVersion(cfg.Version))
+		withVersion(cfg.Version))
 	if cfg.Metrics {
-		own = append(own, WithMetrics(tel.Metrics))
+		own = append(own, withMetrics(tel.Metrics))
 	}
 	if tel.Counters != nil {
-		own = append(own, WithJobCounters(tel.Counters))
+		own = append(own, withJobCounters(tel.Counters))
 	}
 	return NewGateway(nc, st, append(own, opts...)...)
 }
@@ -196,20 +196,20 @@ func (c GatewayConfig) ingressOptions() []flagged[ingress.Option] {
 // gatewayOptions returns node's own options of a gateway that c asks
 // for, but for its parts', its prefix, logger and version.
 func (c GatewayConfig) gatewayOptions() []flagged[GatewayOption] {
-	fs := []flagged[GatewayOption]{{"--job-replicas", WithReplicas(c.Jobs.Replicas)}, {"--gc-headroom", withGCHeadroom(c.GCHeadroom)}}
+	fs := []flagged[GatewayOption]{{"--job-replicas", withReplicas(c.Jobs.Replicas)}, {"--gc-headroom", withGCHeadroom(c.GCHeadroom)}}
 	if c.Idempotency.On {
 		fs = append(fs, flagged[GatewayOption]{"--idempotency-ttl and --idempotency-max-bytes",
-			WithIdempotency(c.Idempotency.TTL, c.Idempotency.MaxBytes)})
+			withIdempotency(c.Idempotency.TTL, c.Idempotency.MaxBytes)})
 	}
 	if c.Discovery {
-		fs = append(fs, flagged[GatewayOption]{"--discovery", WithRegistry()},
-			flagged[GatewayOption]{"--validate", WithValidation(c.ValidateParams)},
-			flagged[GatewayOption]{"--tools-retention", WithToolsRetention(c.ToolsRetention)})
+		fs = append(fs, flagged[GatewayOption]{"--discovery", withRegistry()},
+			flagged[GatewayOption]{"--validate", withValidation(c.ValidateParams)},
+			flagged[GatewayOption]{"--tools-retention", withToolsRetention(c.ToolsRetention)})
 	}
 	// The A2A door runs its tasks as jobs: without them it is off.
 	if c.Jobs.On {
-		fs = append(fs, flagged[GatewayOption]{"--jobs", WithJobs(c.Jobs)},
-			flagged[GatewayOption]{"--a2a", WithA2A(c.A2A)})
+		fs = append(fs, flagged[GatewayOption]{"--jobs", withJobs(c.Jobs)},
+			flagged[GatewayOption]{"--a2a", withA2A(c.A2A)})
 	}
 	return fs
 }
@@ -332,7 +332,7 @@ func NewWorkerFrom(nc *nats.Conn, st *bus.Startup, cfg WorkerConfig, tel Telemet
 			return nil, fmt.Errorf("worker: toolset %s: %w", name, err)
 		}
 	}
-	w, err := NewWorker(nc, rt, st, WithSubjects(subjects), WithLogger(tel.Log), WithVersion(cfg.Version), withGCHeadroom(cfg.GCHeadroom))
+	w, err := NewWorker(nc, rt, st, withSubjects(subjects), WithLogger(tel.Log), withVersion(cfg.Version), withGCHeadroom(cfg.GCHeadroom))
 	if err != nil {
 		return nil, err
 	}

@@ -269,7 +269,7 @@ type IdempotencyConfig struct {
 	FailOpen bool
 }
 
-// JobsConfig is a gateway's jobs service and job runner ([WithJobs]).
+// JobsConfig is a gateway's jobs service and job runner ([withJobs]).
 type JobsConfig struct {
 	// On (--jobs) serves rpc.jobs.* and runs the queued jobs. Default
 	// true.
@@ -325,7 +325,7 @@ type JobsConfig struct {
 	CallbackAllow []string
 }
 
-// A2AConfig is a gateway's A2A front door ([WithA2A]).
+// A2AConfig is a gateway's A2A front door ([withA2A]).
 type A2AConfig struct {
 	// On (--a2a) serves POST /a2a and the agent card (with Jobs.On).
 	// Default true.

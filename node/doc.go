@@ -12,7 +12,7 @@
 // fix it. [NewGatewayFrom] and [NewWorkerFrom] build the process a config
 // describes, the test cluster's included: the aggregator, the ingress,
 // the jobs service and runner and the A2A door take their settings from
-// the config ([WithJobs] and [WithA2A] take its [JobsConfig] and
+// the config ([withJobs] and [withA2A] take its [JobsConfig] and
 // [A2AConfig]), and keys held in memory from [WithAuth], never another
 // package's options passed through.
 //

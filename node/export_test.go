@@ -7,3 +7,21 @@ import "time"
 func (g *Gateway) SampleJobsQueued(interval time.Duration) (stop func()) {
 	return g.sampleJobsQueued(interval)
 }
+
+// The gateway's and worker's own options, which programs set through a
+// config ([NewGatewayFrom], [NewWorkerFrom]), for the tests that build
+// the parts with [NewGateway] and [NewWorker] directly.
+var (
+	WithA2A            = withA2A
+	WithRegistry       = withRegistry
+	WithToolsRetention = withToolsRetention
+	WithValidation     = withValidation
+	WithJobs           = withJobs
+	WithJobCounters    = withJobCounters
+	WithIdempotency    = withIdempotency
+	WithReplicas       = withReplicas
+	WithMetrics        = withMetrics
+	WithPrefix         = withPrefix
+	WithSubjects       = withSubjects
+	WithVersion        = withVersion
+)

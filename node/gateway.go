@@ -48,19 +48,19 @@ type Gateway struct {
 	Aggregator *aggregator.Aggregator
 	Ingress    *ingress.Server
 	// Registry is the registry of announced tools; nil without
-	// [WithRegistry].
+	// [withRegistry].
 	Registry *discovery.Registry
 	// Runner runs the queued jobs, each as a call over the bus through an
 	// aggregator of its own whose deadlines reach the jobs' longest run
-	// time; nil without [WithJobs].
+	// time; nil without [withJobs].
 	Runner *jobs.Runner
 
 	nc   *nats.Conn
 	st   *bus.Startup
 	cfg  gatewaySettings
-	jobs *lazyJobs                    // nil without [WithJobs]
-	idem *aggregator.IdempotencyStore // nil without [WithIdempotency]
-	push *a2a.PushStore               // nil without [WithA2A]
+	jobs *lazyJobs                    // nil without [withJobs]
+	idem *aggregator.IdempotencyStore // nil without [withIdempotency]
+	push *a2a.PushStore               // nil without [withA2A]
 
 	mu       sync.Mutex
 	started  bool  // Start was called, or Shutdown
@@ -80,7 +80,7 @@ type gatewaySettings struct {
 	retention time.Duration
 	validate  bool
 	// jobs and a2a are the jobs service and runner and the A2A door, each
-	// served when its On is set ([WithJobs], [WithA2A]); counters count
+	// served when its On is set ([withJobs], [withA2A]); counters count
 	// the jobs of both.
 	jobs      JobsConfig
 	a2a       A2AConfig
@@ -92,15 +92,15 @@ type gatewaySettings struct {
 	metrics   *prometheus.Registry
 }
 
-// WithA2A serves the A2A front door at POST /a2a and its agent card
+// withA2A serves the A2A front door at POST /a2a and its agent card
 // ([ingress.WithA2A]), named after the cluster's prefix, as c says when
 // c.On is set (start from the A2A of [DefaultGatewayConfig]). It needs
-// [WithJobs]: an A2A task is a job. Push notifications are on: their
+// [withJobs]: an A2A task is a job. Push notifications are on: their
 // configs live in the JetStream bucket <prefix>_a2a_push (opened in the
 // background, like the jobs service's stream), and reach loopback,
 // private and link-local receivers only when the jobs' CallbackAllow
 // admits them, as job callbacks do. Default: no A2A.
-func WithA2A(c A2AConfig) GatewayOption {
+func withA2A(c A2AConfig) GatewayOption {
 	return gatewayOption(func(s *gatewaySettings) error {
 		s.a2a = c
 		return nil
@@ -131,27 +131,27 @@ func withParts(aggOpts []aggregator.Option, ingOpts []ingress.Option, authOff bo
 	})
 }
 
-// WithRegistry keeps a registry of the tools workers announce: the ingress
+// withRegistry keeps a registry of the tools workers announce: the ingress
 // validates params, answers -32003 for known methods without workers and
 // serves rpc.discover, GET /openrpc.json and the MCP front door
 // ([ingress.WithDiscovery]); a tool announced as idempotent may be
 // published again, as [aggregator.WithRetrySafe] patterns are. With
-// [WithJobs] the registry keeps its known tools in the cluster's JetStream
+// [withJobs] the registry keeps its known tools in the cluster's JetStream
 // bucket of them (set up in the background, like the jobs stream, as the
 // startup part "known tools"), and rpc.jobs.submit refuses a method no
-// worker has announced within the retention ([WithToolsRetention]) or
+// worker has announced within the retention ([withToolsRetention]) or
 // params that break its schema. Default: no registry.
-func WithRegistry() GatewayOption {
+func withRegistry() GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		c.registry = true
 		return nil
 	})
 }
 
-// WithToolsRetention sets how long the registry keeps a tool known after
+// withToolsRetention sets how long the registry keeps a tool known after
 // its last worker was seen (default [discovery.DefaultRetention]); with
-// [WithJobs] it is also how long the bucket of known tools keeps it.
-func WithToolsRetention(d time.Duration) GatewayOption {
+// [withJobs] it is also how long the bucket of known tools keeps it.
+func withToolsRetention(d time.Duration) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		if d < time.Minute {
 			return fmt.Errorf("node: tools retention must be at least 1m, got %v", d)
@@ -161,24 +161,24 @@ func WithToolsRetention(d time.Duration) GatewayOption {
 	})
 }
 
-// WithValidation turns the checking of params against the registry's
+// withValidation turns the checking of params against the registry's
 // schemas on or off (default on), for calls ([ingress.WithValidation])
 // and job submits alike.
-func WithValidation(on bool) GatewayOption {
+func withValidation(on bool) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		c.validate = on
 		return nil
 	})
 }
 
-// WithJobs serves the rpc.jobs.* methods with a jobs service and runs
+// withJobs serves the rpc.jobs.* methods with a jobs service and runs
 // the queued jobs with a job runner that sends each to a worker as a call
 // over the bus, both as c says, when c.On is set (start from the Jobs of
 // [DefaultGatewayConfig]). c.Replicas is not read: every JetStream store
-// of the gateway has the replicas of [WithReplicas]. The stream and
+// of the gateway has the replicas of [withReplicas]. The stream and
 // bucket are opened in the background; until they are, the methods are
 // refused -32003 with reason jobs_not_ready. Default: no jobs.
-func WithJobs(c JobsConfig) GatewayOption {
+func withJobs(c JobsConfig) GatewayOption {
 	return gatewayOption(func(s *gatewaySettings) error {
 		if _, err := egress.New(egress.WithAllow(c.CallbackAllow...)); err != nil {
 			return fmt.Errorf("node: callback allowlist: %w", err)
@@ -191,10 +191,10 @@ func WithJobs(c JobsConfig) GatewayOption {
 	})
 }
 
-// WithJobCounters counts the jobs of the gateway's service and runner
+// withJobCounters counts the jobs of the gateway's service and runner
 // into c, counters the caller made (default: counters of the gateway's
 // own, shared by both).
-func WithJobCounters(c *jobs.Counters) GatewayOption {
+func withJobCounters(c *jobs.Counters) GatewayOption {
 	return gatewayOption(func(s *gatewaySettings) error {
 		if c == nil {
 			return errors.New("node: nil job counters")
@@ -204,12 +204,12 @@ func WithJobCounters(c *jobs.Counters) GatewayOption {
 	})
 }
 
-// WithIdempotency honours Idempotency-Key headers with records in a
+// withIdempotency honours Idempotency-Key headers with records in a
 // JetStream bucket kept ttl (zero: [aggregator.DefaultIdempotencyTTL]) of
 // at most maxBytes (zero: [aggregator.DefaultIdempotencyMaxBytes]). The
 // bucket is opened in the background; until it is, calls with a key are
 // refused -32003. Default: keys are ignored.
-func WithIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
+func withIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		if ttl < 0 || maxBytes < 0 {
 			return fmt.Errorf("node: idempotency ttl %v and max bytes %d must not be negative", ttl, maxBytes)
@@ -219,10 +219,10 @@ func WithIdempotency(ttl time.Duration, maxBytes int64) GatewayOption {
 	})
 }
 
-// WithReplicas sets the JetStream replicas of the jobs stream and bucket
+// withReplicas sets the JetStream replicas of the jobs stream and bucket
 // and of the idempotency bucket (default [jobs.DefaultReplicas]): 3 on a
 // three-node cluster.
-func WithReplicas(n int) GatewayOption {
+func withReplicas(n int) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		if n < 1 || n > 5 {
 			return fmt.Errorf("node: replicas must be 1 to 5, got %d", n)
@@ -232,10 +232,10 @@ func WithReplicas(n int) GatewayOption {
 	})
 }
 
-// WithMetrics serves the ingress's Prometheus metrics from reg
+// withMetrics serves the ingress's Prometheus metrics from reg
 // ([ingress.WithMetrics]) and registers the jobs service's there once it
 // is set up. Default: no metrics.
-func WithMetrics(reg *prometheus.Registry) GatewayOption {
+func withMetrics(reg *prometheus.Registry) GatewayOption {
 	return gatewayOption(func(c *gatewaySettings) error {
 		if reg == nil {
 			return errors.New("node: nil metrics registry")
@@ -271,15 +271,16 @@ func newGatewaySettings(opts []GatewayOption) (gatewaySettings, error) {
 }
 
 // NewGateway makes a gateway on nc whose background setups and readiness
-// go through st; opts are applied in order. Its aggregator and ingress
-// take their packages' defaults; [NewGatewayFrom] builds them from a
-// config. Nothing runs before [Gateway.Start].
+// go through st; opts ([WithLogger], [WithAuth]) are applied in order.
+// Its aggregator and ingress take their packages' defaults, with no jobs,
+// discovery, idempotency or metrics; [NewGatewayFrom] builds a gateway
+// from a config. Nothing runs before [Gateway.Start].
 func NewGateway(nc *nats.Conn, st *bus.Startup, opts ...GatewayOption) (*Gateway, error) {
 	if nc == nil || st == nil {
 		return nil, errors.New("node: gateway needs a NATS connection and a startup")
 	}
 	// The service and the runner count into the same counters, the
-	// gateway's own unless WithJobCounters gives others.
+	// gateway's own unless withJobCounters gives others.
 	cfg, err := newGatewaySettings(opts)
 	if err != nil {
 		return nil, err
@@ -384,7 +385,7 @@ func (g *Gateway) Ready() error {
 }
 
 // Jobs returns the jobs service once it is set up; nil before, and
-// without [WithJobs].
+// without [withJobs].
 func (g *Gateway) Jobs() *jobs.Service {
 	if g.jobs == nil {
 		return nil

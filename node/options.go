@@ -50,25 +50,25 @@ type WorkerOption interface {
 	applyWorker(*workerSettings) error
 }
 
-// WithPrefix sets the NATS subject prefix of the cluster (default
+// withPrefix sets the NATS subject prefix of the cluster (default
 // [bus.DefaultPrefix]) for every part: calls, announcements, status, jobs
-// and idempotency records. It is [WithSubjects] for a program that has
+// and idempotency records. It is [withSubjects] for a program that has
 // only its prefix.
-func WithPrefix(prefix string) Option {
+func withPrefix(prefix string) Option {
 	return func(c *common) error {
 		s, err := bus.NewSubjects(prefix)
 		if err != nil {
 			return err
 		}
-		return WithSubjects(s)(c)
+		return withSubjects(s)(c)
 	}
 }
 
-// WithSubjects sets the subjects of the cluster (default
+// withSubjects sets the subjects of the cluster (default
 // [bus.DefaultSubjects]) for every part, for a program that made them
 // once and hands the same value to the parts it makes itself, such as a
 // worker's runtime. The zero value is refused.
-func WithSubjects(s bus.Subjects) Option {
+func withSubjects(s bus.Subjects) Option {
 	return func(c *common) error {
 		if s.IsZero() {
 			return errors.New("node: zero subjects: make them with bus.NewSubjects")
@@ -117,9 +117,9 @@ func keepHeapGoal(c common, stops *stops) {
 	stops.add("heap goal", func(context.Context) error { k.Stop(); return nil })
 }
 
-// WithVersion sets the version the status service reports (default
+// withVersion sets the version the status service reports (default
 // "dev").
-func WithVersion(v string) Option {
+func withVersion(v string) Option {
 	return func(c *common) error {
 		if v == "" {
 			return errors.New("node: empty version")

@@ -16,7 +16,7 @@ import (
 
 // Worker is a worker process on one NATS connection: a runtime serving
 // its tools and its status service. It runs jobs as calls over the bus,
-// which the job runner of an ingress sends it ([WithJobs]); it needs no
+// which the job runner of an ingress sends it ([withJobs]); it needs no
 // JetStream. Make it with [NewWorker], run it with [Worker.Start] and stop
 // it with [Worker.Shutdown]; it never closes its connection.
 // [worker.ProbeHandler] with [Worker.Ready] serves its probes and metrics
