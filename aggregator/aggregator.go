@@ -410,6 +410,24 @@ func (t *table) answerOutside(cl *call, result []byte, e *schema.Error) {
 	t.settle(&out)
 }
 
+// enterable reports whether cl, admitted, may enter the table at now: it
+// is still outside it, and neither its batch was canceled nor its
+// deadline passed while it was admitted; a call that may not for either
+// reason is answered so into out. t.mu must be held.
+func (t *table) enterable(cl *call, now time.Time, out *answers) bool {
+	switch {
+	case cl.state != outside:
+		return false
+	case cl.b.ctx.Err() != nil:
+		t.finish(cl, nil, ctxError(cl.b.ctx, cl.method, cl.timeout), out)
+		return false
+	case momentOf(now) >= cl.deadline:
+		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), out)
+		return false
+	}
+	return true
+}
+
 // enterLocal enters cl, admitted, as run by the Local, under its
 // deadline, and reports whether it did: a call whose batch was canceled,
 // or whose deadline passed, while it was admitted is answered so.
@@ -417,13 +435,7 @@ func (t *table) enterLocal(cl *call) bool {
 	var out answers
 	t.mu.Lock()
 	now := t.now()
-	switch {
-	case cl.state != outside:
-	case cl.b.ctx.Err() != nil:
-		t.finish(cl, nil, ctxError(cl.b.ctx, cl.method, cl.timeout), &out)
-	case momentOf(now) >= cl.deadline:
-		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), &out)
-	default:
+	if t.enterable(cl, now, &out) {
 		cl.state, cl.index = local, -1
 		t.schedule(cl)
 	}
@@ -516,11 +528,8 @@ func (t *table) start(cl *call, subject string, data []byte) {
 	t.mu.Lock()
 	now := t.now()
 	switch {
-	case cl.state != outside:
-	case cl.b.ctx.Err() != nil:
-		t.finish(cl, nil, ctxError(cl.b.ctx, cl.method, cl.timeout), &out)
-	case momentOf(now) >= cl.deadline:
-		t.finish(cl, nil, timedOut(cl.method, cl.timeout, ""), &out)
+	case !t.enterable(cl, now, &out):
+		// Not outside, or answered as it was admitted.
 	default:
 		cl.data, cl.queue, cl.index = data, subject, -1
 		cl.token = bus.ReplyToken()

@@ -17,6 +17,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/options"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -88,13 +89,7 @@ func CheckOptions(opts ...Option) error {
 // newConfig returns the config opts make of the defaults, or the first
 // refusal.
 func newConfig(opts []Option) (config, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	return options.Apply(defaultConfig(), opts)
 }
 
 // New returns an aggregator that publishes on nc.

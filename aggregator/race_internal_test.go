@@ -39,20 +39,28 @@ func TestManyCallsRandomWorker(t *testing.T) {
 	}
 }
 
-func manyCallsRandomWorker(t *testing.T, ackDelay time.Duration) {
+// twoConns starts an embedded NATS server for the test and returns two
+// connections to it, the aggregator's and the worker's, closed with the
+// server when the test ends.
+func twoConns(t *testing.T) (ac, wc *nats.Conn) {
+	t.Helper()
 	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Shutdown()
+	t.Cleanup(e.Shutdown)
 	conns := make([]*nats.Conn, 2)
 	for i := range conns {
 		if conns[i], err = e.Connect(); err != nil {
 			t.Fatal(err)
 		}
-		defer conns[i].Close()
+		t.Cleanup(conns[i].Close)
 	}
-	ac, wc := conns[0], conns[1]
+	return conns[0], conns[1]
+}
+
+func manyCallsRandomWorker(t *testing.T, ackDelay time.Duration) {
+	ac, wc := twoConns(t)
 
 	var pending sync.WaitGroup // the worker's delayed messages
 	defer pending.Wait()
@@ -245,19 +253,7 @@ func (r *randomStarter) StartLocal(c *schema.Call, _ time.Time, answer func(json
 // and no stop more than once; TryInvoke is never offered a call; and the
 // table must be empty at the end. Run it with -race.
 func TestManyLocalCallsRandomHandler(t *testing.T) {
-	e, err := bus.StartEmbedded(bus.EmbeddedConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Shutdown()
-	conns := make([]*nats.Conn, 2)
-	for i := range conns {
-		if conns[i], err = e.Connect(); err != nil {
-			t.Fatal(err)
-		}
-		defer conns[i].Close()
-	}
-	ac, wc := conns[0], conns[1]
+	ac, wc := twoConns(t)
 	sub, err := wc.QueueSubscribe("toolbus.call.>", "toolbus-workers", func(m *nats.Msg) {
 		bus.Reply(m, schema.ReplyResult(json.RawMessage(`"bus"`)))
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/ingress/msglog"
 	"github.com/toolbus/toolbus/ingress/quota"
 	"github.com/toolbus/toolbus/internal/fair"
+	"github.com/toolbus/toolbus/internal/options"
 )
 
 // Defaults of [New].
@@ -128,13 +129,7 @@ func CheckOptions(opts ...Option) error {
 // newConfig returns the config opts make of the defaults, or the first
 // refusal.
 func newConfig(opts []Option) (config, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	return options.Apply(defaultConfig(), opts)
 }
 
 func defaultConfig() config {

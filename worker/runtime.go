@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/callstats"
+	"github.com/toolbus/toolbus/internal/options"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -168,13 +169,7 @@ func CheckOptions(opts ...Option) error {
 // newConfig returns the config opts make of the defaults, or the first
 // refusal.
 func newConfig(opts []Option) (config, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	return options.Apply(defaultConfig(), opts)
 }
 
 // New returns a runtime that serves calls on nc. The runtime never closes

@@ -17,6 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient"
 	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
 
+	"github.com/toolbus/toolbus/internal/options"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/worker"
 	"github.com/toolbus/toolbus/worker/bridge"
@@ -195,13 +196,7 @@ func CheckOptions(agentURL string, opts ...Option) error {
 // newConfig returns the config opts make of the defaults, or the first
 // refusal.
 func newConfig(opts []Option) (config, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if err := o(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	return options.Apply(defaultConfig(), opts)
 }
 
 // New returns a bridge that will serve the skills of the A2A agent at
