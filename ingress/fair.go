@@ -356,7 +356,11 @@ func (d *fairDispatcher) Dispatch(ctx context.Context, calls []schema.Call, emit
 // [fair.Cost] of its params, under the deadline the ingress puts on it,
 // or ctx's when that comes first.
 func (d *fairDispatcher) entries(ctx context.Context, now time.Time, calls []schema.Call) []fair.Entry[fairRef] {
-	entries := make([]fair.Entry[fairRef], len(calls))
+	return d.entriesInto(ctx, now, calls, make([]fair.Entry[fairRef], len(calls)))
+}
+
+// entriesInto is entries made in entries, as long as calls.
+func (d *fairDispatcher) entriesInto(ctx context.Context, now time.Time, calls []schema.Call, entries []fair.Entry[fairRef]) []fair.Entry[fairRef] {
 	ctxDeadline, bounded := ctx.Deadline()
 	for i := range calls {
 		deadline := now.Add(d.deadline(calls[i].Method, calls[i].Timeout))
@@ -495,12 +499,21 @@ func (d *fairDispatcher) alone(ctx context.Context, calls []schema.Call, emit fu
 	}
 	f := d.f
 	now := time.Now()
-	entries := d.entries(ctx, now, calls)
+	// A single call, the most common set, takes its entry and its copy
+	// from the set's own arrays: one allocation where there would be
+	// three.
+	a := &fairAlone{f: f}
+	var entries []fair.Entry[fairRef]
+	if len(calls) == 1 {
+		entries, a.calls = d.entriesInto(ctx, now, calls, a.oneEntry[:]), a.oneCall[:]
+	} else {
+		entries, a.calls = d.entries(ctx, now, calls), make([]schema.Call, len(calls))
+	}
 	if !f.sched.AdmitAlone(now, flow, entries) {
 		return nil, entries
 	}
 	f.callerMetrics(caller).admittedAtOnce(len(calls))
-	a := &fairAlone{f: f, entries: entries, calls: make([]schema.Call, len(calls))}
+	a.entries = entries
 	for i := range calls {
 		a.calls[i] = calls[i]
 		if dl := entries[i].Deadline; !dl.IsZero() {
@@ -531,6 +544,9 @@ type fairAlone struct {
 	entries []fair.Entry[fairRef]
 	calls   []schema.Call
 	emit    func(i int, r schema.Response)
+	// oneEntry and oneCall hold the entry and the call of a set of one.
+	oneEntry [1]fair.Entry[fairRef]
+	oneCall  [1]schema.Call
 }
 
 // done gives back the seats of the calls next left unanswered (a
